@@ -1,0 +1,5 @@
+"""The one exception type for a user's mistake: a bad path, file, argument or request."""
+
+
+class TinyLLMError(ValueError):
+    """A user error. Its message is one sentence naming the bad value and what was expected."""
