@@ -1,0 +1,1 @@
+"""Key/value storage for attention: contiguous, latent (MLA) and paged caches."""

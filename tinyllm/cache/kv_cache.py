@@ -1,0 +1,45 @@
+"""KVCache: preallocated per-layer keys and values for grouped-query attention."""
+from __future__ import annotations
+
+import torch
+
+from .fill import LayerFill, check_positive
+
+
+class KVCache(LayerFill):
+    """Storage [L, B, Hkv, max_len, D] for K and V. `update` writes a chunk at the layer's fill count and
+    returns everything that layer stores, as stored (a float16 cache hands back float16-rounded values,
+    the new chunk included), converted to the compute dtype of the chunk."""
+
+    def __init__(self, n_layers: int, n_kv_heads: int, d_head: int, max_len: int, batch: int = 1,
+                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
+        check_positive(n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head, max_len=max_len, batch=batch)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
+        super().__init__(n_layers, max_len, device)
+        self.batch, self.n_kv_heads, self.d_head, self.dtype = batch, n_kv_heads, d_head, dtype
+        shape = (n_layers, batch, n_kv_heads, max_len, d_head)  # [L, B, Hkv, max_len, D]
+        self.k = torch.zeros(shape, dtype=dtype, device=self.device)
+        self.v = torch.zeros(shape, dtype=dtype, device=self.device)
+
+    def update(self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """k_new, v_new [B, Hkv, T, D] -> (k_all, v_all) [B, Hkv, s+T, D]."""
+        expected = (self.batch, self.n_kv_heads, None, self.d_head)
+        for name, t in (("k_new", k_new), ("v_new", v_new)):
+            if t.dim() != 4 or any(e is not None and e != d for e, d in zip(expected, t.shape)):
+                raise ValueError(f"{name} must have shape [B={self.batch}, Hkv={self.n_kv_heads}, T, "
+                                 f"D={self.d_head}], got {list(t.shape)}")
+        if k_new.shape != v_new.shape:
+            raise ValueError(f"k_new {list(k_new.shape)} and v_new {list(v_new.shape)} differ in shape")
+        t_new = k_new.shape[2]
+        s = self._check_room(layer, t_new)
+        self.k[layer, :, :, s:s + t_new] = k_new  # copies, rounding to the storage dtype
+        self.v[layer, :, :, s:s + t_new] = v_new
+        self._fill[layer] = s + t_new
+        k_all = self.k[layer, :, :, :s + t_new]  # [B, Hkv, s+T, D]
+        v_all = self.v[layer, :, :, :s + t_new]  # [B, Hkv, s+T, D]
+        return k_all.to(k_new.dtype), v_all.to(v_new.dtype)
+
+    def nbytes(self) -> int:
+        """2 · L · B · Hkv · max_len · D · itemsize."""
+        return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()

@@ -1,0 +1,58 @@
+"""Name tables: GGUF and Hugging Face names mapped to our config fields and parameters (data, not code)."""
+
+# Architectures whose weights are a plain Llama decoder.
+SUPPORTED_GGUF_ARCHITECTURES = ("llama",)
+SUPPORTED_HF_MODEL_TYPES = ("llama",)
+
+# ModelConfig field -> GGUF metadata key, with "{arch}" standing for general.architecture.
+GGUF_CONFIG_KEYS = {
+    "hidden_size": "{arch}.embedding_length",
+    "intermediate_size": "{arch}.feed_forward_length",
+    "num_layers": "{arch}.block_count",
+    "num_heads": "{arch}.attention.head_count",
+    "num_kv_heads": "{arch}.attention.head_count_kv",
+    "head_dim": "{arch}.attention.key_length",
+    "max_position_embeddings": "{arch}.context_length",
+    "rope_theta": "{arch}.rope.freq_base",
+    "rope_dim": "{arch}.rope.dimension_count",
+    "rms_norm_eps": "{arch}.attention.layer_norm_rms_epsilon",
+    "vocab_size": "{arch}.vocab_size",
+}
+
+# GGUF tensor name -> our parameter name; "{i}" is the layer index.
+GGUF_TENSOR_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+    "blk.{i}.attn_norm.weight": "model.layers.{i}.input_layernorm.weight",
+    "blk.{i}.attn_q.weight": "model.layers.{i}.self_attn.q_proj.weight",
+    "blk.{i}.attn_k.weight": "model.layers.{i}.self_attn.k_proj.weight",
+    "blk.{i}.attn_v.weight": "model.layers.{i}.self_attn.v_proj.weight",
+    "blk.{i}.attn_output.weight": "model.layers.{i}.self_attn.o_proj.weight",
+    "blk.{i}.ffn_norm.weight": "model.layers.{i}.post_attention_layernorm.weight",
+    "blk.{i}.ffn_gate.weight": "model.layers.{i}.mlp.gate_proj.weight",
+    "blk.{i}.ffn_up.weight": "model.layers.{i}.mlp.up_proj.weight",
+    "blk.{i}.ffn_down.weight": "model.layers.{i}.mlp.down_proj.weight",
+}
+
+# Parameters whose rows GGUF permutes for llama.cpp's interleaved rotary layout, and the config field
+# holding the head count they were permuted with.
+GGUF_ROPE_PERMUTED = {
+    "self_attn.q_proj.weight": "num_heads",
+    "self_attn.k_proj.weight": "num_kv_heads",
+}
+
+# ModelConfig field -> config.json key (first one present wins).
+HF_CONFIG_KEYS = {
+    "vocab_size": ("vocab_size",),
+    "hidden_size": ("hidden_size",),
+    "intermediate_size": ("intermediate_size",),
+    "num_layers": ("num_hidden_layers",),
+    "num_heads": ("num_attention_heads",),
+    "num_kv_heads": ("num_key_value_heads",),
+    "head_dim": ("head_dim",),
+    "max_position_embeddings": ("max_position_embeddings",),
+    "rope_theta": ("rope_theta",),
+    "rms_norm_eps": ("rms_norm_eps",),
+    "tie_word_embeddings": ("tie_word_embeddings",),
+}

@@ -1,0 +1,35 @@
+"""Rotary position embedding in the half-split layout (dims i and i + R/2 form a pair).
+
+GGUF files store Q and K rows permuted for the interleaved layout; the loader undoes that, so this one
+convention serves GGUF and safetensors weights alike.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, rotary_dim: int, theta: float):
+        super().__init__()
+        self.rotary_dim = rotary_dim
+        inv_freq = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # [R/2]
+
+    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin for absolute positions [T] or [B, T]: each [..., T, R]."""
+        angles = positions.to(torch.float32)[..., None] * self.inv_freq  # [..., T, R/2]
+        angles = torch.cat((angles, angles), dim=-1)  # [..., T, R]
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the first R dims of x [B, H, T, D] by cos/sin [T, R] or [B, T, R]; the rest pass through."""
+    if cos.dim() == 3:
+        cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, R]
+    rotary_dim = cos.shape[-1]
+    rot, rest = x[..., :rotary_dim], x[..., rotary_dim:]
+    half = rotary_dim // 2
+    rotated_half = torch.cat((-rot[..., half:], rot[..., :half]), dim=-1)  # [B, H, T, R]
+    out = rot * cos + rotated_half * sin
+    return out if rest.shape[-1] == 0 else torch.cat((out, rest), dim=-1)
