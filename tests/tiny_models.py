@@ -1,0 +1,54 @@
+"""Tiny models built in the tests: a random Llama and a scripted model whose greedy output we choose."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tinyllm.config import ModelConfig
+from tinyllm.model.llama import LlamaForCausalLM
+
+
+def tiny_config(**overrides) -> ModelConfig:
+    values = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_layers=3, num_heads=4,
+                  num_kv_heads=2, head_dim=16, max_position_embeddings=128, rope_theta=10000.0,
+                  rms_norm_eps=1e-5, tie_word_embeddings=False)
+    values.update(overrides)
+    return ModelConfig(**values)
+
+
+def tiny_llama(seed: int = 0, **overrides) -> LlamaForCausalLM:
+    """Random weights with a spread large enough that a wrong position or mask changes the logits."""
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(tiny_config(**overrides))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.3 if "embed" in name else 0.15)
+            else:
+                p.uniform_(0.8, 1.2)
+    return model.eval()
+
+
+class ScriptedModel(nn.Module):
+    """Greedy output follows `script`: after n tokens in the sequence, the argmax is script[n - len(prompt)].
+    It honours the cache contract by appending one dummy position per layer per token."""
+
+    def __init__(self, script: list[int], prompt_len: int, vocab_size: int = 300, max_len: int = 256):
+        super().__init__()
+        self.script, self.prompt_len = list(script), prompt_len
+        self.config = ModelConfig(vocab_size=vocab_size, hidden_size=8, intermediate_size=8, num_layers=1,
+                                  num_heads=1, num_kv_heads=1, head_dim=8, max_position_embeddings=max_len)
+        self.anchor = nn.Parameter(torch.zeros(1))
+
+    def forward(self, ids, positions=None, cache=None, *, last_only=False):
+        B, T = ids.shape
+        start = cache.seq_len() if cache is not None else 0
+        if cache is not None:
+            z = torch.zeros(B, 1, T, 8)
+            cache.update(0, z, z)
+        logits = torch.zeros(B, T, self.config.vocab_size)
+        for t in range(T):
+            step = start + t + 1 - self.prompt_len
+            if 0 <= step < len(self.script):
+                logits[:, t, self.script[step]] = 10.0
+        return logits[:, -1:] if last_only else logits

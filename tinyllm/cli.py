@@ -1,0 +1,162 @@
+"""The `tinyllm` command: generate, chat, info (and bench, serve where installed)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import TinyLLMError
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="a .gguf file or a Hugging Face folder (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="compute dtype")
+    p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, ...)")
+
+
+def _add_sampling_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=None, help="0 = greedy (default: 0 for generate, 0.7 for chat)")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--min-p", type=float, default=0.0)
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--presence-penalty", type=float, default=0.0)
+    p.add_argument("--frequency-penalty", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
+    p.add_argument("--ignore-eos", action="store_true")
+    p.add_argument("--logprobs", type=int, default=None, help="report the top-N alternatives per token")
+    p.add_argument("--cache", default="contiguous", choices=["none", "contiguous", "paged"])
+    p.add_argument("--kv-dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    p.add_argument("--prefill-chunk", type=int, default=None)
+
+
+def _sampling(args, default_temperature: float) -> dict:
+    return dict(
+        max_tokens=args.max_tokens,
+        temperature=default_temperature if args.temperature is None else args.temperature,
+        top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
+        presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty, seed=args.seed,
+        stop=tuple(args.stop), ignore_eos=args.ignore_eos, logprobs=args.logprobs,
+    )
+
+
+def _engine_kwargs(args) -> dict:
+    return dict(cache=args.cache, kv_dtype=args.kv_dtype, prefill_chunk=args.prefill_chunk)
+
+
+def _load(args):
+    from .llm import LLM
+
+    return LLM(args.model, dtype=args.dtype, device=args.device)
+
+
+def cmd_generate(args) -> int:
+    from .llm import sampling_params
+
+    if not args.prompt:
+        raise TinyLLMError("prompt is empty; expected some text to continue")
+    params = sampling_params(None, _sampling(args, 0.0))
+    llm = _load(args)
+    if args.json:
+        g = llm.generate(args.prompt, params=params, **_engine_kwargs(args))
+        print(json.dumps(_generation_json(g), ensure_ascii=False))
+        return 0
+    for piece in llm.stream(args.prompt, params=params, **_engine_kwargs(args)):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    return 0
+
+
+def _generation_json(g) -> dict:
+    out = {"text": g.text, "ids": g.ids, "finish_reason": g.finish_reason, "usage": g.usage,
+           "timings": vars(g.timings), "stats": g.stats}
+    if g.logprobs and g.logprobs[0].top is not None:
+        out["logprobs"] = [{"token": t.token, "logprob": t.logprob, "top": t.top, "entropy": t.entropy}
+                           for t in g.logprobs]
+    return out
+
+
+def cmd_chat(args) -> int:
+    from .llm import sampling_params
+
+    params = sampling_params(None, _sampling(args, 0.7))
+    llm = _load(args)
+    messages = [{"role": "system", "content": args.system}] if args.system else []
+    print("Chatting with the model; an empty line or Ctrl-D ends.", file=sys.stderr)
+    while True:
+        try:
+            line = input("> ")
+        except EOFError:
+            break
+        if not line.strip():
+            break
+        messages.append({"role": "user", "content": line})
+        reply = []
+        for piece in llm.chat(messages, stream=True, params=params, **_engine_kwargs(args)):
+            reply.append(piece)
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+        messages.append({"role": "assistant", "content": "".join(reply)})
+    return 0
+
+
+def cmd_info(args) -> int:
+    info = _load(args).info()
+    if args.json:
+        print(json.dumps(info))
+    else:
+        for key, value in info.items():
+            print(f"{key:20s} {value}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tinyllm", description="Run Llama-family models exactly, on your machine.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="continue a prompt, streaming the text")
+    g.add_argument("prompt")
+    g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    _add_model_args(g)
+    _add_sampling_args(g)
+    g.set_defaults(func=cmd_generate)
+    c = sub.add_parser("chat", help="an interactive chat using the model's chat template")
+    c.add_argument("--system", default=None, help="a system message")
+    _add_model_args(c)
+    _add_sampling_args(c)
+    c.set_defaults(func=cmd_chat)
+    i = sub.add_parser("info", help="describe a model: architecture, parameters, KV bytes per token, ...")
+    i.add_argument("--json", action="store_true")
+    _add_model_args(i)
+    i.set_defaults(func=cmd_info)
+    _add_optional_commands(sub)
+    return parser
+
+
+def _add_optional_commands(sub) -> None:
+    """Commands whose modules may bring heavier imports register themselves here."""
+    try:
+        from .bench.cli import add_bench_command
+    except ImportError:
+        return
+    add_bench_command(sub)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except TinyLLMError as exc:
+        print(f"tinyllm: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""LLM: the public entry point — a loaded model, its tokenizer, and generate/stream/chat."""
+from __future__ import annotations
+
+import os
+from typing import Iterator, Sequence
+
+import torch
+
+from .errors import TinyLLMError
+from .generate import iter_generate
+from .generation import Generation
+from .loading.loader import load
+from .sampling.params import SamplingParams
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def parse_dtype(value: str | torch.dtype, what: str = "dtype") -> torch.dtype:
+    if isinstance(value, torch.dtype) and value in DTYPES.values():
+        return value
+    if isinstance(value, str) and value in DTYPES:
+        return DTYPES[value]
+    raise TinyLLMError(f"{what} must be one of {', '.join(DTYPES)}, got {value!r}")
+
+
+def sampling_params(params: SamplingParams | None, sampling: dict) -> SamplingParams:
+    """`params=SamplingParams(...)` or the same fields as keywords, not both."""
+    if params is not None and sampling:
+        raise TinyLLMError(f"pass either params= or sampling keywords, not both (got {sorted(sampling)})")
+    if params is not None:
+        return params
+    try:
+        return SamplingParams(**sampling)
+    except TypeError as exc:
+        raise TinyLLMError(f"unknown sampling parameter: {exc}") from None
+    except ValueError as exc:
+        raise TinyLLMError(str(exc)) from None
+
+
+class LLM:
+    """A model ready to generate. `LLM()` loads the default model; `LLM(path)` a .gguf file or HF folder."""
+
+    def __init__(self, model: str | os.PathLike | None = None, *, dtype: str | torch.dtype = "float32",
+                 device: str | torch.device = "cpu"):
+        loaded = load(model, parse_dtype(dtype), device)
+        self.path, self.format = loaded.path, loaded.format
+        self.config, self.model, self.tokenizer = loaded.config, loaded.model, loaded.tokenizer
+        self.eos_ids = loaded.eos_ids
+        self.weight_types = loaded.weight_types
+
+    def generate(self, prompt: str | Sequence[int] | list, *, cache="contiguous", kv_dtype="float32",
+                 prefill_chunk: int | None = None, params: SamplingParams | None = None, **sampling):
+        """One prompt (text or ids) -> Generation; a list of prompts -> list[Generation]."""
+        p = sampling_params(params, sampling)
+        if isinstance(prompt, list) and prompt and all(isinstance(x, (str, list, tuple)) for x in prompt):
+            return [self._run(x, p, cache, kv_dtype, prefill_chunk) for x in prompt]
+        return self._run(prompt, p, cache, kv_dtype, prefill_chunk)
+
+    def stream(self, prompt: str | Sequence[int], *, cache="contiguous", kv_dtype="float32",
+               prefill_chunk: int | None = None, params: SamplingParams | None = None, **sampling) -> Iterator[str]:
+        """Yield text pieces as they become final (never text that a stop string later cuts)."""
+        p = sampling_params(params, sampling)
+        yield from self._steps(prompt, p, cache, kv_dtype, prefill_chunk)
+
+    def chat(self, messages: list[dict], *, stream: bool = False, **kwargs):
+        """Render `messages` with the model's chat template and generate (or stream) the reply."""
+        prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        ids = self.tokenizer.encode(prompt, add_special_tokens=False)
+        return self.stream(ids, **kwargs) if stream else self.generate(ids, **kwargs)
+
+    def _steps(self, prompt, p, cache, kv_dtype, prefill_chunk):
+        return iter_generate(self.model, self.tokenizer, prompt, p, cache=cache,
+                             kv_dtype=parse_dtype(kv_dtype, "kv_dtype"), eos_ids=self.eos_ids,
+                             prefill_chunk=prefill_chunk)
+
+    def _run(self, prompt, p, cache, kv_dtype, prefill_chunk) -> Generation:
+        steps = self._steps(prompt, p, cache, kv_dtype, prefill_chunk)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    def info(self) -> dict:
+        c = self.config
+        n_params = sum(p.numel() for p in self.model.parameters())
+        return {
+            "path": self.path, "format": self.format, "architecture": c.architecture,
+            "parameters": n_params, "layers": c.num_layers, "heads": c.num_heads, "kv_heads": c.num_kv_heads,
+            "head_dim": c.head_dim, "hidden_size": c.hidden_size, "vocab_size": c.vocab_size,
+            "context_length": c.context_length, "rope_theta": c.rope_theta,
+            "tied_embeddings": c.tie_word_embeddings, "dtype": str(self.model.dtype).removeprefix("torch."),
+            "weight_types": self.weight_types, "kv_bytes_per_token": c.kv_bytes_per_token(4),
+            "tokenizer": self.tokenizer.kind, "eos_ids": list(self.eos_ids),
+        }
