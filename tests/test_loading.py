@@ -1,0 +1,123 @@
+"""Loading: a tiny random Llama written as a HF folder and as GGUF files loads with the same logits."""
+import json
+import os
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from tinyllm import LLM, TinyLLMError
+from tinyllm.loading.loader import load
+from model_files import random_tiny_llama, write_gguf, write_hf_folder
+
+IDS = torch.tensor([[5, 80, 200, 7, 33, 150, 9, 260, 1, 44]])
+
+
+def logits_of(model):
+    with torch.no_grad():
+        return model(IDS)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_hf_folder_and_gguf_give_the_same_logits(tmp_path, tied):
+    model = random_tiny_llama(1, tie_word_embeddings=tied)
+    expected = logits_of(model)
+    hf = load(write_hf_folder(model, str(tmp_path / "hf")))
+    write_gguf(model, str(tmp_path / "m.gguf"))
+    gg = load(str(tmp_path / "m.gguf"))
+    assert hf.config == gg.config.__class__(**{**vars(gg.config), "architecture": "llama"})
+    assert torch.allclose(logits_of(hf.model), expected, atol=1e-5, rtol=0)
+    assert torch.allclose(logits_of(gg.model), expected, atol=1e-5, rtol=0)
+    assert gg.config.tie_word_embeddings == tied
+    assert hf.tokenizer.encode("the tin") == gg.tokenizer.encode("the tin")
+
+
+QUANT_MODEL = dict(hidden_size=256, intermediate_size=256, num_heads=4, num_kv_heads=2, head_dim=64)
+
+
+@pytest.mark.parametrize("kind", ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+                                  "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
+def test_quantized_gguf_loads_as_its_dequantized_weights(tmp_path, kind):
+    model = random_tiny_llama(2, **QUANT_MODEL)
+    stored = write_gguf(model, str(tmp_path / "q.gguf"), quant_types={"weight": kind} if kind else None)
+    loaded = load(str(tmp_path / "q.gguf"))
+    assert loaded.weight_types.get(kind, 0) >= 7 * model.config.num_layers
+    reference = random_tiny_llama(2, **QUANT_MODEL)
+    reference.load_state_dict({**stored, **({} if "lm_head.weight" in stored else {})}, strict=False)
+    assert torch.allclose(logits_of(loaded.model), logits_of(reference), atol=1e-4, rtol=0)
+    if kind not in ("F16", "BF16"):  # the quantization really changed the weights
+        assert (logits_of(loaded.model) - logits_of(model)).abs().max() > 1e-4
+
+
+def test_sharded_safetensors(tmp_path):
+    model = random_tiny_llama(3)
+    folder = write_hf_folder(model, str(tmp_path / "hf"))
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    names = sorted(state)
+    half = len(names) // 2
+    os.remove(os.path.join(folder, "model.safetensors"))
+    weight_map = {}
+    for i, part in enumerate((names[:half], names[half:])):
+        shard = f"model-{i + 1:05d}-of-00002.safetensors"
+        save_file({n: state[n] for n in part}, os.path.join(folder, shard))
+        weight_map.update({n: shard for n in part})
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump({"weight_map": weight_map}, f)
+    assert torch.allclose(logits_of(load(folder).model), logits_of(model), atol=1e-5, rtol=0)
+
+
+def test_generation_config_eos_ids_are_used(tmp_path):
+    folder = write_hf_folder(random_tiny_llama(4), str(tmp_path / "hf"))
+    assert {0, 2} <= set(load(folder).eos_ids)
+
+
+def test_bad_paths_and_files(tmp_path):
+    with pytest.raises(TinyLLMError, match="does not exist"):
+        LLM(str(tmp_path / "missing.gguf"))
+    text = tmp_path / "notes.gguf"
+    text.write_text("hello, not a model")
+    with pytest.raises(TinyLLMError, match="not a GGUF file"):
+        LLM(str(text))
+    good = tmp_path / "m.gguf"
+    write_gguf(random_tiny_llama(5), str(good))
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    with pytest.raises(TinyLLMError, match="truncated|damaged"):
+        LLM(str(cut))
+
+
+def test_unsupported_architecture_and_types(tmp_path):
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(tmp_path / "f.gguf"), "falcon")
+    w.add_block_count(1)
+    w.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    with pytest.raises(TinyLLMError, match="architecture 'falcon'"):
+        LLM(str(tmp_path / "f.gguf"))
+
+
+def test_hf_folder_missing_parts(tmp_path):
+    folder = write_hf_folder(random_tiny_llama(6), str(tmp_path / "hf"))
+    os.remove(os.path.join(folder, "model.safetensors"))
+    with pytest.raises(TinyLLMError, match="no model.safetensors"):
+        LLM(folder)
+    os.remove(os.path.join(folder, "config.json"))
+    with pytest.raises(TinyLLMError, match="no config.json"):
+        LLM(folder)
+    bad = write_hf_folder(random_tiny_llama(6), str(tmp_path / "hf2"))
+    cfg = json.load(open(os.path.join(bad, "config.json")))
+    cfg["model_type"] = "gpt_neox"
+    json.dump(cfg, open(os.path.join(bad, "config.json"), "w"))
+    with pytest.raises(TinyLLMError, match="gpt_neox"):
+        LLM(bad)
+
+
+def test_wrong_shapes_are_rejected(tmp_path):
+    model = random_tiny_llama(7)
+    state = dict(model.state_dict())
+    state["model.layers.0.mlp.up_proj.weight"] = torch.zeros(3, 3)
+    folder = write_hf_folder(model, str(tmp_path / "hf"), state=state)
+    with pytest.raises(TinyLLMError, match="up_proj"):
+        LLM(folder)

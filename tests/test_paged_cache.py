@@ -1,0 +1,96 @@
+"""PagedKVCache honours the KVCache contract: same returns as contiguous storage, rollback, copy-on-write."""
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from tinyllm import KVCache
+from tinyllm.cache.block_pool import BlockPool
+from tinyllm.cache.paged_cache import PagedKVCache, PagedStorage
+from tinyllm.generate import cache_dims
+from tiny_models import tiny_llama
+
+
+def paged_for(model, max_len=64, block_size=4, dtype=torch.float32, num_blocks=None):
+    n_layers, n_kv, d_head, _ = cache_dims(model)
+    storage = PagedStorage(n_layers, n_kv, d_head, num_blocks or max_len // block_size + 4, block_size, dtype)
+    return PagedKVCache(storage, BlockPool(storage.num_blocks, block_size), max_len)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_paged_returns_exactly_what_contiguous_returns(dtype):
+    torch.manual_seed(0)
+    contiguous = KVCache(2, 3, 4, 32, dtype=dtype)
+    paged = PagedKVCache.for_one_sequence(2, 3, 4, 32, block_size=4, dtype=dtype)
+    for t in (5, 1, 3, 1, 7):
+        k, v = torch.randn(1, 3, t, 4), torch.randn(1, 3, t, 4)
+        for layer in range(2):
+            a, b = contiguous.update(layer, k, v), paged.update(layer, k, v)
+            assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+        assert paged.seq_len() == contiguous.seq_len()
+        assert torch.equal(paged.mask(2), contiguous.mask(2))
+        assert torch.equal(paged.positions(2), contiguous.positions(2))
+
+
+def test_paged_model_logits_equal_contiguous():
+    model = tiny_llama(3)
+    ids = torch.randint(0, 96, (1, 13), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        a = KVCache(*cache_dims(model)[:3], 64)
+        b = paged_for(model)
+        for lo, hi in ((0, 6), (6, 7), (7, 13)):
+            assert torch.equal(model(ids[:, lo:hi], cache=a), model(ids[:, lo:hi], cache=b))
+
+
+def test_truncate_releases_whole_blocks():
+    cache = PagedKVCache.for_one_sequence(1, 1, 2, 32, block_size=4)
+    x = torch.ones(1, 1, 10, 2)
+    cache.update(0, x, x)
+    assert len(cache.block_table) == 3 and cache.pool.num_free == 5
+    cache.truncate(5)
+    assert len(cache.block_table) == 2 and cache.pool.num_free == 6 and cache.seq_len() == 5
+    cache.truncate(4)
+    assert len(cache.block_table) == 1
+    cache.release()
+    assert cache.pool.num_free == 8 and cache.block_table == []
+
+
+def test_shared_block_is_copied_on_write():
+    storage = PagedStorage(1, 1, 2, 8, block_size=4)
+    pool = BlockPool(8, 4)
+    a = PagedKVCache(storage, pool, 32)
+    a.update(0, torch.ones(1, 1, 6, 2), torch.ones(1, 1, 6, 2))
+    for block in a.block_table:
+        pool.acquire(block)
+    b = PagedKVCache(storage, pool, 32, block_table=list(a.block_table), num_cached=6)
+    b.truncate(5)  # keeps the shared second block, untouched
+    assert b.block_table == a.block_table
+    k_b, _ = b.update(0, torch.full((1, 1, 1, 2), 7.0), torch.full((1, 1, 1, 2), 7.0))
+    assert b.block_table[0] == a.block_table[0] and b.block_table[1] != a.block_table[1]
+    assert k_b[0, 0, :, 0].tolist() == [1, 1, 1, 1, 1, 7]
+    k_a = storage.k[0, a.slots(0, 6), 0, 0]
+    assert k_a.tolist() == [1] * 6  # the other sequence's KV is unchanged
+
+
+def test_out_of_blocks_changes_nothing():
+    cache = PagedKVCache.for_one_sequence(2, 1, 2, 8, block_size=4)
+    cache.pool.allocate()  # someone else holds one of the two blocks
+    x = torch.ones(1, 1, 5, 2)
+    with pytest.raises(ValueError, match="out of KV blocks"):
+        cache.update(0, x, x)
+    assert cache.block_table == [] and cache.seq_len(0) == 0 and cache.pool.num_free == 1
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 6), st.integers(0, 6)), min_size=1, max_size=5))
+def test_paged_equals_contiguous_under_appends_and_rollbacks(ops):
+    """Random appends and truncations: the paged cache returns what the contiguous one does."""
+    g = torch.Generator().manual_seed(len(ops))
+    a, b = KVCache(2, 1, 2, 64), PagedKVCache.for_one_sequence(2, 1, 2, 64, block_size=3)
+    for t, back in ops:
+        k = torch.randn(1, 1, t, 2, generator=g)
+        for layer in range(2):
+            ra, rb = a.update(layer, k, -k), b.update(layer, k, -k)
+            assert torch.equal(ra[0], rb[0]) and torch.equal(ra[1], rb[1])
+        n = max(0, a.seq_len() - back)
+        a.truncate(n), b.truncate(n)
+        assert len(b.block_table) == -(-n // 3)

@@ -1,0 +1,136 @@
+"""Paged KV storage: one preallocated pool of fixed-size blocks per layer, and a sequence's view of it.
+
+Terms: P = block_size positions per block, N blocks. Position p of a sequence lives in block
+block_table[p // P] at offset p % P; its *slot* is block * P + p % P. Storage is [L, N*P, Hkv, D], so a
+slot indexes all heads of one position.
+
+    block_table = [7, 2, 9]      positions 0..15 -> block 7, 16..31 -> block 2, 32..47 -> block 9
+
+`PagedKVCache` honours the KVCache contract for one sequence (seq_len, update, positions, mask, truncate,
+nbytes); blocks come from a BlockPool, so several sequences can share one storage and its prefix blocks.
+A shared block is never written: the first write into it copies it (copy-on-write).
+"""
+from __future__ import annotations
+
+import torch
+
+from .block_pool import BlockPool
+from .fill import LayerFill, check_positive
+
+
+class PagedStorage:
+    """The tensors: keys and values for every slot of every layer."""
+
+    def __init__(self, n_layers: int, n_kv_heads: int, d_head: int, num_blocks: int, block_size: int = 16,
+                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
+        check_positive(n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head, num_blocks=num_blocks,
+                       block_size=block_size)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
+        self.n_layers, self.n_kv_heads, self.d_head = n_layers, n_kv_heads, d_head
+        self.num_blocks, self.block_size, self.dtype = num_blocks, block_size, dtype
+        shape = (n_layers, num_blocks * block_size, n_kv_heads, d_head)  # [L, N*P, Hkv, D]
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+
+    @property
+    def device(self) -> torch.device:
+        return self.k.device
+
+    def nbytes(self) -> int:
+        return 2 * self.k.numel() * self.k.element_size()
+
+    def copy_block(self, src: int, dst: int) -> None:
+        P = self.block_size
+        self.k[:, dst * P:(dst + 1) * P] = self.k[:, src * P:(src + 1) * P]
+        self.v[:, dst * P:(dst + 1) * P] = self.v[:, src * P:(src + 1) * P]
+
+    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """k, v [T, Hkv, D] into slots [T] of one layer (rounded to the storage dtype)."""
+        self.k[layer, slots] = k.to(self.dtype)
+        self.v[layer, slots] = v.to(self.dtype)
+
+    def gather(self, layer: int, slots: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values at slots [..., S] -> [..., S, Hkv, D] in the compute dtype."""
+        return self.k[layer, slots].to(dtype), self.v[layer, slots].to(dtype)
+
+
+def blocks_needed(num_positions: int, block_size: int) -> int:
+    return -(-num_positions // block_size)
+
+
+class PagedKVCache(LayerFill):
+    """One sequence (batch 1) stored in blocks of a shared PagedStorage, allocated from a BlockPool."""
+
+    def __init__(self, storage: PagedStorage, pool: BlockPool, max_len: int, block_table: list[int] | None = None,
+                 num_cached: int = 0):
+        check_positive(max_len=max_len)
+        super().__init__(storage.n_layers, max_len, storage.device)
+        self.storage, self.pool = storage, pool
+        self.block_table: list[int] = list(block_table or [])
+        self._fill = [num_cached] * storage.n_layers
+        self.batch, self.n_kv_heads, self.d_head, self.dtype = 1, storage.n_kv_heads, storage.d_head, storage.dtype
+
+    @classmethod
+    def for_one_sequence(cls, n_layers: int, n_kv_heads: int, d_head: int, max_len: int, block_size: int = 16,
+                         dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> "PagedKVCache":
+        num_blocks = blocks_needed(max_len, block_size)
+        storage = PagedStorage(n_layers, n_kv_heads, d_head, num_blocks, block_size, dtype, device)
+        return cls(storage, BlockPool(num_blocks, block_size), max_len)
+
+    def slots(self, start: int, stop: int) -> torch.Tensor:
+        P = self.storage.block_size
+        pos = torch.arange(start, stop)
+        table = torch.tensor(self.block_table, dtype=torch.long)
+        return (table[pos // P] * P + pos % P).to(self.device)  # [stop - start]
+
+    def prepare_write(self, start: int, stop: int) -> None:
+        """Make blocks for positions [start, stop) exclusively ours: allocate missing, copy shared ones.
+        Runs once per forward (on the first layer); raises before changing anything if blocks run out."""
+        P = self.storage.block_size
+        first, last = start // P, blocks_needed(stop, P)
+        shared = [i for i in range(first, min(last, len(self.block_table))) if self.pool.is_shared(self.block_table[i])]
+        missing = max(0, last - len(self.block_table))
+        if missing + len(shared) > self.pool.num_free:
+            raise ValueError(f"out of KV blocks: positions [{start}, {stop}) need {missing + len(shared)} "
+                             f"blocks, {self.pool.num_free} are free")
+        for i in shared:
+            fresh = self.pool.allocate()
+            self.storage.copy_block(self.block_table[i], fresh)
+            self.pool.release(self.block_table[i])
+            self.block_table[i] = fresh
+        for i in range(first, min(last, len(self.block_table))):
+            self.pool.forget(self.block_table[i])  # its contents change: it no longer names a cached prefix
+        self.block_table += [self.pool.allocate() for _ in range(missing)]
+
+    def update(self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """k_new, v_new [1, Hkv, T, D] -> (k_all, v_all) [1, Hkv, s+T, D], as stored."""
+        expected = (1, self.n_kv_heads, self.d_head)
+        if k_new.dim() != 4 or (k_new.shape[0], k_new.shape[1], k_new.shape[3]) != expected or k_new.shape != v_new.shape:
+            raise ValueError(f"k_new and v_new must both have shape [B=1, Hkv={self.n_kv_heads}, T, D={self.d_head}], "
+                             f"got {list(k_new.shape)} and {list(v_new.shape)}")
+        t_new = k_new.shape[2]
+        s = self._check_room(layer, t_new)
+        if s + t_new > len(self.block_table) * self.storage.block_size or layer == 0:
+            self.prepare_write(s, s + t_new)
+        self.storage.write(layer, self.slots(s, s + t_new), k_new[0].transpose(0, 1), v_new[0].transpose(0, 1))
+        self._fill[layer] = s + t_new
+        k_all, v_all = self.storage.gather(layer, self.slots(0, s + t_new), k_new.dtype)  # [S, Hkv, D]
+        return k_all.transpose(0, 1)[None], v_all.transpose(0, 1)[None]  # [1, Hkv, S, D]
+
+    def truncate(self, n: int) -> None:
+        """Roll back to n positions and release whole blocks past n; a kept shared block stays untouched."""
+        super().truncate(n)
+        keep = blocks_needed(n, self.storage.block_size)
+        for block in self.block_table[keep:]:
+            self.pool.release(block)
+        del self.block_table[keep:]
+
+    def release(self) -> None:
+        """Give every block back to the pool."""
+        self.truncate(0)
+
+    def nbytes(self) -> int:
+        """Bytes of the storage this sequence can address: its blocks, 2 · L · blocks · P · Hkv · D · itemsize."""
+        per_slot = 2 * self.storage.n_layers * self.n_kv_heads * self.d_head * self.storage.k.element_size()
+        return per_slot * len(self.block_table) * self.storage.block_size
