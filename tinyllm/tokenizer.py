@@ -1,0 +1,271 @@
+"""Text to token ids and back, exactly as the model's own tokenizer does it.
+
+The work is done by a Hugging Face `tokenizers.Tokenizer` (`Tokenizer.hf`). From a Hugging Face
+folder it is read from tokenizer.json; from a GGUF file it is rebuilt from the vocabulary, merges
+and token types in the metadata, with the pre-tokenizer named by `tokenizer.ggml.pre` (see
+pretokenizers.py). Either way encode/decode below add only the BOS rule, so both paths behave alike.
+"""
+from __future__ import annotations
+
+import json
+import operator
+import os
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import tokenizers
+from tokenizers import AddedToken, decoders, models, processors
+
+from .chat_template import render_chat
+from .errors import TinyLLMError
+from .pretokenizers import PreTokenizerSpec, build_pre_tokenizer, pre_tokenizer_spec, prefix_space_normalizer
+
+# Token texts that end a turn or the text, found in the vocabulary by their spelling because
+# neither GGUF nor tokenizer.json marks them (llama.cpp's end-of-generation list).
+END_OF_TURN_TEXTS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>",
+                     "<|endoftext|>", "<|end_of_text|>", "<EOT>", "<end_of_utterance>",
+                     "<|return|>", "<|call|>")
+
+# GGUF token types (llama.cpp's numbering).
+CONTROL, USER_DEFINED = 3, 4
+
+
+@dataclass
+class Tokenizer:
+    hf: tokenizers.Tokenizer = field(repr=False)  # its repr spells out the whole vocabulary
+    kind: str
+    vocab_size: int
+    bos_id: int | None
+    eos_id: int | None
+    eot_ids: tuple[int, ...]
+    add_bos: bool
+    chat_template: str | None = field(repr=False)
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """The ids that end generation: EOS and every end-of-turn token."""
+        ids = set(self.eot_ids)
+        if self.eos_id is not None:
+            ids.add(self.eos_id)
+        return tuple(sorted(ids))
+
+    # ---- construction -------------------------------------------------------------------
+
+    @classmethod
+    def from_gguf(cls, path_or_gguffile: Any) -> Tokenizer:
+        """From a GGUF file, given as a path or an already opened GGUFFile."""
+        # Imported here so the loading package may import this module without a cycle.
+        from .loading.gguf_file import GGUFFile, open_gguf
+
+        gguf = path_or_gguffile if isinstance(path_or_gguffile, GGUFFile) else open_gguf(path_or_gguffile)
+        return cls.from_gguf_metadata(gguf.metadata)
+
+    @classmethod
+    def from_gguf_metadata(cls, metadata: dict) -> Tokenizer:
+        """From GGUF metadata (llama.cpp's tokenizer.ggml.* keys); only byte-level BPE is supported."""
+        model = metadata.get("tokenizer.ggml.model")
+        if model != "gpt2":
+            raise TinyLLMError(f"tokenizer.ggml.model is {model!r}, expected 'gpt2' (byte-level BPE), "
+                               f"the only tokenizer kind tinyllm reads from GGUF")
+        spec = pre_tokenizer_spec(metadata.get("tokenizer.ggml.pre"))
+        tokens = _string_list(metadata, "tokenizer.ggml.tokens")
+        bos_id = _optional_id(metadata, "tokenizer.ggml.bos_token_id", len(tokens))
+        eos_id = _optional_id(metadata, "tokenizer.ggml.eos_token_id", len(tokens))
+        add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", spec.add_bos))
+        if add_bos and bos_id is None:
+            raise TinyLLMError("tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id "
+                               "is missing, expected a BOS id to add")
+        hf = _byte_level_bpe(tokens, _string_list(metadata, "tokenizer.ggml.merges"), spec)
+        _add_gguf_added_tokens(hf, tokens, metadata.get("tokenizer.ggml.token_type") or [], (bos_id, eos_id))
+        if metadata.get("tokenizer.ggml.add_space_prefix", False):
+            hf.normalizer = prefix_space_normalizer()
+        hf.post_processor = _bos_post_processor(hf, bos_id if add_bos else None)
+        return cls(hf=hf, kind=f"byte-level BPE (pre-tokenizer: {spec.name})", vocab_size=len(tokens),
+                   bos_id=bos_id, eos_id=eos_id, eot_ids=_find_eot_ids(hf, ()), add_bos=add_bos,
+                   chat_template=metadata.get("tokenizer.chat_template"))
+
+    @classmethod
+    def from_hf_folder(cls, folder: str | os.PathLike) -> Tokenizer:
+        """From a Hugging Face model folder: tokenizer.json, plus tokenizer_config.json and
+        generation_config.json when present (for special tokens, add_bos and the chat template)."""
+        folder = os.fspath(folder)
+        path = os.path.join(folder, "tokenizer.json")
+        if not os.path.isfile(path):
+            raise TinyLLMError(f"{folder!r} has no tokenizer.json, expected a Hugging Face model folder with one")
+        try:
+            hf = tokenizers.Tokenizer.from_file(path)
+        except Exception as exc:  # the library raises plain Exceptions for a bad file
+            raise TinyLLMError(f"{path!r} is not a readable tokenizer.json ({exc})") from None
+        config = _read_json(folder, "tokenizer_config.json")
+        generation = _read_json(folder, "generation_config.json")
+        bos_id = _special_id(hf, config.get("bos_token"), generation.get("bos_token_id"))
+        generation_eos = _id_list(generation.get("eos_token_id"))
+        eos_id = _special_id(hf, config.get("eos_token"), generation_eos[0] if generation_eos else None)
+        add_bos = config.get("add_bos_token")
+        if not isinstance(add_bos, bool):  # not stated: whatever tokenizer.json's post-processor does
+            ids = hf.encode("").ids
+            add_bos = ids[:1] == [bos_id]
+        add_bos = add_bos and bos_id is not None
+        return cls(hf=hf, kind=_describe(hf), vocab_size=hf.get_vocab_size(with_added_tokens=True),
+                   bos_id=bos_id, eos_id=eos_id, eot_ids=_find_eot_ids(hf, generation_eos),
+                   add_bos=add_bos, chat_template=_hf_chat_template(folder, config))
+
+    # ---- use ----------------------------------------------------------------------------
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of text; special-token text in it (e.g. "<|im_start|>") becomes that token.
+        BOS comes first only if the model adds one and add_special_tokens is true. A byte with no
+        token in the vocabulary (SmolLM2 lacks a few control characters) is dropped, as llama.cpp
+        and transformers drop it."""
+        if not isinstance(text, str):
+            raise TinyLLMError(f"text is a {type(text).__name__}, expected a str")
+        ids = self.hf.encode(text, add_special_tokens=False).ids
+        if add_special_tokens and self.add_bos:
+            ids.insert(0, self.bos_id)
+        return ids
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        """The text of ids, byte for byte (no space clean-up), so decode(encode(s)) == s whenever
+        every byte of s has a token; bytes that do not form whole characters become U+FFFD."""
+        return self.hf.decode(self._checked_ids(ids), skip_special_tokens=skip_special_tokens)
+
+    def token_text(self, token_id: int) -> str:
+        """One token's text; a token holding part of a UTF-8 character shows U+FFFD."""
+        return self.decode([token_id])
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        """The prompt text for a conversation, rendered with the model's own template."""
+        if self.chat_template is None:
+            raise TinyLLMError(f"this {self.kind} tokenizer has no chat template, expected a model "
+                               f"whose files include one")
+        special = {name: self.hf.id_to_token(i) for name, i in
+                   (("bos_token", self.bos_id), ("eos_token", self.eos_id)) if i is not None}
+        return render_chat(self.chat_template, messages, add_generation_prompt, special)
+
+    def _checked_ids(self, ids: Sequence[int]) -> list[int]:
+        out = []
+        for i in ids:
+            try:
+                i = operator.index(i)
+            except TypeError:
+                raise TinyLLMError(f"token id {i!r} is not an integer, expected ints") from None
+            if not 0 <= i < self.vocab_size:
+                raise TinyLLMError(f"token id {i} is out of range, expected 0 <= id < {self.vocab_size}")
+            out.append(i)
+        return out
+
+
+# ---- GGUF helpers ------------------------------------------------------------------------
+
+def _string_list(metadata: dict, key: str) -> list[str]:
+    value = metadata.get(key)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TinyLLMError(f"GGUF metadata {key} is {type(value).__name__}, expected a list of strings")
+    return value
+
+
+def _optional_id(metadata: dict, key: str, n_tokens: int) -> int | None:
+    value = metadata.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or not 0 <= value < n_tokens:
+        raise TinyLLMError(f"GGUF metadata {key} is {value!r}, expected a token id below {n_tokens}")
+    return value
+
+
+def _merge_pair(merge: str) -> tuple[str, str]:
+    # Split at the first space after the first character, as llama.cpp does, so a merge whose
+    # left part is itself a space still parses.
+    cut = merge.find(" ", 1)
+    if cut < 0:
+        raise TinyLLMError(f"GGUF merge {merge!r} has no space, expected 'left right'")
+    return merge[:cut], merge[cut + 1:]
+
+
+def _byte_level_bpe(tokens: list[str], merges: list[str], spec: PreTokenizerSpec) -> tokenizers.Tokenizer:
+    vocab = {token: index for index, token in enumerate(tokens)}
+    pairs = [_merge_pair(m) for m in merges]
+    try:
+        model = models.BPE(vocab=vocab, merges=pairs, ignore_merges=spec.ignore_merges)
+    except Exception as exc:  # e.g. a merge naming a token that is not in the vocabulary
+        raise TinyLLMError(f"the GGUF vocabulary and merges do not form a BPE model ({exc})") from None
+    hf = tokenizers.Tokenizer(model)
+    hf.pre_tokenizer = build_pre_tokenizer(spec)
+    hf.decoder = decoders.ByteLevel()
+    return hf
+
+
+def _add_gguf_added_tokens(hf: tokenizers.Tokenizer, tokens: list[str], types: list[int],
+                           special_ids: tuple[int | None, ...]) -> None:
+    """Control tokens (and BOS/EOS) become special; user-defined ones are matched whole but kept
+    as text, as llama.cpp does. Both are found in raw text before any splitting."""
+    control = {i for i, t in enumerate(types) if t == CONTROL} | {i for i in special_ids if i is not None}
+    user = [i for i, t in enumerate(types) if t == USER_DEFINED and i not in control]
+    hf.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False) for i in sorted(control)])
+    hf.add_tokens([AddedToken(tokens[i], special=False, normalized=False) for i in user])
+
+
+def _bos_post_processor(hf: tokenizers.Tokenizer, bos_id: int | None):
+    """Make hf.encode(add_special_tokens=True) agree with Tokenizer.encode about BOS."""
+    if bos_id is None:
+        return None
+    bos = hf.id_to_token(bos_id)
+    return processors.TemplateProcessing(single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 $B:1",
+                                         special_tokens=[(bos, bos_id)])
+
+
+# ---- shared / HF folder helpers ----------------------------------------------------------
+
+def _find_eot_ids(hf: tokenizers.Tokenizer, extra: Sequence[int]) -> tuple[int, ...]:
+    found = {t: hf.token_to_id(t) for t in END_OF_TURN_TEXTS}
+    found = {t: i for t, i in found.items() if i is not None}
+    # gpt-oss (harmony) ends a message with <|end|> but a reply with <|return|> or <|call|>.
+    if "<|return|>" in found and "<|call|>" in found:
+        found.pop("<|end|>", None)
+    return tuple(sorted(set(found.values()) | set(extra)))
+
+
+def _read_json(folder: str, name: str) -> dict:
+    path = os.path.join(folder, name)
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise TinyLLMError(f"{path!r} is not valid JSON ({exc}), expected a JSON object") from None
+    if not isinstance(value, dict):
+        raise TinyLLMError(f"{path!r} holds a {type(value).__name__}, expected a JSON object")
+    return value
+
+
+def _id_list(value: Any) -> list[int]:
+    if isinstance(value, int):
+        return [value]
+    return [v for v in value if isinstance(v, int)] if isinstance(value, list) else []
+
+
+def _special_id(hf: tokenizers.Tokenizer, token: Any, fallback: int | None) -> int | None:
+    """A special token's id from tokenizer_config's text (a string or {"content": ...})."""
+    text = token.get("content") if isinstance(token, dict) else token
+    token_id = hf.token_to_id(text) if isinstance(text, str) else None
+    return token_id if token_id is not None else fallback
+
+
+def _hf_chat_template(folder: str, config: dict) -> str | None:
+    # Newer transformers save the template as its own file.
+    path = os.path.join(folder, "chat_template.jinja")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    template = config.get("chat_template")
+    if isinstance(template, list):  # named templates: [{"name": ..., "template": ...}]
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    return template if isinstance(template, str) else None
+
+
+def _describe(hf: tokenizers.Tokenizer) -> str:
+    model = type(hf.model).__name__
+    byte_level = isinstance(hf.decoder, decoders.ByteLevel)
+    return f"{'byte-level ' if byte_level else ''}{model} (tokenizer.json)"
