@@ -1,0 +1,145 @@
+"""Drawing the next token from processed logits, and what is reported about the draw.
+
+`sample` runs `process_logits` (penalties -> temperature -> top-k -> top-p -> min-p, see
+filters.py), then either takes the argmax (temperature 0: lowest index on ties, seed
+ignored) or draws by inverse CDF with ONE uniform u = rng.uniform(position): the token is
+the first index, in vocab order, whose cumulative probability exceeds u * total. The
+cumulative sum is float64 so the draw is exact and reproducible; a probability-0 token
+can never be chosen because its cumulative value equals its predecessor's.
+
+logprob, top_logprobs and entropy all describe the distribution the token was drawn
+from (for greedy: the softmax of the penalised logits).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from tinyllm.errors import TinyLLMError
+from tinyllm.sampling.filters import process_logits
+from tinyllm.sampling.params import SamplingParams
+from tinyllm.sampling.rng import RequestRng
+
+
+@dataclass
+class SampleResult:
+    token: int
+    logprob: float  # of `token` under the distribution it was drawn from
+    top_logprobs: list[tuple[int, float]] = field(default_factory=list)  # descending
+    entropy: float = 0.0  # nats, of that same distribution
+
+
+def _entropy_rows(logits: Tensor) -> Tensor:
+    """Entropy in nats of softmax over the last dim of float logits [..., V] -> [...], float64."""
+    # probabilities come from softmax, not logp.exp(): torch's exp is slow on underflow
+    probs = torch.softmax(logits, dim=-1)  # [..., V]
+    logp = torch.log_softmax(logits, dim=-1)  # [..., V]
+    # dropped tokens have p = 0 and logp = -inf; their 0 * -inf must count as 0, not NaN
+    terms = torch.where(probs > 0, probs * logp, torch.zeros_like(probs))
+    return -terms.sum(dim=-1, dtype=torch.float64)
+
+
+def sampled_entropy(logits_after_filters: Tensor) -> float:
+    """Entropy (nats) of softmax(logits) for one [V] row; -inf entries count as dropped."""
+    if not isinstance(logits_after_filters, Tensor) or logits_after_filters.dim() != 1:
+        raise TinyLLMError("sampled_entropy takes one [V] row of logits")
+    return float(_entropy_rows(logits_after_filters.float()))
+
+
+def _check_row(logits: Tensor) -> None:
+    """Model logits must be usable: NaN or an all -inf row would make every draw garbage."""
+    if not isinstance(logits, Tensor) or not logits.is_floating_point() or logits.dim() != 1:
+        raise TinyLLMError(f"logits must be a floating-point [V] tensor, got "
+                           f"{getattr(logits, 'shape', type(logits).__name__)}")
+    top = float(logits.max())  # max propagates NaN, and is -inf only for an all -inf row
+    if math.isnan(top) or top == float("-inf"):
+        raise TinyLLMError("logits must contain no NaN and at least one finite value")
+
+
+def _inverse_cdf(processed: Tensor, u: float) -> int:
+    """First index whose float64 cumulative probability exceeds u * total."""
+    probs = torch.softmax(processed, dim=-1)  # [V] float32
+    cdf = torch.cumsum(probs.double(), dim=-1)  # [V] float64
+    target = (cdf[-1] * u).reshape(1)  # [1]
+    token = int(torch.searchsorted(cdf, target, right=True))
+    if token >= probs.shape[-1]:  # u * total rounded up to total: take the last live token
+        token = int(torch.nonzero(probs).max())
+    return token
+
+
+def _top_logprobs(logp: Tensor, n: int | None) -> list[tuple[int, float]]:
+    """The n most likely (token, logprob) pairs, dropped tokens excluded; ties by index."""
+    if not n:
+        return []
+    n = min(n, int((logp > float("-inf")).sum()))
+    values, indices = torch.topk(logp, n)  # [n] each
+    pairs = zip(indices.tolist(), values.tolist())
+    return sorted(pairs, key=lambda pair: (-pair[1], pair[0]))
+
+
+def _describe(processed: Tensor, token: int, n_logprobs: int | None) -> SampleResult:
+    logp = torch.log_softmax(processed, dim=-1)  # [V]
+    return SampleResult(token=token, logprob=float(logp[token]),
+                        top_logprobs=_top_logprobs(logp, n_logprobs),
+                        entropy=float(_entropy_rows(processed)))
+
+
+def sample(logits: Tensor, params: SamplingParams, *, prompt_ids: Sequence[int] | Tensor,
+           generated_ids: Sequence[int] | Tensor, rng: RequestRng, position: int) -> SampleResult:
+    """Pick generated token number `position` (0 = first) from one [V] row of logits."""
+    _check_row(logits)
+    processed = process_logits(logits, params, prompt_ids, generated_ids)  # [V] float32
+    if params.is_greedy:
+        token = int(torch.argmax(processed))  # torch returns the first maximum: lowest index
+    else:
+        token = _inverse_cdf(processed, rng.uniform(position))
+    return _describe(processed, token, params.logprobs)
+
+
+def _is_plain_greedy(params: SamplingParams) -> bool:
+    """Greedy with nothing per-request to do: one argmax over the batch serves it."""
+    return (params.is_greedy and params.logprobs is None and params.repetition_penalty == 1.0
+            and params.presence_penalty == 0.0 and params.frequency_penalty == 0.0)
+
+
+def _plain_greedy_rows(logits: Tensor) -> list[SampleResult]:
+    """sample() for rows [b, V] of plain-greedy requests, vectorised."""
+    top = logits.amax(dim=-1)  # [b]; NaN propagates, -inf only for an all -inf row
+    if bool(torch.isnan(top).any()) or bool((top == float("-inf")).any()):
+        raise TinyLLMError("logits must contain no NaN and at least one finite value per row")
+    rows = logits.float()  # [b, V]
+    logp = torch.log_softmax(rows, dim=-1)  # [b, V]
+    tokens = torch.argmax(rows, dim=-1, keepdim=True)  # [b, 1]; first maximum per row
+    chosen = logp.gather(-1, tokens).squeeze(-1)  # [b]
+    entropy = _entropy_rows(rows)  # [b]
+    return [SampleResult(token=t, logprob=lp, top_logprobs=[], entropy=h)
+            for t, lp, h in zip(tokens.squeeze(-1).tolist(), chosen.tolist(), entropy.tolist())]
+
+
+def sample_batch(logits: Tensor, params: list[SamplingParams], prompt_ids: list[Sequence[int]],
+                 generated_ids: list[Sequence[int]], rngs: list[RequestRng],
+                 positions: list[int]) -> list[SampleResult]:
+    """sample() for each row of logits [B, V]; plain-greedy rows share one argmax."""
+    if not isinstance(logits, Tensor) or logits.dim() != 2:
+        shape = getattr(logits, "shape", type(logits).__name__)
+        raise TinyLLMError(f"logits must be a [B, V] tensor, got {shape}")
+    batch = logits.shape[0]
+    for name, seq in (("params", params), ("prompt_ids", prompt_ids),
+                      ("generated_ids", generated_ids), ("rngs", rngs), ("positions", positions)):
+        if len(seq) != batch:
+            raise TinyLLMError(f"{name} must have one entry per row ({batch}), got {len(seq)}")
+    results: list[SampleResult | None] = [None] * batch
+    fast = [i for i, p in enumerate(params) if _is_plain_greedy(p)]
+    if fast:
+        rows = logits if len(fast) == batch else logits[fast]  # [b, V]
+        for i, result in zip(fast, _plain_greedy_rows(rows)):
+            results[i] = result
+    for i in range(batch):
+        if results[i] is None:
+            results[i] = sample(logits[i], params[i], prompt_ids=prompt_ids[i],
+                                generated_ids=generated_ids[i], rng=rngs[i], position=positions[i])
+    return results  # type: ignore[return-value]
