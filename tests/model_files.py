@@ -131,7 +131,7 @@ def write_gguf(model, path: str, quant_types: dict[str, str] | None = None) -> d
         if perm:
             a = llama_cpp_permute(a, perm)
         gname = gguf_name(name)
-        kind = next((k for s, k in (quant_types or {}).items() if gname.endswith(s)), "F32")
+        kind = next((k for s, k in (quant_types or {}).items() if gname.endswith(s) and a.ndim == 2), "F32")
         qtype = gguf.GGMLQuantizationType[kind]
         data = a if kind == "F32" else quantize(a, qtype) if kind in QUANTIZABLE else random_k_blocks(a, kind)
         w.add_tensor(gname, data, raw_dtype=None if kind == "F32" else qtype)

@@ -22,9 +22,9 @@ def test_generate_greedy_follows_the_script(smollm_tokenizer):
     script = tok.encode(" there, friend. How are you?")
     model, prompt = scripted(tok, script + [2])
     pieces = []
-    g = generate(model, tok, prompt, GREEDY.replace(max_tokens=50), on_text=pieces.append)
+    g = generate(model, tok, prompt, GREEDY.replace(max_tokens=50), on_text=pieces.append, eos_ids=(2,))
     assert g.ids == script and g.text == " there, friend. How are you?" == "".join(pieces)
-    assert g.finish_reason == "stop"  # the scripted EOS (id 2) is not among eos_ids here, so it ran out of script?
+    assert g.finish_reason == "stop"
     assert len(g.logprobs) == len(script) and all(lp.logprob <= 0 for lp in g.logprobs)
     assert g.stats["prompt_tokens"] == len(prompt) and g.stats["completion_tokens"] == len(script)
     assert g.timings.ttft_s > 0 and g.timings.total_s >= g.timings.ttft_s
@@ -66,7 +66,7 @@ def test_max_len_limits_generation(smollm_tokenizer):
     assert len(g.ids) == 5 and g.finish_reason == "length"
     g = generate(model, tok, prompt, GREEDY.replace(max_tokens=3))
     assert len(g.ids) == 3 and g.finish_reason == "length"
-    with pytest.raises(ValueError, match="context holds 7"):
+    with pytest.raises(ValueError, match="context holds 6"):
         generate(model, tok, list(range(10, 17)), GREEDY)
     with pytest.raises(ValueError, match="empty"):
         generate(model, tok, "", GREEDY)
@@ -110,8 +110,29 @@ def test_seeded_sampling_uses_the_request_stream(smollm_tokenizer):
             ids.append(token)
     again = generate(model, tok, prompt, p, prefill_chunk=2)
     assert again.ids == g.ids
-    no_prompt_penalty = generate(model, tok, prompt, p.replace(repetition_penalty=1.0))
-    assert no_prompt_penalty.ids != g.ids
+
+
+class FixedLogits(torch.nn.Module):
+    """Every step: token 7 scores 2.0, token 9 scores 1.9, the rest 0."""
+
+    def __init__(self, vocab_size):
+        super().__init__()
+        self.config = tiny_llama(0).config.__class__(**{**vars(tiny_llama(0).config), "vocab_size": vocab_size})
+        self.anchor = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, ids, positions=None, cache=None, *, last_only=False, rows=None):
+        logits = torch.zeros(ids.shape[0], 1 if last_only else ids.shape[1], self.config.vocab_size)
+        logits[..., 7], logits[..., 9] = 2.0, 1.9
+        return logits
+
+
+def test_repetition_penalty_counts_the_prompt_and_presence_does_not(smollm_tokenizer):
+    model = FixedLogits(smollm_tokenizer.vocab_size)
+    p = SamplingParams(temperature=0, max_tokens=1, repetition_penalty=1.3)
+    assert generate(model, smollm_tokenizer, [7, 3], p, cache="none").ids == [9]  # 2.0 / 1.3 < 1.9
+    assert generate(model, smollm_tokenizer, [3, 3], p, cache="none").ids == [7]
+    presence = SamplingParams(temperature=0, max_tokens=2, presence_penalty=0.5)
+    assert generate(model, smollm_tokenizer, [7, 3], presence, cache="none").ids == [7, 9]  # only generated ids
 
 
 def test_cache_modes_and_dims(smollm_tokenizer):

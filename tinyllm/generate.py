@@ -16,8 +16,7 @@ from .generation import FinishReason, Generation, Timings, TokenLogprob
 from .sampling.params import SamplingParams
 from .sampling.rng import request_rng
 from .sampling.sampler import sample
-from .text.detokenizer import IncrementalDecoder
-from .text.stop import StopMatcher
+from .output_stream import OutputStream
 
 CACHE_MODES = ("none", "contiguous", "paged")
 _HF_DIMS = ("num_hidden_layers", "num_key_value_heads", "head_dim", "max_position_embeddings")
@@ -105,12 +104,10 @@ def iter_generate(model, tok, prompt, p: SamplingParams, cache="contiguous", kv_
     stop_ids = set(p.stop_token_ids) | (set() if p.ignore_eos else set(eos_ids))
     device = next(model.parameters()).device
     rng = request_rng(p.seed)
-    decoder, matcher = IncrementalDecoder(tok), StopMatcher(p.stop)
-    ids: list[int] = []
-    pieces: list[str] = []
-    logprobs: list[TokenLogprob] = []
+    stream = OutputStream.create(tok, p.stop)
+    ids = stream.ids
     timings = Timings()
-    finish, stop_hit = FinishReason.LENGTH, False
+    finish = FinishReason.LENGTH
     logits = _prefill(model, prompt_ids, kv, prefill_chunk, device)
     timings.prefill_s = time.perf_counter() - t_start
     t_first = None
@@ -122,25 +119,23 @@ def iter_generate(model, tok, prompt, p: SamplingParams, cache="contiguous", kv_
         if r.token in stop_ids:
             finish = FinishReason.STOP
             break
-        ids.append(r.token)
-        logprobs.append(TokenLogprob(r.token, r.logprob, list(r.top_logprobs), r.entropy))
-        out = matcher.push(decoder.push(r.token))
-        if out.text:
-            pieces.append(out.text)
-            yield out.text
-        if out.stopped:
-            finish, stop_hit = FinishReason.STOP, True
+        piece = stream.add(r.token, TokenLogprob(r.token, r.logprob, list(r.top_logprobs), r.entropy))
+        if piece:
+            yield piece
+        if stream.stopped:
+            finish = FinishReason.STOP
             break
         if len(ids) == budget:
             break
         logits = _decode_step(model, prompt_ids, ids, kv, device)
     timings.decode_s = time.perf_counter() - t_first if t_first is not None else 0.0
-    tail = "" if stop_hit else _finish_text(decoder, matcher)
+    tail = stream.finish()
     if tail:
-        pieces.append(tail)
         yield tail
+    if stream.stopped:
+        finish = FinishReason.STOP
     timings.total_s = time.perf_counter() - t_start
-    return Generation(text="".join(pieces), ids=ids, logprobs=logprobs, timings=timings,
+    return Generation(text=stream.text, ids=ids, logprobs=stream.logprobs, timings=timings,
                       stats=_stats(prompt_ids, ids, timings, kv), finish_reason=finish.value, prompt_ids=prompt_ids)
 
 
@@ -149,12 +144,6 @@ def _decode_step(model, prompt_ids, ids, kv, device) -> torch.Tensor:
     if kv is None:  # recompute over the whole sequence
         return model(torch.tensor([prompt_ids + ids], device=device), last_only=True)[0, -1]
     return model(torch.tensor([[ids[-1]]], device=device), cache=kv)[0, -1]
-
-
-def _finish_text(decoder: IncrementalDecoder, matcher: StopMatcher) -> str:
-    """At the end: the decoder's cut-off tail goes through the stop matcher, then its held-back text."""
-    out = matcher.push(decoder.flush())
-    return out.text if out.stopped else out.text + matcher.flush()
 
 
 def _stats(prompt_ids, ids, t: Timings, kv) -> dict:

@@ -48,12 +48,30 @@ class LLM:
         self.eos_ids = loaded.eos_ids
         self.weight_types = loaded.weight_types
 
+    @classmethod
+    def from_parts(cls, model, tokenizer, eos_ids=None, path: str = "<memory>") -> "LLM":
+        """An LLM around a model and tokenizer already in memory (tests, custom models)."""
+        llm = cls.__new__(cls)
+        llm.path, llm.format = path, "memory"
+        llm.config, llm.model, llm.tokenizer = model.config, model, tokenizer
+        llm.eos_ids = tuple(tokenizer.stop_ids if eos_ids is None else eos_ids)
+        llm.weight_types = {}
+        return llm
+
+    def engine(self, **options):
+        """A continuous-batching Engine over this model (options: max_num_seqs, max_num_batched_tokens,
+        block_size, num_blocks, kv_memory_bytes, kv_dtype, enable_prefix_caching)."""
+        from .engine.engine import Engine
+
+        return Engine(self, **options)
+
     def generate(self, prompt: str | Sequence[int] | list, *, cache="contiguous", kv_dtype="float32",
                  prefill_chunk: int | None = None, params: SamplingParams | None = None, **sampling):
-        """One prompt (text or ids) -> Generation; a list of prompts -> list[Generation]."""
+        """One prompt (text or ids) -> Generation; a list of prompts -> list[Generation], run together
+        through the continuous-batching engine."""
         p = sampling_params(params, sampling)
         if isinstance(prompt, list) and prompt and all(isinstance(x, (str, list, tuple)) for x in prompt):
-            return [self._run(x, p, cache, kv_dtype, prefill_chunk) for x in prompt]
+            return self.engine(kv_dtype=kv_dtype).generate(prompt, p)
         return self._run(prompt, p, cache, kv_dtype, prefill_chunk)
 
     def stream(self, prompt: str | Sequence[int], *, cache="contiguous", kv_dtype="float32",

@@ -26,6 +26,9 @@ class GQAttention(nn.Module):
         k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
         v = self.v_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if getattr(cache, "is_ragged", False):  # the engine's batch of several flattened sequences
+            out = cache.attend(self.layer_idx, q, k, v)  # [1, H, T, D]
+            return self.o_proj(out.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim))
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)  # [B, Hkv, S, D], everything stored
             k, v = k.to(q.dtype), v.to(q.dtype)

@@ -56,8 +56,8 @@ class LlamaForCausalLM(nn.Module):
         return self.model.embed_tokens.weight.dtype
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache=None,
-                *, last_only: bool = False) -> torch.Tensor:
-        """ids [B, T] -> logits [B, T, V] ([B, 1, V] with last_only).
+                *, last_only: bool = False, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """ids [B, T] -> logits [B, T, V] ([B, 1, V] with last_only; [B, len(rows), V] for chosen rows).
 
         With a cache, positions and the mask are read from it once, before any layer appends; each layer
         then calls cache.update(layer, k, v) once. Without one this is a plain causal forward over ids.
@@ -67,8 +67,8 @@ class LlamaForCausalLM(nn.Module):
         if cache is not None:
             if positions is None:
                 positions = cache.positions(T)  # [T] or [B, T]
-            mask = cache.mask(T)  # [T, S] or [B, 1, T, S], True = may attend
-            if T == 1 and mask.dim() == 2:
+            mask = cache.mask(T)  # [T, S] or [B, 1, T, S], True = may attend; None for a ragged batch
+            if T == 1 and mask is not None and mask.dim() == 2:
                 mask = None  # one new query of one sequence sees every stored key
         elif positions is None:
             positions = torch.arange(T, device=ids.device)  # [T]
@@ -79,4 +79,6 @@ class LlamaForCausalLM(nn.Module):
             x = layer(x, cos, sin, mask, cache)
         if last_only:
             x = x[:, -1:]  # [B, 1, C]
+        elif rows is not None:
+            x = x[:, rows]  # [B, len(rows), C]
         return self.lm_head(self.model.norm(x)).float()  # [B, T, V]

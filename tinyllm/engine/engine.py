@@ -1,0 +1,223 @@
+"""Engine: continuous batching. Each step() runs one forward over every running request's next token plus
+prefill chunks of waiting ones, samples, streams text, and retires finished requests at once."""
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ..cache.block_pool import BlockPool
+from ..cache.paged_cache import PagedStorage
+from ..errors import TinyLLMError
+from ..generate import prompt_ids_of
+from ..generation import Generation, Timings, TokenLogprob
+from ..llm import parse_dtype
+from ..sampling.params import SamplingParams
+from ..sampling.sampler import sample_batch
+from .kv_manager import KVManager, blocks_for
+from .request import Request, RequestStatus
+from .runner import ModelRunner
+from .scheduler import Scheduler
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    text: str                        # new final text since the last output
+    token_ids: list[int]             # new ids since the last output
+    logprobs: list[TokenLogprob]
+    finished: bool = False
+    finish_reason: str | None = None
+    num_cached_tokens: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass
+class EngineConfig:
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 256
+    block_size: int = 16
+    num_blocks: int | None = None          # default: from kv_memory_bytes
+    kv_memory_bytes: int = 1 << 30
+    kv_dtype: str = "float32"
+    enable_prefix_caching: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "kv_memory_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise TinyLLMError(f"{name} must be a positive integer, got {value!r}")
+        if self.num_blocks is not None and (not isinstance(self.num_blocks, int) or self.num_blocks < 1):
+            raise TinyLLMError(f"num_blocks must be a positive integer, got {self.num_blocks!r}")
+
+
+class Engine:
+    def __init__(self, llm, config: EngineConfig | None = None, **options):
+        self.config = config or EngineConfig(**options)
+        self.llm, self.model, self.tokenizer = llm, llm.model, llm.tokenizer
+        c, cfg = llm.config, self.config
+        dtype = parse_dtype(cfg.kv_dtype, "kv_dtype")
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        block_bytes = 2 * c.num_layers * c.num_kv_heads * c.head_dim * cfg.block_size * itemsize
+        num_blocks = cfg.num_blocks or max(1, cfg.kv_memory_bytes // block_bytes)
+        self.storage = PagedStorage(c.num_layers, c.num_kv_heads, c.head_dim, num_blocks, cfg.block_size, dtype,
+                                    llm.model.device)
+        self.pool = BlockPool(num_blocks, cfg.block_size)
+        self.kv = KVManager(self.pool, cfg.enable_prefix_caching)
+        self.scheduler = Scheduler(self.kv, cfg.max_num_seqs, cfg.max_num_batched_tokens)
+        self.runner = ModelRunner(self.model, self.storage)
+        self.requests: dict[str, Request] = {}
+        self._ids = itertools.count()
+        self._early: list[RequestOutput] = []  # outputs produced outside step() (aborts)
+
+    # ---- requests in
+    def add_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None) -> str:
+        """Queue a request; raise TinyLLMError (and queue nothing) if it can never run."""
+        req = self._make_request(prompt, params, request_id)
+        self.requests[req.request_id] = req
+        self.scheduler.add(req)
+        return req.request_id
+
+    def _make_request(self, prompt, params: SamplingParams | None, request_id: str | None) -> Request:
+        """Validate a request without changing any state."""
+        params = params or SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise TinyLLMError(f"params must be a SamplingParams, got {type(params).__name__}")
+        ids = prompt_ids_of(self.tokenizer, prompt)
+        max_len = self.llm.config.context_length
+        bad = next((i for i in ids if not 0 <= i < self.llm.config.vocab_size), None)
+        if bad is not None:
+            raise TinyLLMError(f"prompt token id {bad} is out of range [0, {self.llm.config.vocab_size})")
+        if len(ids) >= max_len:
+            raise TinyLLMError(f"prompt has {len(ids)} tokens, but the model's context holds {max_len}")
+        if blocks_for(len(ids) + 1, self.pool.block_size) > self.pool.num_blocks:
+            raise TinyLLMError(f"prompt has {len(ids)} tokens, more than the KV pool holds "
+                               f"({self.pool.num_blocks} blocks of {self.pool.block_size})")
+        request_id = str(next(self._ids)) if request_id is None else str(request_id)
+        if request_id in self.requests:
+            raise TinyLLMError(f"request id {request_id!r} is already in use")
+        # Room for every token even alone in the pool (the last one is never fed back): a request that
+        # outgrows the whole pool ends with "length" instead of being preempted forever.
+        pool_positions = self.pool.num_blocks * self.pool.block_size
+        max_new = min(max_len - len(ids), pool_positions - len(ids) + 1)
+        if params.max_tokens is not None:
+            max_new = min(max_new, params.max_tokens)
+        return Request.create(request_id, ids, params, max_new, self.tokenizer)
+
+    def abort(self, request_id: str) -> bool:
+        """Stop a request and free its blocks. Returns False (and does nothing) for an unknown or
+        already finished id."""
+        req = self.requests.get(str(request_id))
+        if req is None or req.status.is_finished:
+            return False
+        self.scheduler.finish(req, RequestStatus.FINISHED_ABORTED)
+        req.times.finished = time.perf_counter()
+        self._early.append(self._output(req, "", 0))
+        return True
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    # ---- one step
+    def step(self) -> list[RequestOutput]:
+        outputs, self._early = self._early, []
+        plan = self.scheduler.schedule()
+        if not plan.chunks:
+            return outputs
+        now = time.perf_counter()
+        for chunk in plan.chunks:
+            chunk.request.times.first_scheduled = chunk.request.times.first_scheduled or now
+        sampling, logits = self.runner.run(plan, self.kv.tables)
+        for chunk in plan.chunks:
+            chunk.request.num_computed += chunk.num_tokens
+            self.kv.commit(chunk.request)
+        if sampling:
+            outputs += self._sample(sampling, logits)
+        return outputs
+
+    def _sample(self, chunks, logits) -> list[RequestOutput]:
+        reqs = [c.request for c in chunks]
+        results = sample_batch(logits, [r.params for r in reqs], [r.prompt_ids for r in reqs],
+                               [r.output_ids for r in reqs], [r.rng for r in reqs], [len(r.output_ids) for r in reqs])
+        now = time.perf_counter()
+        return [self._accept(req, res, now) for req, res in zip(reqs, results)]
+
+    def _accept(self, req: Request, r, now: float) -> RequestOutput:
+        """Apply one sampled token to a request: EOS, text, stop strings, budget."""
+        req.times.first_token = req.times.first_token or now
+        stop_ids = set(req.params.stop_token_ids) | (set() if req.params.ignore_eos else set(self.llm.eos_ids))
+        if r.token in stop_ids:
+            return self._retire(req, RequestStatus.FINISHED_STOPPED, "", 0, now)
+        text = req.out.add(r.token, TokenLogprob(r.token, r.logprob, list(r.top_logprobs), r.entropy))
+        req.times.token_times.append(now)
+        if req.out.stopped:
+            return self._retire(req, RequestStatus.FINISHED_STOPPED, text, 1, now)
+        if len(req.output_ids) >= req.max_new:
+            return self._retire(req, RequestStatus.FINISHED_LENGTH, text, 1, now)
+        return self._output(req, text, 1)
+
+    def _retire(self, req: Request, status: RequestStatus, text: str, n_new: int, now: float) -> RequestOutput:
+        text += req.out.finish()
+        if req.out.stopped:
+            status = RequestStatus.FINISHED_STOPPED
+        self.scheduler.finish(req, status)
+        req.times.finished = now
+        return self._output(req, text, n_new)
+
+    def _output(self, req: Request, text: str, n_new: int) -> RequestOutput:
+        new = req.output_ids[len(req.output_ids) - n_new:] if n_new else []
+        return RequestOutput(req.request_id, text, new, req.out.logprobs[len(req.output_ids) - n_new:] if n_new else [],
+                             req.status.is_finished, req.finish_reason, req.num_cached_tokens,
+                             len(req.prompt_ids), len(req.output_ids))
+
+    # ---- conveniences
+    def pool_stats(self):
+        return self.pool.stats()
+
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
+
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    def generation(self, request_id: str) -> Generation:
+        """A finished (or running) request as a Generation."""
+        req = self.requests[str(request_id)]
+        t = req.times
+        end = t.finished or time.perf_counter()
+        first = t.first_token or end
+        timings = Timings(prefill_s=first - (t.first_scheduled or t.arrival), decode_s=end - first,
+                          ttft_s=first - t.arrival, total_s=end - t.arrival)
+        n = len(req.output_ids)
+        stats = {"prompt_tokens": len(req.prompt_ids), "completion_tokens": n,
+                 "cached_tokens": req.num_cached_tokens, "preemptions": req.num_preemptions,
+                 "decode_tokens_per_s": (n - 1) / timings.decode_s if n > 1 and timings.decode_s else 0.0,
+                 "token_times": list(t.token_times), "arrival": t.arrival}
+        return Generation(req.out.text, list(req.output_ids), list(req.out.logprobs), timings, stats,
+                          req.finish_reason or "length", list(req.prompt_ids))
+
+    def release(self, request_id: str) -> None:
+        """Forget a finished request's record (its blocks were freed when it finished)."""
+        req = self.requests.get(str(request_id))
+        if req is not None and req.status.is_finished:
+            del self.requests[str(request_id)]
+
+    def generate(self, prompts: list, params: SamplingParams | list[SamplingParams]) -> list[Generation]:
+        """Run prompts to completion together; results in the order given."""
+        plist = params if isinstance(params, list) else [params] * len(prompts)
+        if len(plist) != len(prompts):
+            raise TinyLLMError(f"got {len(plist)} sampling params for {len(prompts)} prompts")
+        reqs = [self._make_request(p, sp, None) for p, sp in zip(prompts, plist)]  # all valid, or none queued
+        for req in reqs:
+            self.requests[req.request_id] = req
+            self.scheduler.add(req)
+        ids = [r.request_id for r in reqs]
+        while self.has_unfinished():
+            self.step()
+        results = [self.generation(i) for i in ids]
+        for i in ids:
+            self.release(i)
+        return results

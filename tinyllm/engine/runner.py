@@ -1,0 +1,81 @@
+"""ModelRunner: turns a scheduled step into tensors, runs one forward, returns the logits to sample.
+
+The step's sequences are flattened into one row: single-token chunks (decodes) first, then prefill chunks.
+Keys and values go to the paged storage at each new token's slot; attention reads them back by slot.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..cache.fill import offset_causal_mask
+from ..cache.paged_cache import PagedStorage
+from ..model.ragged_attention import PrefillSlice, RaggedLayout, ragged_attention
+from .scheduler import ScheduledChunk, SchedulerOutput
+
+
+class PagedBatch:
+    """The cache object the model sees for one engine step (a ragged batch over the paged storage)."""
+
+    is_ragged = True
+
+    def __init__(self, storage: PagedStorage, slot_mapping: torch.Tensor, positions: torch.Tensor,
+                 layout: RaggedLayout):
+        self.storage, self.slot_mapping, self._positions, self.layout = storage, slot_mapping, positions, layout
+
+    def positions(self, t_new: int) -> torch.Tensor:
+        return self._positions  # [N]
+
+    def mask(self, t_new: int) -> None:
+        return None  # masks live in the layout, per group
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Write the new k, v [1, Hkv, N, D] at their slots, then attend q [1, H, N, D] -> [1, H, N, D]."""
+        self.storage.write(layer, self.slot_mapping, k[0].transpose(0, 1), v[0].transpose(0, 1))
+        return ragged_attention(q, self.storage.k[layer], self.storage.v[layer], self.layout)
+
+
+class ModelRunner:
+    def __init__(self, model, storage: PagedStorage):
+        self.model, self.storage = model, storage
+        self.block_size = storage.block_size
+        self.device = storage.device
+        self._offsets = torch.arange(self.block_size, device=self.device)  # [P]
+
+    def _slots(self, table: list[int], start: int, stop: int) -> torch.Tensor:
+        blocks = torch.tensor(table[: -(-stop // self.block_size)], dtype=torch.long, device=self.device)
+        return (blocks[:, None] * self.block_size + self._offsets).reshape(-1)[start:stop]  # [stop - start]
+
+    @torch.inference_mode()
+    def run(self, step: SchedulerOutput, tables: dict[str, list[int]]) -> tuple[list[ScheduledChunk], torch.Tensor]:
+        """Run the step; return the chunks that sample and their logits [n, V], in that order."""
+        for src, dst in step.block_copies:
+            self.storage.copy_block(src, dst)
+        decodes = [c for c in step.chunks if c.num_tokens == 1]
+        prefills = [c for c in step.chunks if c.num_tokens > 1]
+        ids, positions, slot_mapping, rows, sampling = [], [], [], [], []
+        layout = RaggedLayout(len(decodes), None, None, [])
+        ctx = [c.start + 1 for c in decodes]
+        if decodes:
+            s_max = max(ctx)
+            slots = torch.zeros(len(decodes), s_max, dtype=torch.long, device=self.device)  # [Bd, Smax]
+            for i, c in enumerate(decodes):
+                slots[i, :ctx[i]] = self._slots(tables[c.request.request_id], 0, ctx[i])
+            lengths = torch.tensor(ctx, device=self.device)
+            layout.decode_slots = slots
+            layout.decode_mask = (torch.arange(s_max, device=self.device) < lengths[:, None])[:, None, None]  # [Bd, 1, 1, Smax]
+        for c in decodes + prefills:
+            table = tables[c.request.request_id]
+            stop = c.start + c.num_tokens
+            if c.num_tokens > 1:
+                layout.prefills.append(PrefillSlice(len(ids), c.num_tokens, self._slots(table, 0, stop),
+                                                    offset_causal_mask(c.num_tokens, c.start, self.device)))
+            ids += c.request.tokens(c.start, stop)
+            positions.append(torch.arange(c.start, stop))
+            slot_mapping.append(self._slots(table, c.start, stop))
+            if c.samples:
+                rows.append(len(ids) - 1)
+                sampling.append(c)
+        batch = PagedBatch(self.storage, torch.cat(slot_mapping), torch.cat(positions).to(self.device), layout)
+        x = torch.tensor([ids], device=self.device)  # [1, N]
+        logits = self.model(x, cache=batch, rows=torch.tensor(rows, dtype=torch.long, device=self.device))
+        return sampling, logits[0]  # [n, V]

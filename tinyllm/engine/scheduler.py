@@ -1,0 +1,127 @@
+"""Scheduler: decides which requests run in the next step and how many tokens each computes.
+
+Each step is one forward over a token budget (`max_num_batched_tokens`): first one decode token for every
+running request, then prefill chunks (running requests mid-prefill first, then newly admitted ones), so a
+long prompt never stalls the running streams (chunked prefill, as in Sarathi-Serve). Chunks end on block
+boundaries unless they reach the end of the sequence, so the same positions are computed in the same
+groups whether a prefix came from the cache or not. When blocks run out, the most recently admitted
+request is preempted: its blocks are freed and it waits to be recomputed. The scheduler touches no tensors.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from .kv_manager import KVManager
+from .request import Request, RequestStatus
+
+
+@dataclass
+class ScheduledChunk:
+    request: Request
+    start: int        # first position computed (== request.num_computed)
+    num_tokens: int   # positions [start, start + num_tokens)
+
+    @property
+    def samples(self) -> bool:
+        """Whether this chunk reaches the end of the known sequence, so its last logits are sampled."""
+        return self.start + self.num_tokens == self.request.num_tokens
+
+
+@dataclass
+class SchedulerOutput:
+    chunks: list[ScheduledChunk] = field(default_factory=list)
+    block_copies: list[tuple[int, int]] = field(default_factory=list)
+    preempted: list[Request] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(c.num_tokens for c in self.chunks)
+
+
+class Scheduler:
+    def __init__(self, kv: KVManager, max_num_seqs: int, max_num_batched_tokens: int):
+        self.kv, self.max_num_seqs, self.max_num_batched_tokens = kv, max_num_seqs, max_num_batched_tokens
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []  # in admission order: the last is preempted first
+
+    def add(self, req: Request) -> None:
+        self.waiting.append(req)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def finish(self, req: Request, status: RequestStatus) -> None:
+        """Retire a request at once: out of the queues, its blocks back to the pool."""
+        req.status = status
+        if req in self.running:
+            self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        self.kv.free(req)
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.max_num_batched_tokens
+        for req in sorted(self.running, key=lambda r: r.num_tokens - r.num_computed > 1):  # decodes first
+            if req.status is not RequestStatus.RUNNING:  # preempted while scheduling an earlier one
+                continue
+            n = self._chunk_len(req, budget)
+            if n == 0:
+                continue
+            if not self._allocate_or_preempt(req, n, out):
+                continue
+            out.chunks.append(ScheduledChunk(req, req.num_computed, n))
+            budget -= n
+        self._admit(out, budget)
+        return out
+
+    def _chunk_len(self, req: Request, budget: int) -> int:
+        remaining = req.num_tokens - req.num_computed
+        if remaining <= budget:
+            return remaining
+        P = self.kv.block_size
+        end = (req.num_computed + budget) // P * P  # end the chunk on a block boundary
+        return max(0, end - req.num_computed)
+
+    def _allocate_or_preempt(self, req: Request, n: int, out: SchedulerOutput) -> bool:
+        while True:
+            copies = self.kv.allocate(req, n)
+            if copies is not None:
+                out.block_copies += copies
+                return True
+            victim = self.running[-1]
+            self._preempt(victim, out)
+            if victim is req:
+                return False
+
+    def _preempt(self, req: Request, out: SchedulerOutput) -> None:
+        self.running.remove(req)
+        self.kv.free(req)
+        req.status, req.num_computed = RequestStatus.WAITING, 0
+        req.num_preemptions += 1
+        self.waiting.appendleft(req)
+        out.preempted.append(req)
+        out.chunks = [c for c in out.chunks if c.request is not req]
+
+    def _admit(self, out: SchedulerOutput, budget: int) -> None:
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = self.waiting[0]
+            if req in out.preempted:
+                break  # not in the step that preempted it
+            cached = self.kv.match_prefix(req)
+            req.num_computed = cached
+            n = self._chunk_len(req, budget)
+            copies = self.kv.allocate(req, n) if n else None
+            if copies is None:
+                self.kv.free(req)
+                req.num_computed = 0
+                break
+            if req.num_preemptions == 0:
+                req.num_cached_tokens = cached
+            self.waiting.popleft()
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            out.block_copies += copies
+            out.chunks.append(ScheduledChunk(req, req.num_computed, n))
+            budget -= n
