@@ -1,0 +1,90 @@
+"""The `tinyllm` command, run as a user would: a subprocess, its stdout, stderr and exit code."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from model_files import random_tiny_llama, write_gguf
+
+
+def run(*args, input=None, timeout=120):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run([sys.executable, "-m", "tinyllm", *args], capture_output=True, text=True,
+                          input=input, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("cli") / "tiny.gguf")
+    write_gguf(random_tiny_llama(31), path)
+    return path
+
+
+def test_generate_json_parses(tiny_gguf):
+    r = run("generate", "the tin", "--model", tiny_gguf, "--max-tokens", "6", "--json", "--ignore-eos")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert set(out) >= {"text", "ids", "finish_reason", "usage", "timings"}
+    assert len(out["ids"]) == 6 and out["finish_reason"] == "length"
+    assert out["usage"] == {"prompt_tokens": out["usage"]["prompt_tokens"], "completion_tokens": 6,
+                            "total_tokens": out["usage"]["prompt_tokens"] + 6}
+    assert out["timings"]["ttft_s"] > 0
+
+
+def test_cache_modes_print_the_same_greedy_text(tiny_gguf):
+    texts = set()
+    for mode in ("none", "contiguous", "paged"):
+        r = run("generate", "the tin", "--model", tiny_gguf, "--max-tokens", "12", "--ignore-eos", "--cache", mode)
+        assert r.returncode == 0, r.stderr
+        texts.add(r.stdout)
+    assert len(texts) == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["generate", "hi", "--model", "/no/such/model.gguf"], "does not exist"),
+    (["generate", "", "--model", "TINY"], "empty"),
+    (["generate", "hi", "--model", "TINY", "--top-p", "1.5"], "top_p"),
+    (["generate", "hi", "--model", "TINY", "--prefill-chunk", "0"], "prefill_chunk"),
+    (["info", "--model", "/tmp"], "config.json"),
+])
+def test_user_errors_are_one_line_and_exit_2(tiny_gguf, args, message):
+    r = run(*[tiny_gguf if a == "TINY" else a for a in args])
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], r.stderr
+
+
+def test_not_a_gguf_file(tmp_path):
+    bad = tmp_path / "x.gguf"
+    bad.write_text("nope")
+    r = run("generate", "hi", "--model", str(bad))
+    assert r.returncode == 2 and "not a GGUF file" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_info_json(tiny_gguf):
+    r = run("info", "--model", tiny_gguf, "--json")
+    info = json.loads(r.stdout)
+    assert info["layers"] == 3 and info["kv_heads"] == 2 and info["head_dim"] == 16
+    assert info["kv_bytes_per_token"] == 2 * 3 * 2 * 16 * 4
+    assert info["parameters"] > 0 and "byte-level BPE" in info["tokenizer"]
+
+
+def test_chat_streams_replies(tiny_gguf):
+    r = run("chat", "--model", tiny_gguf, "--max-tokens", "4", "--temperature", "0", "--ignore-eos",
+            input="hello\nagain\n\n")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split("\n")
+    assert len(lines) == 3 and all(line.startswith("> ") for line in lines)  # two replies, then the end
+
+
+@pytest.mark.slow
+def test_default_model_cache_modes_agree():
+    texts = set()
+    for mode in ("none", "contiguous", "paged"):
+        r = run("generate", "The three primary colors are", "--max-tokens", "24", "--cache", mode)
+        assert r.returncode == 0, r.stderr
+        texts.add(r.stdout)
+    assert len(texts) == 1 and len(next(iter(texts)).strip()) > 10
