@@ -1,4 +1,5 @@
-"""generate(): prefill once (or in chunks), then one token per forward through a cache.
+"""generate(): prefill once (or in chunks), then one token per forward through a cache — or, with a
+proposer, k drafted tokens verified per forward and the cache rolled back past the rejected ones.
 
 Data flows one way: prompt ids -> model -> sampler -> incremental detokenizer -> stop matcher -> text.
 `iter_generate` yields text pieces as they become final and returns the Generation; `generate` drives it.
@@ -6,6 +7,7 @@ Data flows one way: prompt ids -> model -> sampler -> incremental detokenizer ->
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Callable, Generator as PyGenerator, Sequence
 
 import torch
@@ -13,13 +15,12 @@ import torch
 from .cache.kv_cache import KVCache
 from .errors import TinyLLMError
 from .generation import FinishReason, Generation, Timings, TokenLogprob
+from .output_stream import OutputStream
 from .sampling.params import SamplingParams
 from .sampling.rng import request_rng
-from .sampling.sampler import sample
-from .output_stream import OutputStream
+from .sampling.sampler import SampleResult, sample
 
 CACHE_MODES = ("none", "contiguous", "paged")
-_HF_DIMS = ("num_hidden_layers", "num_key_value_heads", "head_dim", "max_position_embeddings")
 
 
 def cache_dims(model) -> tuple[int, int, int, int]:
@@ -72,23 +73,135 @@ def make_cache(model, cache, capacity: int, kv_dtype: torch.dtype):
     return KVCache(n_layers, n_kv, d_head, capacity, dtype=kv_dtype, device=device)
 
 
-@torch.inference_mode()
-def _prefill(model, ids: list[int], cache, chunk: int | None, device) -> torch.Tensor:
-    """Run the prompt through the model (in chunks when asked); return the last position's logits [V]."""
-    if cache is None:
-        return model(torch.tensor([ids], device=device), last_only=True)[0, -1]
+@dataclass
+class _Run:
+    """One generation's state, shared by the plain and the speculative loops."""
+    model: object
+    prompt_ids: list[int]
+    params: SamplingParams
+    kv: object
+    budget: int
+    stop_ids: set[int]
+    stream: OutputStream
+    device: torch.device
+    rng: object = None
+    finish: FinishReason = FinishReason.LENGTH
+    spec: dict = field(default_factory=lambda: {"drafted": 0, "accepted": 0, "target_forwards": 0})
+    fed: list[int] = field(default_factory=list)  # without a cache: every token fed so far
+
+    @property
+    def ids(self) -> list[int]:
+        return self.stream.ids
+
+    def accept(self, r: SampleResult) -> str | None:
+        """Apply one sampled token; the text it makes final, or None once generation has ended."""
+        if r.token in self.stop_ids:
+            self.finish = FinishReason.STOP
+            return None
+        piece = self.stream.add(r.token, TokenLogprob(r.token, r.logprob, list(r.top_logprobs), r.entropy))
+        if self.stream.stopped:
+            self.finish = FinishReason.STOP
+        return piece
+
+    @property
+    def done(self) -> bool:
+        return self.finish is FinishReason.STOP or len(self.ids) >= self.budget
+
+    def rollback(self, n: int) -> None:
+        """Keep the first n fed positions."""
+        if self.kv is None:
+            del self.fed[n:]
+        else:
+            self.kv.truncate(n)
+
+    @torch.inference_mode()
+    def forward(self, new_ids: list[int], rows: str = "last") -> torch.Tensor:
+        """Feed new tokens; logits of the last one [V] (rows="last") or of all [T, V] (rows="all")."""
+        self.spec["target_forwards"] += 1
+        if self.kv is None:  # recompute over the whole sequence
+            self.fed += new_ids
+            x = torch.tensor([self.fed], device=self.device)
+            logits = self.model(x)[0] if rows == "all" else self.model(x, last_only=True)[0]
+            return logits[-len(new_ids):] if rows == "all" else logits[-1]
+        logits = self.model(torch.tensor([new_ids], device=self.device), cache=self.kv, last_only=rows == "last")[0]
+        return logits if rows == "all" else logits[-1]
+
+
+def _prefill(run: _Run, chunk: int | None) -> torch.Tensor:
+    """Run the prompt through the model (in chunks when asked); the last position's logits [V]."""
+    ids = run.prompt_ids
+    if run.kv is None:
+        return run.forward(ids)
     step = chunk or len(ids)
     for start in range(0, len(ids), step):
-        part = torch.tensor([ids[start:start + step]], device=device)  # [1, T]
-        logits = model(part, cache=cache, last_only=True)
-    return logits[0, -1]
+        logits = run.forward(ids[start:start + step])
+    return logits
+
+
+def _plain_loop(run: _Run, logits: torch.Tensor, t_first: list) -> PyGenerator[str, None, None]:
+    while True:
+        r = sample(logits, run.params, prompt_ids=run.prompt_ids, generated_ids=run.ids, rng=run.rng,
+                   position=len(run.ids))
+        t_first.append(time.perf_counter())
+        piece = run.accept(r)
+        if piece:
+            yield piece
+        if piece is None or run.done:
+            return
+        logits = run.forward([run.ids[-1]])
+
+
+def _speculative_loop(run: _Run, logits: torch.Tensor, proposer, k: int, t_first: list) -> PyGenerator[str, None, None]:
+    from .speculative.verify import verify_drafts
+
+    r = sample(logits, run.params, prompt_ids=run.prompt_ids, generated_ids=run.ids, rng=run.rng, position=0)
+    t_first.append(time.perf_counter())
+    results = [r]
+    while True:
+        for r in results:
+            piece = run.accept(r)
+            if piece:
+                yield piece
+            if piece is None or run.done:
+                return
+        n_committed = len(run.prompt_ids) + len(run.ids)
+        drafts = proposer.propose(run.prompt_ids + run.ids, min(k, run.budget - len(run.ids) - 1))
+        rows = run.forward([run.ids[-1]] + drafts, rows="all")  # [1 + m, V]
+        results = verify_drafts(rows, drafts, run.params, run.prompt_ids, run.ids, run.rng)
+        accepted = len(results) - 1
+        run.spec["drafted"] += len(drafts)
+        run.spec["accepted"] += accepted
+        run.rollback(n_committed + accepted)  # keep the fed token and the accepted drafts only
+        proposer.rollback(n_committed + accepted)
 
 
 def iter_generate(model, tok, prompt, p: SamplingParams, cache="contiguous", kv_dtype=torch.float32,
-                  eos_ids: Sequence[int] = (), prefill_chunk: int | None = None
-                  ) -> PyGenerator[str, None, Generation]:
+                  eos_ids: Sequence[int] = (), prefill_chunk: int | None = None, proposer=None,
+                  num_draft_tokens: int = 4) -> PyGenerator[str, None, Generation]:
     """Yield text pieces as they become final; return the Generation."""
     t_start = time.perf_counter()
+    run = _setup(model, tok, prompt, p, cache, kv_dtype, eos_ids, prefill_chunk)
+    logits = _prefill(run, prefill_chunk)
+    run.spec["target_forwards"] = 0  # count decode forwards only; the prefill made the first token
+    prefill_s = time.perf_counter() - t_start
+    t_first: list[float] = []
+    loop = _plain_loop(run, logits, t_first) if proposer is None else \
+        _speculative_loop(run, logits, proposer, num_draft_tokens, t_first)
+    yield from loop
+    tail = run.stream.finish()
+    if tail:
+        yield tail
+    if run.stream.stopped:
+        run.finish = FinishReason.STOP
+    end = time.perf_counter()
+    timings = Timings(prefill_s=prefill_s, decode_s=end - t_first[0], ttft_s=t_first[0] - t_start, total_s=end - t_start)
+    return Generation(text=run.stream.text, ids=run.ids, logprobs=run.stream.logprobs, timings=timings,
+                      stats=_stats(run, timings, proposer is not None), finish_reason=run.finish.value,
+                      prompt_ids=run.prompt_ids)
+
+
+def _setup(model, tok, prompt, p, cache, kv_dtype, eos_ids, prefill_chunk) -> _Run:
+    """Validate everything before any state is created."""
     if not isinstance(p, SamplingParams):
         raise TinyLLMError(f"sampling parameters must be a SamplingParams, got {type(p).__name__}")
     if prefill_chunk is not None and (isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int)
@@ -103,64 +216,33 @@ def iter_generate(model, tok, prompt, p: SamplingParams, cache="contiguous", kv_
     kv = make_cache(model, cache, len(prompt_ids) + budget, kv_dtype)
     stop_ids = set(p.stop_token_ids) | (set() if p.ignore_eos else set(eos_ids))
     device = next(model.parameters()).device
-    rng = request_rng(p.seed)
-    stream = OutputStream.create(tok, p.stop)
-    ids = stream.ids
-    timings = Timings()
-    finish = FinishReason.LENGTH
-    logits = _prefill(model, prompt_ids, kv, prefill_chunk, device)
-    timings.prefill_s = time.perf_counter() - t_start
-    t_first = None
-    while len(ids) < budget:
-        r = sample(logits, p, prompt_ids=prompt_ids, generated_ids=ids, rng=rng, position=len(ids))
-        if t_first is None:
-            t_first = time.perf_counter()
-            timings.ttft_s = t_first - t_start
-        if r.token in stop_ids:
-            finish = FinishReason.STOP
-            break
-        piece = stream.add(r.token, TokenLogprob(r.token, r.logprob, list(r.top_logprobs), r.entropy))
-        if piece:
-            yield piece
-        if stream.stopped:
-            finish = FinishReason.STOP
-            break
-        if len(ids) == budget:
-            break
-        logits = _decode_step(model, prompt_ids, ids, kv, device)
-    timings.decode_s = time.perf_counter() - t_first if t_first is not None else 0.0
-    tail = stream.finish()
-    if tail:
-        yield tail
-    if stream.stopped:
-        finish = FinishReason.STOP
-    timings.total_s = time.perf_counter() - t_start
-    return Generation(text=stream.text, ids=ids, logprobs=stream.logprobs, timings=timings,
-                      stats=_stats(prompt_ids, ids, timings, kv), finish_reason=finish.value, prompt_ids=prompt_ids)
+    return _Run(model, prompt_ids, p, kv, budget, stop_ids, OutputStream.create(tok, p.stop), device,
+                rng=request_rng(p.seed))
 
 
-@torch.inference_mode()
-def _decode_step(model, prompt_ids, ids, kv, device) -> torch.Tensor:
-    if kv is None:  # recompute over the whole sequence
-        return model(torch.tensor([prompt_ids + ids], device=device), last_only=True)[0, -1]
-    return model(torch.tensor([[ids[-1]]], device=device), cache=kv)[0, -1]
-
-
-def _stats(prompt_ids, ids, t: Timings, kv) -> dict:
-    return {
-        "prompt_tokens": len(prompt_ids),
-        "completion_tokens": len(ids),
-        "prefill_tokens_per_s": len(prompt_ids) / t.prefill_s if t.prefill_s else 0.0,
-        "decode_tokens_per_s": (len(ids) - 1) / t.decode_s if len(ids) > 1 and t.decode_s else 0.0,
-        "kv_bytes": kv.nbytes() if kv is not None else 0,
+def _stats(run: _Run, t: Timings, speculative: bool) -> dict:
+    n = len(run.ids)
+    stats = {
+        "prompt_tokens": len(run.prompt_ids),
+        "completion_tokens": n,
+        "prefill_tokens_per_s": len(run.prompt_ids) / t.prefill_s if t.prefill_s else 0.0,
+        "decode_tokens_per_s": (n - 1) / t.decode_s if n > 1 and t.decode_s else 0.0,
+        "kv_bytes": run.kv.nbytes() if run.kv is not None else 0,
     }
+    if speculative:
+        s = run.spec
+        stats.update(drafted=s["drafted"], accepted=s["accepted"],
+                     acceptance_rate=s["accepted"] / s["drafted"] if s["drafted"] else 0.0,
+                     tokens_per_target_forward=n / max(1, s["target_forwards"] + 1))
+    return stats
 
 
 def generate(model, tok, prompt, p: SamplingParams, cache="contiguous", kv_dtype=torch.float32,
              on_text: Callable[[str], None] | None = None, eos_ids: Sequence[int] = (),
-             prefill_chunk: int | None = None) -> Generation:
-    """Generate a completion for `prompt` (text or ids); `on_text` receives each final text piece."""
-    steps = iter_generate(model, tok, prompt, p, cache, kv_dtype, eos_ids, prefill_chunk)
+             prefill_chunk: int | None = None, proposer=None, num_draft_tokens: int = 4) -> Generation:
+    """Generate a completion for `prompt` (text or ids); `on_text` receives each final text piece.
+    With a proposer (tinyllm.speculative), drafts are verified k at a time; the output is unchanged."""
+    steps = iter_generate(model, tok, prompt, p, cache, kv_dtype, eos_ids, prefill_chunk, proposer, num_draft_tokens)
     while True:
         try:
             piece = next(steps)
