@@ -12,10 +12,13 @@ from ..cache.block_pool import BlockPool
 from ..cache.paged_cache import PagedStorage
 from ..errors import TinyLLMError
 from ..generate import prompt_ids_of
-from ..generation import Generation, Timings, TokenLogprob
+from ..generation import Generation, Timings
 from ..llm import parse_dtype
 from ..sampling.params import SamplingParams
 from ..sampling.sampler import sample_batch
+from ..speculative.proposer import SpeculativeConfig
+from ..speculative.verify import verify_drafts
+from .postprocess import apply_tokens
 from .kv_manager import KVManager, blocks_for
 from .request import Request, RequestStatus
 from .runner import ModelRunner
@@ -44,6 +47,7 @@ class EngineConfig:
     kv_memory_bytes: int = 1 << 30
     kv_dtype: str = "float32"
     enable_prefix_caching: bool = True
+    speculative: SpeculativeConfig | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "kv_memory_bytes"):
@@ -105,7 +109,12 @@ class Engine:
         max_new = min(max_len - len(ids), pool_positions - len(ids) + 1)
         if params.max_tokens is not None:
             max_new = min(max_new, params.max_tokens)
-        return Request.create(request_id, ids, params, max_new, self.tokenizer)
+        req = Request.create(request_id, ids, params, max_new, self.tokenizer)
+        if self.config.speculative is not None:
+            from ..speculative.factory import make_proposer
+
+            req.proposer = make_proposer(self.config.speculative, self.llm, max_len=len(ids) + max_new)
+        return req
 
     def abort(self, request_id: str) -> bool:
         """Stop a request and free its blocks. Returns False (and does nothing) for an unknown or
@@ -123,7 +132,9 @@ class Engine:
 
     # ---- one step
     def step(self) -> list[RequestOutput]:
+        """One forward over the scheduled batch; returns each touched request's new text and ids."""
         outputs, self._early = self._early, []
+        self._propose_drafts()
         plan = self.scheduler.schedule()
         if not plan.chunks:
             return outputs
@@ -133,39 +144,58 @@ class Engine:
         sampling, logits = self.runner.run(plan, self.kv.tables)
         for chunk in plan.chunks:
             chunk.request.num_computed += chunk.num_tokens
-            self.kv.commit(chunk.request)
         if sampling:
             outputs += self._sample(sampling, logits)
+        for chunk in plan.chunks:
+            if not chunk.request.status.is_finished:
+                self.kv.commit(chunk.request)
         return outputs
 
+    def _propose_drafts(self) -> None:
+        """Speculation: each running request ready to decode gets up to k drafts to verify this step."""
+        k = self.config.speculative.num_draft_tokens if self.config.speculative else 0
+        for req in self.scheduler.running:
+            if req.proposer is None or req.draft_ids or req.num_computed != req.num_committed - 1:
+                continue
+            room = min(k, req.max_new - len(req.output_ids) - 1)
+            if room > 0:
+                req.draft_ids = req.proposer.propose(req.prompt_ids + req.output_ids, room)
+
     def _sample(self, chunks, logits) -> list[RequestOutput]:
-        reqs = [c.request for c in chunks]
-        results = sample_batch(logits, [r.params for r in reqs], [r.prompt_ids for r in reqs],
-                               [r.output_ids for r in reqs], [r.rng for r in reqs], [len(r.output_ids) for r in reqs])
-        now = time.perf_counter()
-        return [self._accept(req, res, now) for req, res in zip(reqs, results)]
+        """Sample every chunk's rows: one batched draw for plain rows, verification for drafted ones."""
+        now, row, plain, drafted = time.perf_counter(), 0, [], []
+        for c in chunks:
+            n = 1 + len(c.request.draft_ids)
+            (drafted if c.request.draft_ids else plain).append((c.request, row, n))
+            row += n
+        results: dict[str, list] = {}
+        if plain:
+            reqs = [r for r, _, _ in plain]
+            rows = logits[[i for _, i, _ in plain]] if len(plain) < logits.shape[0] else logits
+            drawn = sample_batch(rows, [r.params for r in reqs], [r.prompt_ids for r in reqs],
+                                 [r.output_ids for r in reqs], [r.rng for r in reqs], [len(r.output_ids) for r in reqs])
+            results.update((r.request_id, [d]) for r, d in zip(reqs, drawn))
+        for req, i, n in drafted:
+            results[req.request_id] = verify_drafts(logits[i:i + n], req.draft_ids, req.params, req.prompt_ids,
+                                                    req.output_ids, req.rng)
+        return [self._apply(c.request, results[c.request.request_id], now) for c in chunks]
 
-    def _accept(self, req: Request, r, now: float) -> RequestOutput:
-        """Apply one sampled token to a request: EOS, text, stop strings, budget."""
-        req.times.first_token = req.times.first_token or now
-        stop_ids = set(req.params.stop_token_ids) | (set() if req.params.ignore_eos else set(self.llm.eos_ids))
-        if r.token in stop_ids:
-            return self._retire(req, RequestStatus.FINISHED_STOPPED, "", 0, now)
-        text = req.out.add(r.token, TokenLogprob(r.token, r.logprob, list(r.top_logprobs), r.entropy))
-        req.times.token_times.append(now)
-        if req.out.stopped:
-            return self._retire(req, RequestStatus.FINISHED_STOPPED, text, 1, now)
-        if len(req.output_ids) >= req.max_new:
-            return self._retire(req, RequestStatus.FINISHED_LENGTH, text, 1, now)
-        return self._output(req, text, 1)
-
-    def _retire(self, req: Request, status: RequestStatus, text: str, n_new: int, now: float) -> RequestOutput:
-        text += req.out.finish()
-        if req.out.stopped:
-            status = RequestStatus.FINISHED_STOPPED
-        self.scheduler.finish(req, status)
-        req.times.finished = now
-        return self._output(req, text, n_new)
+    def _apply(self, req: Request, results: list, now: float) -> RequestOutput:
+        drafts = req.draft_ids
+        req.draft_ids = []
+        if req.proposer is not None:
+            req.spec_stats["drafted"] += len(drafts)
+            req.spec_stats["accepted"] += len(results) - 1
+            req.spec_stats["target_forwards"] += 1
+        applied = apply_tokens(req, results, self.llm.eos_ids, now)
+        if applied.finish is not None:
+            self.scheduler.finish(req, applied.finish)
+            req.times.finished = now
+        elif drafts:  # keep the KV of the fed token and the accepted drafts; drop the rejected ones
+            req.num_computed = req.num_committed - 1
+            self.kv.truncate(req, req.num_computed)
+            req.proposer.rollback(req.num_computed)
+        return self._output(req, applied.text, applied.num_new)
 
     def _output(self, req: Request, text: str, n_new: int) -> RequestOutput:
         new = req.output_ids[len(req.output_ids) - n_new:] if n_new else []
@@ -196,6 +226,11 @@ class Engine:
                  "cached_tokens": req.num_cached_tokens, "preemptions": req.num_preemptions,
                  "decode_tokens_per_s": (n - 1) / timings.decode_s if n > 1 and timings.decode_s else 0.0,
                  "token_times": list(t.token_times), "arrival": t.arrival}
+        if req.proposer is not None:
+            s = req.spec_stats
+            stats.update(drafted=s["drafted"], accepted=s["accepted"],
+                         acceptance_rate=s["accepted"] / s["drafted"] if s["drafted"] else 0.0,
+                         tokens_per_target_forward=n / max(1, s["target_forwards"]))  # every sampling forward
         return Generation(req.out.text, list(req.output_ids), list(req.out.logprobs), timings, stats,
                           req.finish_reason or "length", list(req.prompt_ids))
 

@@ -41,9 +41,9 @@ class RequestTimes:
 
 @dataclass
 class Request:
-    """Terms: `num_computed` positions have KV in the cache; the sequence is prompt_ids + output_ids, and
-    the last output id is fed to the model on the next step (so num_computed <= num_tokens - 1 while
-    running). `max_new` is the token budget after the context limit is applied."""
+    """Terms: `num_computed` positions have KV in the cache; the sequence is prompt_ids + output_ids, then
+    any draft_ids awaiting verification; the last output id is fed to the model on the next step (so
+    num_computed < num_tokens while running). `max_new` is the token budget after the context limit."""
 
     request_id: str
     prompt_ids: list[int]
@@ -55,6 +55,9 @@ class Request:
     num_computed: int = 0
     num_cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache (first admission)
     num_preemptions: int = 0
+    draft_ids: list[int] = field(default_factory=list)
+    proposer: object = None
+    spec_stats: dict = field(default_factory=lambda: {"drafted": 0, "accepted": 0, "target_forwards": 0})
     times: RequestTimes = field(default_factory=RequestTimes)
 
     @classmethod
@@ -68,17 +71,19 @@ class Request:
 
     @property
     def num_tokens(self) -> int:
-        return len(self.prompt_ids) + len(self.output_ids)
+        """Positions the next forward may reach: prompt, output and drafts."""
+        return len(self.prompt_ids) + len(self.output_ids) + len(self.draft_ids)
 
-    def token(self, position: int) -> int:
-        n = len(self.prompt_ids)
-        return self.prompt_ids[position] if position < n else self.output_ids[position - n]
+    @property
+    def num_committed(self) -> int:
+        """Prompt and output tokens (drafts excluded)."""
+        return len(self.prompt_ids) + len(self.output_ids)
 
     def tokens(self, start: int, stop: int) -> list[int]:
         n = len(self.prompt_ids)
         if stop <= n:
             return self.prompt_ids[start:stop]
-        return (self.prompt_ids + self.output_ids)[start:stop]
+        return (self.prompt_ids + self.output_ids + self.draft_ids)[start:stop]
 
     @property
     def finish_reason(self) -> str | None:

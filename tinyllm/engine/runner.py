@@ -47,7 +47,8 @@ class ModelRunner:
 
     @torch.inference_mode()
     def run(self, step: SchedulerOutput, tables: dict[str, list[int]]) -> tuple[list[ScheduledChunk], torch.Tensor]:
-        """Run the step; return the chunks that sample and their logits [n, V], in that order."""
+        """Run the step; return the chunks that sample and their logits [n, V], in that order (a chunk
+        with k drafts has k + 1 rows)."""
         for src, dst in step.block_copies:
             self.storage.copy_block(src, dst)
         decodes = [c for c in step.chunks if c.num_tokens == 1]
@@ -73,7 +74,8 @@ class ModelRunner:
             positions.append(torch.arange(c.start, stop))
             slot_mapping.append(self._slots(table, c.start, stop))
             if c.samples:
-                rows.append(len(ids) - 1)
+                first = len(ids) - (stop - c.sample_start)
+                rows += range(first, len(ids))
                 sampling.append(c)
         batch = PagedBatch(self.storage, torch.cat(slot_mapping), torch.cat(positions).to(self.device), layout)
         x = torch.tensor([ids], device=self.device)  # [1, N]

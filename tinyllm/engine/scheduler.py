@@ -24,8 +24,13 @@ class ScheduledChunk:
 
     @property
     def samples(self) -> bool:
-        """Whether this chunk reaches the end of the known sequence, so its last logits are sampled."""
+        """Whether this chunk reaches the end of the known sequence, so its logits are sampled."""
         return self.start + self.num_tokens == self.request.num_tokens
+
+    @property
+    def sample_start(self) -> int:
+        """First position whose logits are sampled: the last committed token (then one per draft)."""
+        return self.request.num_committed - 1
 
 
 @dataclass
