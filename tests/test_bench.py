@@ -1,0 +1,89 @@
+"""Smoke runs of every `tinyllm bench` kind with --quick on a tiny random model: the JSON has the expected
+keys and sane values. Benchmarks are never pass/fail on speed, so no timing is asserted."""
+import importlib.util
+import json
+import os
+
+import pytest
+
+from model_files import random_tiny_llama, write_hf_folder
+from tinyllm.cli import main
+
+HAS_REFERENCE = importlib.util.find_spec("transformers") is not None
+HAS_PLOT = importlib.util.find_spec("matplotlib") is not None
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return write_hf_folder(random_tiny_llama(3, max_position_embeddings=512), str(tmp_path_factory.mktemp("hf")))
+
+
+def bench(kind, folder, out, *extra):
+    assert main(["bench", kind, "--quick", "--model", folder, "--out", str(out), *extra]) == 0
+    with open(os.path.join(out, f"{kind}.json")) as f:
+        result = json.load(f)
+    assert result["bench"] == kind and result["options"]["quick"] is True
+    assert result["machine"]["cpu_count"] >= 1 and result["model"] == os.path.abspath(folder)
+    assert os.path.isfile(os.path.join(out, f"{kind}.png")) == (HAS_PLOT and kind != "load")
+    return result
+
+
+def positive(x):
+    return isinstance(x, (int, float)) and x > 0
+
+
+def test_load(folder, tmp_path):
+    r = bench("load", folder, tmp_path)
+    assert positive(r["load"]["ours_s"]) and r["prefill"]["prompt_tokens"] == 32
+    assert positive(r["prefill"]["ours_tokens_per_s"]) and positive(r["uncached_decode"]["ours_tokens_per_s"])
+    assert r["uncached_decode"]["new_tokens"] == 4
+    if HAS_REFERENCE:
+        assert positive(r["load"]["reference_s"]) and positive(r["prefill"]["speedup"])
+        assert r["uncached_decode"]["same_ids"] is True  # exact engine, same float32 weights
+
+
+def test_decode(folder, tmp_path):
+    r = bench("decode", folder, tmp_path)
+    modes = {row["mode"] for row in r["rows"]}
+    assert {"none", "contiguous", "paged", "contiguous-f16"} <= modes
+    assert ("reference" in modes) == HAS_REFERENCE
+    for row in r["rows"]:
+        assert row["new_tokens"] in (4, 8) and positive(row["wall_s"]) and positive(row["decode_tokens_per_s"])
+        if row["mode"] in ("none", "paged", "reference"):
+            assert row["same_ids_as_contiguous"] is True
+    assert positive(r["ratios"]["contiguous_over_none"]["8"])
+    assert r["ratios"]["aims"]["at"] == 8
+
+
+def test_throughput(folder, tmp_path):
+    r = bench("throughput", folder, tmp_path)
+    assert [c["concurrency"] for c in r["closed"]] == [1, 3]
+    for run in r["closed"] + r["poisson"]:
+        assert 3 <= run["output_tokens"] / run["requests"] <= 6  # outputs drawn from --output-range 3 6
+        assert positive(run["output_tokens_per_s"]) and run["ttft_s"]["n"] == run["requests"]
+        assert 0 <= run["ttft_s"]["p50"] <= run["ttft_s"]["p99"] and run["itl_s"]["p50"] >= 0
+    assert r["poisson"][0]["rate"] == 8.0
+    assert len(r["reference_static"]) == (1 if HAS_REFERENCE else 0)
+    if HAS_REFERENCE:
+        hf = r["reference_static"][0]
+        assert hf["batch_size"] == 2 and hf["output_tokens"] == r["closed"][1]["output_tokens"]
+        assert positive(r["comparison"]["output_tokens_per_s_over_hf_batch_2"])
+
+
+def test_prefix(folder, tmp_path):
+    r = bench("prefix", folder, tmp_path)
+    on, off = r["sharing"], r["no_sharing"]
+    assert r["same_ids"] is True and r["requests"] == 4
+    assert on["cached_tokens"] > 0 and off["cached_tokens"] == 0
+    assert on["cached_tokens"] % 16 == 0  # whole blocks only
+    assert 0 < off["peak_blocks_used"] <= r["blocks_without_sharing_in_theory"]
+    assert 0 < on["blocks_per_running_request"] < off["blocks_per_running_request"]
+    assert positive(on["all_prefilled_s"]) and on["output_tokens"] == off["output_tokens"] == 4 * 3
+
+
+def test_bench_help_lists_every_kind(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    text = capsys.readouterr().out
+    for kind in ("load", "decode", "throughput", "prefix"):
+        assert kind in text

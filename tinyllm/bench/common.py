@@ -1,0 +1,231 @@
+"""Shared pieces of the benchmarks: timing, percentiles, the workload text, machine facts, output files,
+and loading our model and the reference implementation (HF transformers) on the same weights.
+
+Heavy imports (torch, transformers, matplotlib) happen inside functions, so building the CLI stays fast.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+
+# ---- timing and statistics
+
+def timed(fn: Callable, *args, **kwargs) -> tuple[object, float]:
+    """(fn's result, wall seconds)."""
+    t0 = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return result, time.perf_counter() - t0
+
+
+def percentile(values, q: float) -> float | None:
+    """The q-th percentile (0..100), linear between closest ranks; None for no values."""
+    xs = sorted(values)
+    if not xs:
+        return None
+    pos = (len(xs) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def summary(values) -> dict:
+    """p50/p90/p99, mean, min, max of a list of seconds (None entries for an empty list)."""
+    xs = list(values)
+    return {"n": len(xs), "p50": percentile(xs, 50), "p90": percentile(xs, 90), "p99": percentile(xs, 99),
+            "mean": sum(xs) / len(xs) if xs else None, "min": min(xs, default=None), "max": max(xs, default=None)}
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def per_second(count: float, seconds: float) -> float:
+    return count / seconds if seconds > 0 else 0.0
+
+
+class TokenStamps:
+    """A streamer for HF generate: stamps the time of every generated step (the first put is the prompt),
+    so the reference's decode rate is measured the way ours is, from its first token to its last."""
+
+    def __init__(self):
+        self.times: list[float] = []
+        self._prompt_seen = False
+
+    def put(self, value) -> None:
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+    def decode_tokens_per_s(self, tokens_per_step: int = 1) -> float:
+        if len(self.times) < 2:
+            return 0.0
+        return per_second((len(self.times) - 1) * tokens_per_step, self.times[-1] - self.times[0])
+
+
+# ---- workload text
+
+def corpus_ids(tokenizer, max_chars: int = 120_000) -> list[int]:
+    """Token ids of real English prose that every Python install carries: the language reference's topics
+    (pydoc_data), in a fixed order, so every run and both engines see the same prompts."""
+    try:
+        from pydoc_data.topics import topics
+        text = "\n\n".join(topics[k] for k in sorted(topics))[:max_chars]
+    except ImportError:  # a stripped Python: fall back on a fixed paragraph
+        text = " ".join(f"Sentence {i} tells of a river, a bridge and {i * 7} travellers." for i in range(4000))
+    return tokenizer.encode(text[:max_chars], add_special_tokens=False)
+
+
+def windows(ids: list[int], lengths: list[int], seed: int) -> list[list[int]]:
+    """One slice of the corpus per length, at seeded offsets (the corpus is repeated if too short)."""
+    rng = random.Random(seed)
+    longest = max(lengths, default=1)
+    source = ids * (1 + longest // max(1, len(ids)))
+    out = []
+    for n in lengths:
+        start = rng.randrange(0, max(1, len(source) - n))
+        out.append(source[start:start + n])
+    return out
+
+
+# ---- machine and output files
+
+def machine_info() -> dict:
+    import torch
+
+    info = {"python": platform.python_version(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
+            "torch": torch.__version__, "torch_threads": torch.get_num_threads(), "cpu": _cpu_model(),
+            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    try:
+        import transformers
+        info["transformers"] = transformers.__version__
+    except ImportError:
+        info["transformers"] = None
+    return info
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def write_json(out_dir: str, name: str, data: dict) -> str:
+    """Write data as out_dir/name.json, noting the machine's load now: a busy neighbour during the run shows
+    as a load average well above the cores the run itself used."""
+    if isinstance(data.get("machine"), dict) and hasattr(os, "getloadavg"):
+        data["machine"]["load_average_after"] = list(os.getloadavg())
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"{name}.json")
+    with open(path, "w") as f:
+        json.dump(data, f, indent=2, default=str)
+    return path
+
+
+def write_plot(out_dir: str, name: str, draw: Callable) -> str | None:
+    """Draw with draw(fig) and save a PNG; None when matplotlib is not installed (it is an optional extra)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")  # files only, never a window
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    os.makedirs(out_dir, exist_ok=True)
+    fig = plt.figure(figsize=(11, 4.5))
+    try:
+        draw(fig)
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"{name}.png")
+        fig.savefig(path, dpi=110)
+    finally:
+        plt.close(fig)
+    return path
+
+
+# ---- models
+
+@dataclass
+class Models:
+    llm: object
+    reference: object | None    # HF LlamaForCausalLM on the same weights, or None
+    path: str
+    load_s: float | None = None
+    reference_load_s: float | None = None
+
+
+def model_path(path: str | None) -> str:
+    from ..loading.default_model import default_model_path
+
+    return os.path.abspath(path) if path else default_model_path()
+
+
+def warm_file_cache(path: str) -> None:
+    """Read the weights once so neither engine's load time pays for the first disk read."""
+    files = [path] if os.path.isfile(path) else [os.path.join(path, f) for f in sorted(os.listdir(path))]
+    for file in files:
+        if os.path.isfile(file):
+            with open(file, "rb") as f:
+                while f.read(1 << 24):
+                    pass
+
+
+def load_ours(path: str, dtype: str = "float32"):
+    from ..llm import LLM
+
+    return timed(LLM, path, dtype=dtype)
+
+
+def load_reference(path: str):
+    """(HF LlamaForCausalLM in float32 on the same weights, seconds); a .gguf goes through gguf_file."""
+    import torch
+    from transformers import LlamaForCausalLM
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    if os.path.isfile(path):
+        folder, name = os.path.split(path)
+        model, seconds = timed(LlamaForCausalLM.from_pretrained, folder, gguf_file=name, dtype=torch.float32)
+    else:
+        model, seconds = timed(LlamaForCausalLM.from_pretrained, path, dtype=torch.float32)
+    return model.eval(), seconds
+
+
+def load_models(args, want_reference: bool = True) -> Models:
+    """Ours, then the reference (unless --no-reference or transformers is missing), each timed."""
+    path = model_path(args.model)
+    warm_file_cache(path)
+    llm, load_s = load_ours(path)
+    ref, ref_s = None, None
+    if want_reference and not args.no_reference:
+        try:
+            ref, ref_s = load_reference(path)
+        except ImportError:
+            print("transformers is not installed: the reference columns stay empty")
+    return Models(llm, ref, path, load_s, ref_s)
+
+
+def pad_id(llm) -> int:
+    return int(llm.eos_ids[0]) if llm.eos_ids else 0
+
+
+def header(kind: str, args, models: Models) -> dict:
+    """The part every result file starts with: what ran, on what, with which options."""
+    options = {k: v for k, v in vars(args).items() if k not in ("func", "bench_run")}
+    return {"bench": kind, "model": models.path, "machine": machine_info(), "options": options,
+            "reference": "transformers.LlamaForCausalLM (float32, same weights)" if models.reference else None}

@@ -1,0 +1,138 @@
+"""Greedy decode tokens/s with cache none vs contiguous (and paged, float16 KV) for growing numbers of new
+tokens, beside HF transformers' cached generate at batch 1 on the same weights.
+
+Writes decode.json and decode.png (time against new tokens for every mode)."""
+from __future__ import annotations
+
+import time
+
+from . import common
+
+QUICK = dict(new_tokens=[4, 8], prompt_tokens=16, repeats=1)
+# (row name, generate keywords): the cache modes of one request, one row each.
+MODES = [
+    ("none", dict(cache="none")),
+    ("contiguous", dict(cache="contiguous")),
+    ("paged", dict(cache="paged")),
+    ("contiguous-f16", dict(cache="contiguous", kv_dtype="float16")),
+]
+AIM_CACHED_OVER_NONE = 5.0   # at the longest run
+AIM_OVER_REFERENCE = 4.0     # contiguous vs HF generate, batch 1
+
+
+def add_args(p) -> None:
+    p.add_argument("--new-tokens", type=int, nargs="+", default=[32, 64, 128, 256],
+                   help="numbers of new tokens (default 32 64 128 256)")
+    p.add_argument("--prompt-tokens", type=int, default=32, help="prompt length (default 32)")
+    p.add_argument("--repeats", type=int, default=1, help="runs per mode and length; the fastest counts")
+
+
+def ours(llm, ids: list[int], n: int, options: dict) -> dict:
+    g, wall = common.timed(llm.generate, ids, max_tokens=n, temperature=0, ignore_eos=True, **options)
+    return {"wall_s": wall, "ttft_s": g.timings.ttft_s, "decode_tokens_per_s": g.stats["decode_tokens_per_s"],
+            "ids": g.ids}
+
+
+def reference(ref, ids: list[int], n: int, pad: int) -> dict:
+    import torch
+
+    stamps = common.TokenStamps()
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = ref.generate(torch.tensor([ids]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                           use_cache=True, pad_token_id=pad, streamer=stamps)
+    wall = time.perf_counter() - t0
+    ttft = stamps.times[0] - t0 if stamps.times else None
+    return {"wall_s": wall, "ttft_s": ttft, "decode_tokens_per_s": stamps.decode_tokens_per_s(),
+            "ids": out[0, len(ids):].tolist()}
+
+
+def runners(models: common.Models, ids: list[int]) -> list[tuple[str, callable]]:
+    llm = models.llm
+    out = [(name, lambda n, o=options: ours(llm, ids, n, o)) for name, options in MODES]
+    if models.reference is not None:
+        out.append(("reference", lambda n: reference(models.reference, ids, n, common.pad_id(llm))))
+    return out
+
+
+def measure(models: common.Models, prompt_tokens: int, new_tokens: list[int], repeats: int, seed: int = 0) -> dict:
+    """Every (mode, n) run `repeats` times; within one n the modes take turns (in a rotating order) so that a
+    busy spell on the machine does not fall on one mode only. The fastest run of each counts."""
+    ids = common.windows(common.corpus_ids(models.llm.tokenizer), [prompt_tokens], seed)[0]
+    modes = runners(models, ids)
+    for _, fn in modes:
+        fn(2)  # first-call set-up
+    best: dict[tuple[str, int], dict] = {}
+    for n in new_tokens:
+        for r in range(repeats):
+            for k in range(len(modes)):
+                name, fn = modes[(k + r + n) % len(modes)]
+                run = fn(n)
+                if (name, n) not in best or run["wall_s"] < best[(name, n)]["wall_s"]:
+                    best[(name, n)] = run
+    expected = {n: best[("contiguous", n)]["ids"] for n in new_tokens}
+    rows = []
+    for (name, n), run in sorted(best.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        same = run.pop("ids") == expected[n]
+        rows.append({"mode": name, "new_tokens": n, "tokens_per_s": common.per_second(n, run["wall_s"]),
+                     "same_ids_as_contiguous": same, **run})
+    return {"prompt_tokens": len(ids), "rows": rows, "ratios": ratios(rows, new_tokens)}
+
+
+def ratios(rows: list[dict], new_tokens: list[int]) -> dict:
+    """Decode tokens/s of one mode over another, per n; and whether the aims are reached at the longest n."""
+    rate = {(r["mode"], r["new_tokens"]): r["decode_tokens_per_s"] for r in rows}
+    out = {"contiguous_over_none": {}, "contiguous_over_reference": {}, "paged_over_contiguous": {},
+           "f16_over_contiguous": {}}
+    for n in new_tokens:
+        out["contiguous_over_none"][n] = common.ratio(rate.get(("contiguous", n)), rate.get(("none", n)))
+        out["contiguous_over_reference"][n] = common.ratio(rate.get(("contiguous", n)), rate.get(("reference", n)))
+        out["paged_over_contiguous"][n] = common.ratio(rate.get(("paged", n)), rate.get(("contiguous", n)))
+        out["f16_over_contiguous"][n] = common.ratio(rate.get(("contiguous-f16", n)), rate.get(("contiguous", n)))
+    longest = max(new_tokens)
+    cached = out["contiguous_over_none"][longest]
+    vs_ref = out["contiguous_over_reference"][longest]
+    out["aims"] = {"cached_over_none": AIM_CACHED_OVER_NONE, "cached_over_none_reached": cached is not None
+                   and cached >= AIM_CACHED_OVER_NONE, "over_reference": AIM_OVER_REFERENCE,
+                   "over_reference_reached": vs_ref is not None and vs_ref >= AIM_OVER_REFERENCE, "at": longest}
+    return out
+
+
+def draw(result: dict):
+    def plot(fig):
+        left, right = fig.subplots(1, 2)
+        for name in [m for m, _ in MODES] + ["reference"]:
+            pts = [(r["new_tokens"], r["wall_s"], r["decode_tokens_per_s"]) for r in result["rows"] if r["mode"] == name]
+            if not pts:
+                continue
+            label = "HF transformers (cached)" if name == "reference" else name
+            left.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+            right.plot([p[0] for p in pts], [p[2] for p in pts], marker="o", label=label)
+        left.set(xlabel="new tokens", ylabel="wall time (s)", title="greedy generate, batch 1")
+        right.set(xlabel="new tokens", ylabel="decode tokens/s", title="decode rate", yscale="log")
+        for ax in (left, right):
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+    return plot
+
+
+def report(result: dict) -> str:
+    lines = [f"{'mode':16s} {'new':>5s} {'wall s':>8s} {'decode tok/s':>13s} {'ttft s':>7s} {'same ids':>9s}"]
+    for r in result["rows"]:
+        ttft = "-" if r["ttft_s"] is None else f"{r['ttft_s']:.3f}"
+        lines.append(f"{r['mode']:16s} {r['new_tokens']:5d} {r['wall_s']:8.2f} {r['decode_tokens_per_s']:13.2f} "
+                     f"{ttft:>7s} {str(r['same_ids_as_contiguous']):>9s}")
+    for key, per_n in result["ratios"].items():
+        if key != "aims":
+            lines.append(f"{key:28s} " + "  ".join(f"{n}: {'-' if v is None else f'{v:.2f}'}" for n, v in per_n.items()))
+    return "\n".join(lines)
+
+
+def run(args, models: common.Models | None = None) -> dict:
+    models = models or common.load_models(args)
+    result = common.header("decode", args, models)
+    result.update(measure(models, args.prompt_tokens, args.new_tokens, args.repeats, args.seed))
+    result["png"] = common.write_plot(args.out, "decode", draw(result))
+    result["json"] = common.write_json(args.out, "decode", result)
+    print(report(result))
+    return result

@@ -1,0 +1,95 @@
+"""Load time of the model; prefill tokens/s on a long prompt and uncached greedy tokens/s, each beside
+HF transformers on the same weights in the same run."""
+from __future__ import annotations
+
+from . import common
+
+QUICK = dict(prompt_tokens=32, new_tokens=4, repeats=1)
+
+
+def add_args(p) -> None:
+    p.add_argument("--prompt-tokens", type=int, default=512, help="prefill prompt length (default 512)")
+    p.add_argument("--new-tokens", type=int, default=32, help="uncached greedy tokens to generate (default 32)")
+    p.add_argument("--repeats", type=int, default=3, help="prefill runs per engine; the best counts (default 3)")
+
+
+def prefill_times(models: common.Models, ids: list[int], repeats: int) -> dict:
+    """Seconds of one forward over the prompt, ours and the reference's run alternately so that a noisy
+    neighbour hits both alike. Both compute only the last position's logits."""
+    import torch
+
+    x = torch.tensor([ids])
+    ours, ref = [], []
+    with torch.inference_mode():
+        models.llm.model(x[:, :8], last_only=True)  # first-call set-up is not prefill
+        if models.reference is not None:
+            models.reference(x[:, :8], use_cache=False, logits_to_keep=1)
+        for _ in range(repeats):
+            ours.append(common.timed(models.llm.model, x, last_only=True)[1])
+            if models.reference is not None:
+                ref.append(common.timed(models.reference, x, use_cache=False, logits_to_keep=1)[1])
+    return {"ours_s": ours, "reference_s": ref}
+
+
+def uncached_decode(models: common.Models, ids: list[int], n: int) -> dict:
+    """Greedy n tokens recomputing the whole sequence every step (ours: cache="none"; HF: use_cache=False)."""
+    import torch
+
+    llm = models.llm
+    g, wall = common.timed(llm.generate, ids, cache="none", max_tokens=n, temperature=0, ignore_eos=True)
+    out = {"ours_wall_s": wall, "ours_tokens_per_s": common.per_second(n, wall),
+           "ours_decode_tokens_per_s": g.stats["decode_tokens_per_s"]}
+    if models.reference is None:
+        return out
+    stamps = common.TokenStamps()
+    with torch.inference_mode():
+        ref_ids, ref_wall = common.timed(
+            models.reference.generate, torch.tensor([ids]), max_new_tokens=n, min_new_tokens=n,
+            do_sample=False, use_cache=False, pad_token_id=common.pad_id(llm), streamer=stamps)
+    ref_ids = ref_ids[0, len(ids):].tolist()
+    out.update(reference_wall_s=ref_wall, reference_tokens_per_s=common.per_second(n, ref_wall),
+               reference_decode_tokens_per_s=stamps.decode_tokens_per_s(), same_ids=ref_ids == g.ids)
+    return out
+
+
+def measure(models: common.Models, prompt_tokens: int, new_tokens: int, repeats: int, seed: int = 0) -> dict:
+    ids = common.corpus_ids(models.llm.tokenizer)
+    prompt = common.windows(ids, [prompt_tokens], seed)[0]
+    pre = prefill_times(models, prompt, repeats)
+    best_ours = min(pre["ours_s"])
+    best_ref = min(pre["reference_s"]) if pre["reference_s"] else None
+    prefill = {"prompt_tokens": len(prompt), **pre,
+               "ours_tokens_per_s": common.per_second(len(prompt), best_ours),
+               "reference_tokens_per_s": common.per_second(len(prompt), best_ref) if best_ref else None}
+    prefill["speedup"] = common.ratio(prefill["ours_tokens_per_s"], prefill["reference_tokens_per_s"])
+    short = common.windows(ids, [32], seed + 1)[0]
+    decode = uncached_decode(models, short, new_tokens)
+    decode["speedup"] = common.ratio(decode["ours_tokens_per_s"], decode.get("reference_tokens_per_s"))
+    load = {"ours_s": models.load_s, "reference_s": models.reference_load_s,
+            "speedup": common.ratio(models.reference_load_s, models.load_s)}
+    return {"load": load, "prefill": prefill, "uncached_decode": {"prompt_tokens": len(short),
+                                                                  "new_tokens": new_tokens, **decode}}
+
+
+def report(result: dict) -> str:
+    ld, pf, dc = result["load"], result["prefill"], result["uncached_decode"]
+
+    def f(x, spec=".2f"):
+        return "-" if x is None else format(x, spec)
+
+    rows = [("what", "ours", "reference", "ours/ref speed"),
+            ("load (s)", f(ld["ours_s"]), f(ld["reference_s"]), f(ld["speedup"])),
+            (f"prefill {pf['prompt_tokens']} tok (tok/s)", f(pf["ours_tokens_per_s"], ".1f"),
+             f(pf["reference_tokens_per_s"], ".1f"), f(pf["speedup"])),
+            (f"uncached greedy {dc['new_tokens']} tok (tok/s)", f(dc["ours_tokens_per_s"], ".2f"),
+             f(dc.get("reference_tokens_per_s")), f(dc["speedup"]))]
+    return "\n".join(f"{a:34s} {b:>10s} {c:>10s} {d:>14s}" for a, b, c, d in rows)
+
+
+def run(args, models: common.Models | None = None) -> dict:
+    models = models or common.load_models(args)
+    result = common.header("load", args, models)
+    result.update(measure(models, args.prompt_tokens, args.new_tokens, args.repeats, args.seed))
+    result["json"] = common.write_json(args.out, "load", result)
+    print(report(result))
+    return result

@@ -1,0 +1,116 @@
+"""Prefix sharing: requests that share a long system prompt, run with the engine's prefix cache on and off
+— peak KV blocks used, time to first token and time until every prefill is done, cached tokens.
+
+Writes prefix.json and prefix.png."""
+from __future__ import annotations
+
+import gc
+import random
+
+from . import common
+from .workload import Work, drive_engine
+
+# A small token budget, so later requests are admitted after the shared blocks are computed (a request
+# admitted in the same step as the first cannot reuse blocks that do not exist yet).
+QUICK = dict(requests=4, system_tokens=48, suffix_range=[4, 12], output_tokens=3, max_batched_tokens=32,
+             kv_memory_mb=16, repeats=1)
+
+
+def add_args(p) -> None:
+    p.add_argument("--requests", type=int, default=32, help="requests sharing the system prompt (default 32)")
+    p.add_argument("--system-tokens", type=int, default=512, help="shared system prompt length (default 512)")
+    p.add_argument("--suffix-range", type=int, nargs=2, default=[16, 48], help="each request's own tokens, min max")
+    p.add_argument("--output-tokens", type=int, default=16, help="greedy tokens per request (default 16)")
+    p.add_argument("--max-batched-tokens", type=int, default=256, help="engine token budget per step")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--kv-memory-mb", type=int, default=1024, help="engine KV pool size (default 1024 MiB)")
+    p.add_argument("--repeats", type=int, default=2, help="runs of each setting, alternating; the fastest counts")
+
+
+def shared_workload(tokenizer, args) -> list[Work]:
+    ids = common.corpus_ids(tokenizer)
+    rng = random.Random(args.seed)
+    lengths = [rng.randint(*args.suffix_range) for _ in range(args.requests)]
+    system = common.windows(ids, [args.system_tokens], args.seed)[0]
+    suffixes = common.windows(ids, lengths, args.seed + 1)
+    return [Work(system + s, args.output_tokens) for s in suffixes]
+
+
+def one_run(llm, args, work: list[Work], caching: bool) -> dict:
+    from ..engine.engine import Engine
+
+    gc.collect()  # the previous run's pool goes before the next is allocated
+    engine = Engine(llm, max_num_seqs=len(work), max_num_batched_tokens=args.max_batched_tokens,
+                    block_size=args.block_size, kv_memory_bytes=args.kv_memory_mb << 20,
+                    enable_prefix_caching=caching)
+    r = drive_engine(engine, work, keep_ids=True)
+    r["all_prefilled_s"] = r["ttft_s"]["max"]  # every request arrives at once: the last first token
+    r["pool_blocks"] = engine.pool_stats().total
+    return r
+
+
+def measure(models: common.Models, args) -> dict:
+    llm = models.llm
+    work = shared_workload(llm.tokenizer, args)
+    one_run(llm, args, work[:2], True)  # first-call set-up
+    runs = {}
+    for r in range(args.repeats):  # alternate, so that a busy spell on the machine does not hit one only
+        for name, caching in [("sharing", True), ("no_sharing", False)][::1 if r % 2 == 0 else -1]:
+            run = one_run(llm, args, work, caching)
+            if name not in runs or run["wall_s"] < runs[name]["wall_s"]:
+                runs[name] = run
+    same = runs["sharing"].pop("ids") == runs["no_sharing"].pop("ids")
+    on, off = runs["sharing"], runs["no_sharing"]
+    blocks_alone = sum(-(-(len(w.ids) + w.max_tokens) // args.block_size) for w in work)
+    return {"requests": len(work), "system_tokens": args.system_tokens, "prompt_tokens": on["prompt_tokens"],
+            "blocks_without_sharing_in_theory": blocks_alone, **runs, "same_ids": same,
+            "blocks_per_request_saved": 1 - common.ratio(on["blocks_per_running_request"],
+                                                         off["blocks_per_running_request"]),
+            "all_prefilled_speedup": common.ratio(off["all_prefilled_s"], on["all_prefilled_s"]),
+            "ttft_p50_speedup": common.ratio(off["ttft_s"]["p50"], on["ttft_s"]["p50"]),
+            "wall_speedup": common.ratio(off["wall_s"], on["wall_s"])}
+
+
+def draw(result: dict):
+    def plot(fig):
+        blocks_ax, time_ax = fig.subplots(1, 2)
+        names = ["sharing", "no_sharing"]
+        for i, key in enumerate(("peak_blocks_used", "blocks_per_running_request")):
+            blocks_ax.bar([i - 0.2, i + 0.2], [result[n][key] for n in names], 0.4, color=["tab:green", "tab:gray"])
+        blocks_ax.set_xticks([0, 1], ["peak blocks used", "blocks per running request"])
+        blocks_ax.set(yscale="log", title=f"{result['requests']} requests, {result['system_tokens']}-token shared "
+                      "prefix (green: sharing)")
+        width = 0.25
+        metrics = [("ttft p50", lambda r: r["ttft_s"]["p50"]), ("all prefilled", lambda r: r["all_prefilled_s"]),
+                   ("wall", lambda r: r["wall_s"])]
+        for i, name in enumerate(names):
+            xs = [j + (i - 0.5) * width for j in range(len(metrics))]
+            time_ax.bar(xs, [f(result[name]) for _, f in metrics], width, label=name)
+        time_ax.set_xticks(range(len(metrics)), [m for m, _ in metrics])
+        time_ax.set(ylabel="seconds", title="time")
+        time_ax.legend(fontsize=8)
+        for ax in (blocks_ax, time_ax):
+            ax.grid(alpha=0.3, axis="y")
+    return plot
+
+
+def report(result: dict) -> str:
+    lines = [f"{'run':12s} {'peak blocks':>11s} {'blocks/req':>10s} {'cached tok':>10s} {'ttft p50':>9s} "
+             f"{'all prefilled s':>15s} {'wall s':>8s}"]
+    for name in ("sharing", "no_sharing"):
+        r = result[name]
+        lines.append(f"{name:12s} {r['peak_blocks_used']:11d} {r['blocks_per_running_request']:10.1f} "
+                     f"{r['cached_tokens']:10d} {r['ttft_s']['p50']:9.2f} {r['all_prefilled_s']:15.2f} {r['wall_s']:8.2f}")
+    lines.append(f"blocks per request saved {result['blocks_per_request_saved']:.1%}, all-prefilled speed-up "
+                 f"{result['all_prefilled_speedup']:.2f}x, same ids: {result['same_ids']}")
+    return "\n".join(lines)
+
+
+def run(args, models: common.Models | None = None) -> dict:
+    models = models or common.load_models(args, want_reference=False)
+    result = common.header("prefix", args, models)
+    result.update(measure(models, args))
+    result["png"] = common.write_plot(args.out, "prefix", draw(result))
+    result["json"] = common.write_json(args.out, "prefix", result)
+    print(report(result))
+    return result

@@ -1,0 +1,132 @@
+"""N concurrent requests of mixed prompt and output lengths through the engine (aggregate output tokens/s,
+time to first token and inter-token latency p50/p99), a Poisson-arrival run at a few rates, and HF
+transformers' static-batch generate on the same weights and prompts.
+
+Writes throughput.json and throughput.png."""
+from __future__ import annotations
+
+import gc
+
+from . import common
+from .workload import drive_engine, drive_reference, make_workload, poisson
+
+QUICK = dict(concurrency=[1, 3], prompt_range=[8, 24], output_range=[3, 6], rates=[8.0], poisson_requests=3,
+             hf_batch=[2], hf_requests=3, kv_memory_mb=16)
+AIM_TOKENS_PER_S = 300.0  # aggregate decode at 32 streams
+
+
+def add_args(p) -> None:
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32, 64],
+                   help="numbers of requests run together (default 1 4 16 32 64)")
+    p.add_argument("--prompt-range", type=int, nargs=2, default=[16, 256], help="prompt tokens, min max")
+    p.add_argument("--output-range", type=int, nargs=2, default=[32, 128], help="output tokens, min max")
+    p.add_argument("--rates", type=float, nargs="*", default=[0.5, 1.0, 2.0],
+                   help="Poisson arrival rates in requests/s (default 0.5 1 2; none to skip)")
+    p.add_argument("--poisson-requests", type=int, default=32, help="requests per Poisson run (default 32)")
+    p.add_argument("--hf-batch", type=int, nargs="*", default=[8, 32],
+                   help="HF static batch sizes (default 8 32; none to skip)")
+    p.add_argument("--hf-requests", type=int, default=32, help="requests HF runs, the first of the workload")
+    p.add_argument("--max-batched-tokens", type=int, default=256, help="engine token budget per step")
+    p.add_argument("--kv-memory-mb", type=int, default=1024, help="engine KV pool size (default 1024 MiB)")
+
+
+def engine_for(llm, args, max_num_seqs: int):
+    from ..engine.engine import Engine
+
+    gc.collect()  # the previous run's pool goes before the next is allocated
+    return Engine(llm, max_num_seqs=max_num_seqs, max_num_batched_tokens=args.max_batched_tokens,
+                  kv_memory_bytes=args.kv_memory_mb << 20)
+
+
+def measure(models: common.Models, args) -> dict:
+    llm = models.llm
+    largest = max(args.concurrency + [args.poisson_requests, args.hf_requests])
+    work = make_workload(llm.tokenizer, largest, args.prompt_range, args.output_range, args.seed)
+    drive_engine(engine_for(llm, args, 2), work[:2])  # first-call set-up
+    closed = []
+    for n in args.concurrency:
+        closed.append({"concurrency": n, **drive_engine(engine_for(llm, args, n), work[:n])})
+        _progress("engine", closed[-1])
+    arrivals = []
+    for rate in args.rates:
+        timed = poisson(work[:args.poisson_requests], rate, args.seed + 1)
+        arrivals.append({"rate": rate, "max_num_seqs": args.poisson_requests,
+                         **drive_engine(engine_for(llm, args, args.poisson_requests), timed)})
+        _progress(f"poisson {rate}/s", arrivals[-1])
+    ref = []
+    if models.reference is not None:
+        for b in args.hf_batch:
+            ref.append(drive_reference(models.reference, work[:args.hf_requests], b, common.pad_id(llm)))
+            _progress(f"HF batch {b}", ref[-1])
+    return {"closed": closed, "poisson": arrivals, "reference_static": ref, "comparison": compare(closed, ref)}
+
+
+def _progress(what: str, r: dict) -> None:
+    print(f"  {what}: {r['requests']} requests, {r['output_tokens_per_s']:.1f} output tok/s, "
+          f"{r['wall_s']:.1f} s", flush=True)
+
+
+def compare(closed: list[dict], ref: list[dict]) -> dict:
+    """Ours at the concurrency equal to the number of requests HF ran, over each HF batch size."""
+    out = {"aim_decode_tokens_per_s_at_32": AIM_TOKENS_PER_S}
+    at32 = next((c for c in closed if c["concurrency"] == 32), None)
+    if at32:
+        out["decode_tokens_per_s_at_32"] = at32["decode_tokens_per_s"]
+        out["aim_reached"] = at32["decode_tokens_per_s"] >= AIM_TOKENS_PER_S
+    for r in ref:
+        same = next((c for c in closed if c["concurrency"] == r["requests"]), None)
+        if same:
+            out[f"output_tokens_per_s_over_hf_batch_{r['batch_size']}"] = common.ratio(
+                same["output_tokens_per_s"], r["output_tokens_per_s"])
+            out[f"decode_tokens_per_s_over_hf_batch_{r['batch_size']}"] = common.ratio(
+                same["decode_tokens_per_s"], r["decode_tokens_per_s"])
+    return out
+
+
+def draw(result: dict):
+    def plot(fig):
+        rate_ax, lat_ax, poi_ax = fig.subplots(1, 3)
+        xs = [c["concurrency"] for c in result["closed"]]
+        rate_ax.plot(xs, [c["output_tokens_per_s"] for c in result["closed"]], marker="o", label="ours, output")
+        rate_ax.plot(xs, [c["decode_tokens_per_s"] for c in result["closed"]], marker="s", label="ours, decode steps")
+        for r in result["reference_static"]:
+            rate_ax.scatter([r["batch_size"]], [r["output_tokens_per_s"]], marker="x", s=60,
+                            label=f"HF static batch {r['batch_size']}")
+        rate_ax.set(xlabel="concurrent requests", ylabel="tokens/s", title="aggregate throughput", xscale="log")
+        for key, style in (("ttft_s", "o"), ("itl_s", "s")):
+            for q in ("p50", "p99"):
+                lat_ax.plot(xs, [c[key][q] for c in result["closed"]], marker=style, label=f"{key[:-2]} {q}")
+        lat_ax.set(xlabel="concurrent requests", ylabel="seconds", title="latency", xscale="log", yscale="log")
+        rates = [p["rate"] for p in result["poisson"]]
+        for q in ("p50", "p99"):
+            poi_ax.plot(rates, [p["ttft_s"][q] for p in result["poisson"]], marker="o", label=f"ttft {q}")
+            poi_ax.plot(rates, [p["itl_s"][q] for p in result["poisson"]], marker="s", label=f"itl {q}")
+        poi_ax.set(xlabel="arrival rate (requests/s)", ylabel="seconds", title="Poisson arrivals", yscale="log")
+        for ax in (rate_ax, lat_ax, poi_ax):
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+    return plot
+
+
+def report(result: dict) -> str:
+    def row(name, r):
+        return (f"{name:22s} {r['requests']:4d} {r['output_tokens_per_s']:9.1f} {r['decode_tokens_per_s']:9.1f} "
+                f"{r['ttft_s']['p50']:7.2f} {r['ttft_s']['p99']:7.2f} {r['itl_s']['p50']:7.3f} {r['itl_s']['p99']:7.3f}")
+
+    lines = [f"{'run':22s} {'reqs':>4s} {'out tok/s':>9s} {'dec tok/s':>9s} {'ttft50':>7s} {'ttft99':>7s} "
+             f"{'itl50':>7s} {'itl99':>7s}"]
+    lines += [row(f"engine N={c['concurrency']}", c) for c in result["closed"]]
+    lines += [row(f"engine poisson {p['rate']:g}/s", p) for p in result["poisson"]]
+    lines += [row(f"HF static batch {r['batch_size']}", r) for r in result["reference_static"]]
+    lines += [f"{k}: {v:.2f}" if isinstance(v, float) else f"{k}: {v}" for k, v in result["comparison"].items()]
+    return "\n".join(lines)
+
+
+def run(args, models: common.Models | None = None) -> dict:
+    models = models or common.load_models(args)
+    result = common.header("throughput", args, models)
+    result.update(measure(models, args))
+    result["png"] = common.write_plot(args.out, "throughput", draw(result))
+    result["json"] = common.write_json(args.out, "throughput", result)
+    print(report(result))
+    return result
