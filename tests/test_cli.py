@@ -42,7 +42,20 @@ def test_cache_modes_print_the_same_greedy_text(tiny_gguf):
     assert len(texts) == 1
 
 
+def test_speculative_flags_print_the_same_text(tiny_gguf):
+    base = ["generate", "the tin the tin the", "--model", tiny_gguf, "--max-tokens", "12", "--ignore-eos", "--json"]
+    plain = json.loads(run(*base).stdout)
+    for extra in (["--speculative", "ngram", "--num-draft-tokens", "3"],
+                  ["--speculative", "draft", "--draft-layers", "1"]):
+        r = run(*base, *extra)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["ids"] == plain["ids"] and "acceptance_rate" in out["stats"]
+
+
 @pytest.mark.parametrize("args, message", [
+    (["generate", "hi", "--model", "TINY", "--speculative", "draft"], "exactly one"),
+    (["generate", "hi", "--model", "TINY", "--draft-layers", "2"], "--speculative draft"),
     (["generate", "hi", "--model", "/no/such/model.gguf"], "does not exist"),
     (["generate", "", "--model", "TINY"], "empty"),
     (["generate", "hi", "--model", "TINY", "--top-p", "1.5"], "top_p"),

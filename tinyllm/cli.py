@@ -30,6 +30,11 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", default="contiguous", choices=["none", "contiguous", "paged"])
     p.add_argument("--kv-dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     p.add_argument("--prefill-chunk", type=int, default=None)
+    p.add_argument("--speculative", default=None, choices=["ngram", "draft"],
+                   help="draft tokens by prompt lookup or with a draft model, verify them in one forward")
+    p.add_argument("--num-draft-tokens", type=int, default=4)
+    p.add_argument("--draft-model", default=None, help="a smaller model sharing the tokenizer")
+    p.add_argument("--draft-layers", type=int, default=None, help="self-draft from the target's first N layers")
 
 
 def _sampling(args, default_temperature: float) -> dict:
@@ -43,7 +48,15 @@ def _sampling(args, default_temperature: float) -> dict:
 
 
 def _engine_kwargs(args) -> dict:
-    return dict(cache=args.cache, kv_dtype=args.kv_dtype, prefill_chunk=args.prefill_chunk)
+    spec = None
+    if args.speculative is not None:
+        from .speculative.proposer import SpeculativeConfig
+
+        spec = SpeculativeConfig(method=args.speculative, num_draft_tokens=args.num_draft_tokens,
+                                 draft_model=args.draft_model, draft_layers=args.draft_layers)
+    elif args.draft_model is not None or args.draft_layers is not None:
+        raise TinyLLMError("--draft-model and --draft-layers need --speculative draft")
+    return dict(cache=args.cache, kv_dtype=args.kv_dtype, prefill_chunk=args.prefill_chunk, speculative=spec)
 
 
 def _load(args):
@@ -58,12 +71,13 @@ def cmd_generate(args) -> int:
     if not args.prompt:
         raise TinyLLMError("prompt is empty; expected some text to continue")
     params = sampling_params(None, _sampling(args, 0.0))
+    kwargs = _engine_kwargs(args)
     llm = _load(args)
     if args.json:
-        g = llm.generate(args.prompt, params=params, **_engine_kwargs(args))
+        g = llm.generate(args.prompt, params=params, **kwargs)
         print(json.dumps(_generation_json(g), ensure_ascii=False))
         return 0
-    for piece in llm.stream(args.prompt, params=params, **_engine_kwargs(args)):
+    for piece in llm.stream(args.prompt, params=params, **kwargs):
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
@@ -83,6 +97,7 @@ def cmd_chat(args) -> int:
     from .llm import sampling_params
 
     params = sampling_params(None, _sampling(args, 0.7))
+    kwargs = _engine_kwargs(args)
     llm = _load(args)
     messages = [{"role": "system", "content": args.system}] if args.system else []
     print("Chatting with the model; an empty line or Ctrl-D ends.", file=sys.stderr)
@@ -95,7 +110,7 @@ def cmd_chat(args) -> int:
             break
         messages.append({"role": "user", "content": line})
         reply = []
-        for piece in llm.chat(messages, stream=True, params=params, **_engine_kwargs(args)):
+        for piece in llm.chat(messages, stream=True, params=params, **kwargs):
             reply.append(piece)
             sys.stdout.write(piece)
             sys.stdout.flush()
@@ -138,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_optional_commands(sub) -> None:
     """Commands whose modules may bring heavier imports register themselves here."""
+    from .server.cli import add_serve_command  # argparse only: the web stack loads when `serve` runs
+
+    add_serve_command(sub)
     try:
         from .bench.cli import add_bench_command
     except ImportError:

@@ -11,6 +11,7 @@ from .generate import iter_generate
 from .generation import Generation
 from .loading.loader import load
 from .sampling.params import SamplingParams
+from .speculative.proposer import SpeculativeConfig
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -21,6 +22,20 @@ def parse_dtype(value: str | torch.dtype, what: str = "dtype") -> torch.dtype:
     if isinstance(value, str) and value in DTYPES:
         return DTYPES[value]
     raise TinyLLMError(f"{what} must be one of {', '.join(DTYPES)}, got {value!r}")
+
+
+def speculative_config(speculative) -> SpeculativeConfig | None:
+    """None, a SpeculativeConfig, a method name ("ngram" / "draft"), or a dict of SpeculativeConfig fields."""
+    if speculative is None or isinstance(speculative, SpeculativeConfig):
+        return speculative
+    if isinstance(speculative, str):
+        return SpeculativeConfig(method=speculative)
+    if isinstance(speculative, dict):
+        try:
+            return SpeculativeConfig(**speculative)
+        except TypeError as exc:
+            raise TinyLLMError(f"unknown speculative option: {exc}") from None
+    raise TinyLLMError(f"speculative must be None, a method name or a SpeculativeConfig, got {speculative!r}")
 
 
 def sampling_params(params: SamplingParams | None, sampling: dict) -> SamplingParams:
@@ -66,19 +81,23 @@ class LLM:
         return Engine(self, **options)
 
     def generate(self, prompt: str | Sequence[int] | list, *, cache="contiguous", kv_dtype="float32",
-                 prefill_chunk: int | None = None, params: SamplingParams | None = None, **sampling):
+                 prefill_chunk: int | None = None, speculative=None, params: SamplingParams | None = None,
+                 **sampling):
         """One prompt (text or ids) -> Generation; a list of prompts -> list[Generation], run together
-        through the continuous-batching engine."""
+        through the continuous-batching engine. `speculative` ("ngram", "draft" or a SpeculativeConfig)
+        drafts tokens and verifies them in one forward; the output is the same."""
         p = sampling_params(params, sampling)
+        spec = speculative_config(speculative)
         if isinstance(prompt, list) and prompt and all(isinstance(x, (str, list, tuple)) for x in prompt):
-            return self.engine(kv_dtype=kv_dtype).generate(prompt, p)
-        return self._run(prompt, p, cache, kv_dtype, prefill_chunk)
+            return self.engine(kv_dtype=kv_dtype, speculative=spec).generate(prompt, p)
+        return self._run(prompt, p, cache, kv_dtype, prefill_chunk, spec)
 
     def stream(self, prompt: str | Sequence[int], *, cache="contiguous", kv_dtype="float32",
-               prefill_chunk: int | None = None, params: SamplingParams | None = None, **sampling) -> Iterator[str]:
+               prefill_chunk: int | None = None, speculative=None, params: SamplingParams | None = None,
+               **sampling) -> Iterator[str]:
         """Yield text pieces as they become final (never text that a stop string later cuts)."""
         p = sampling_params(params, sampling)
-        yield from self._steps(prompt, p, cache, kv_dtype, prefill_chunk)
+        yield from self._steps(prompt, p, cache, kv_dtype, prefill_chunk, speculative_config(speculative))
 
     def chat(self, messages: list[dict], *, stream: bool = False, **kwargs):
         """Render `messages` with the model's chat template and generate (or stream) the reply."""
@@ -86,13 +105,18 @@ class LLM:
         ids = self.tokenizer.encode(prompt, add_special_tokens=False)
         return self.stream(ids, **kwargs) if stream else self.generate(ids, **kwargs)
 
-    def _steps(self, prompt, p, cache, kv_dtype, prefill_chunk):
+    def _steps(self, prompt, p, cache, kv_dtype, prefill_chunk, spec: SpeculativeConfig | None = None):
+        proposer, k = None, 0
+        if spec is not None:
+            from .speculative.factory import make_proposer
+
+            proposer, k = make_proposer(spec, self), spec.num_draft_tokens
         return iter_generate(self.model, self.tokenizer, prompt, p, cache=cache,
                              kv_dtype=parse_dtype(kv_dtype, "kv_dtype"), eos_ids=self.eos_ids,
-                             prefill_chunk=prefill_chunk)
+                             prefill_chunk=prefill_chunk, proposer=proposer, num_draft_tokens=k)
 
-    def _run(self, prompt, p, cache, kv_dtype, prefill_chunk) -> Generation:
-        steps = self._steps(prompt, p, cache, kv_dtype, prefill_chunk)
+    def _run(self, prompt, p, cache, kv_dtype, prefill_chunk, spec=None) -> Generation:
+        steps = self._steps(prompt, p, cache, kv_dtype, prefill_chunk, spec)
         while True:
             try:
                 next(steps)
