@@ -123,3 +123,26 @@ def test_wrong_shapes_are_rejected(tmp_path):
     folder = write_hf_folder(model, str(tmp_path / "hf"), state=state)
     with pytest.raises(TinyLLMError, match="up_proj"):
         LLM(folder)
+
+
+def test_unsupported_tensor_type(tmp_path):
+    import numpy as np
+
+    model = random_tiny_llama(8)
+    path = str(tmp_path / "f64.gguf")
+    write_gguf(model, path)
+    import gguf
+
+    g = gguf.GGUFReader(path)
+    w = gguf.GGUFWriter(str(tmp_path / "odd.gguf"), "llama")
+    for field in g.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            continue
+        w.add_key_value(field.name, field.contents(), field.types[0],
+                        sub_type=field.types[-1] if len(field.types) > 1 else None)
+    for t in g.tensors:
+        data = np.asarray(t.data, dtype=np.float32).reshape([int(d) for d in reversed(t.shape)])
+        w.add_tensor(t.name, data.astype(np.float64) if t.name == "output_norm.weight" else data)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    with pytest.raises(TinyLLMError, match="type F64"):
+        LLM(str(tmp_path / "odd.gguf"))

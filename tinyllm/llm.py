@@ -89,8 +89,16 @@ class LLM:
         p = sampling_params(params, sampling)
         spec = speculative_config(speculative)
         if isinstance(prompt, list) and prompt and all(isinstance(x, (str, list, tuple)) for x in prompt):
-            return self.engine(kv_dtype=kv_dtype, speculative=spec).generate(prompt, p)
+            return self.engine(kv_dtype=kv_dtype, speculative=spec, num_blocks=self._blocks_for(prompt, p)).generate(prompt, p)
         return self._run(prompt, p, cache, kv_dtype, prefill_chunk, spec)
+
+    def _blocks_for(self, prompts: list, p: SamplingParams, block_size: int = 16) -> int:
+        """KV blocks enough to run every prompt at once (at most the engine's default memory)."""
+        context = self.config.context_length
+        lengths = [len(x) if not isinstance(x, str) else len(self.tokenizer.encode(x)) for x in prompts]
+        total = sum(-(-min(context, n + (p.max_tokens or context)) // block_size) for n in lengths)
+        itemsize_bytes = self.config.kv_bytes_per_token(4) * block_size
+        return max(1, min(total, (1 << 30) // itemsize_bytes))
 
     def stream(self, prompt: str | Sequence[int], *, cache="contiguous", kv_dtype="float32",
                prefill_chunk: int | None = None, speculative=None, params: SamplingParams | None = None,
