@@ -1,0 +1,297 @@
+"""The HTTP server through the official openai client, plus /health, /tokenize, /detokenize, /v1/models,
+/metrics and fault isolation. A tiny random model keeps the server starting in a fraction of a second."""
+import json
+import threading
+
+import httpx
+import openai
+import pytest
+import torch
+
+from tinyllm import LLM
+from tinyllm.server import create_app
+from tinyllm.server.runner import ServerThread
+from tiny_models import tiny_llama
+
+MODEL = "tiny"
+KEY = "test-key"
+CHAT = [{"role": "user", "content": "Tell me about rivers."}]
+
+
+def tiny_llm(tok, seed=0, context=512):
+    return LLM.from_parts(tiny_llama(seed, vocab_size=tok.vocab_size, max_position_embeddings=context), tok)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread: the engine, uvicorn and the clients share two cores, and torch's thread pool
+    spinning against them makes a tiny model's step a hundred times slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def server(smollm_tokenizer, one_thread):
+    app = create_app(tiny_llm(smollm_tokenizer), served_model_name=MODEL, api_key=KEY, num_blocks=128)
+    with ServerThread(app) as srv:
+        yield srv.wait_ready()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=KEY, max_retries=0, timeout=60)
+
+
+def auth():
+    return {"Authorization": f"Bearer {KEY}"}
+
+
+def chat(client, **kw):
+    kw.setdefault("max_tokens", 12)
+    return client.chat.completions.create(model=MODEL, messages=CHAT, **kw)
+
+
+def test_chat_answer_has_openai_shape(client):
+    r = chat(client, seed=3)
+    assert r.object == "chat.completion" and r.model == MODEL and r.id.startswith("chatcmpl-")
+    choice = r.choices[0]
+    assert choice.index == 0 and choice.message.role == "assistant"
+    assert choice.finish_reason in ("stop", "length") and choice.logprobs is None
+    u = r.usage
+    assert u.completion_tokens <= 12 and u.total_tokens == u.prompt_tokens + u.completion_tokens
+    assert u.prompt_tokens_details.cached_tokens >= 0
+    assert r.seed == 3
+
+
+def test_same_seed_same_text_and_returned_seed_reproduces(client):
+    a, b = chat(client, seed=11), chat(client, seed=11)
+    assert a.choices[0].message.content == b.choices[0].message.content
+    free = chat(client)  # no seed: the server draws one and says which
+    again = chat(client, seed=free.seed)
+    assert again.choices[0].message.content == free.choices[0].message.content
+
+
+def test_chat_stream_concatenates_to_the_whole_answer(client):
+    whole = chat(client, seed=5, max_tokens=16).choices[0].message.content
+    chunks = list(chat(client, seed=5, max_tokens=16, stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == whole
+    assert [c.choices[0].finish_reason for c in chunks if c.choices[0].finish_reason] in (["length"], ["stop"])
+
+
+def test_completions_text_ids_and_batches(client, smollm_tokenizer):
+    text = client.completions.create(model=MODEL, prompt="The river", max_tokens=8, seed=2)
+    assert text.object == "text_completion" and len(text.choices) == 1
+    ids = smollm_tokenizer.encode("The river")
+    by_ids = client.completions.create(model=MODEL, prompt=ids, max_tokens=8, seed=2)
+    assert by_ids.choices[0].text == text.choices[0].text
+    batch = client.completions.create(model=MODEL, prompt=["The river", "A bridge"], max_tokens=8, seed=2)
+    assert [c.index for c in batch.choices] == [0, 1]
+    assert batch.choices[0].text == text.choices[0].text
+    assert batch.usage.prompt_tokens == len(ids) + len(smollm_tokenizer.encode("A bridge"))
+    streamed = client.completions.create(model=MODEL, prompt="The river", max_tokens=8, seed=2, stream=True)
+    assert "".join(c.choices[0].text for c in streamed) == text.choices[0].text
+
+
+def test_stop_string_cuts_the_answer(client):
+    full = client.completions.create(model=MODEL, prompt="Once", max_tokens=24, seed=9, temperature=0.0)
+    text = full.choices[0].text
+    stop = text[len(text) // 2: len(text) // 2 + 3]
+    cut = client.completions.create(model=MODEL, prompt="Once", max_tokens=24, seed=9, temperature=0.0, stop=[stop])
+    assert cut.choices[0].text == text[:text.index(stop)]
+    assert cut.choices[0].finish_reason == "stop"
+
+
+def test_chat_logprobs(client):
+    r = chat(client, seed=4, logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    for item in content:
+        assert item.logprob <= 0 and len(item.top_logprobs) == 3
+        assert item.top_logprobs[0].logprob >= item.top_logprobs[-1].logprob
+    if r.choices[0].finish_reason == "length":  # every token's bytes together are the text
+        assert bytes(b for item in content for b in item.bytes).decode() == r.choices[0].message.content
+
+
+def test_completion_logprobs(client):
+    r = client.completions.create(model=MODEL, prompt="Hello", max_tokens=6, seed=1, logprobs=2)
+    lp = r.choices[0].logprobs
+    n = r.usage.completion_tokens
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == n
+    assert all(len(top) <= 2 for top in lp.top_logprobs) and lp.text_offset[0] == 0
+
+
+def test_n_choices_differ_and_follow_seed_plus_i(client):
+    r = chat(client, seed=20, n=2)
+    assert [c.index for c in r.choices] == [0, 1]
+    assert r.choices[0].message.content != r.choices[1].message.content
+    second = chat(client, seed=21)
+    assert second.choices[0].message.content == r.choices[1].message.content
+
+
+def test_cached_tokens_reported_on_a_repeated_prompt(client):
+    prompt = "The same long prompt, " * 12
+    client.completions.create(model=MODEL, prompt=prompt, max_tokens=2, seed=0)
+    again = client.completions.create(model=MODEL, prompt=prompt, max_tokens=2, seed=0)
+    assert again.usage.prompt_tokens_details.cached_tokens >= 16
+
+
+@pytest.mark.parametrize("bad, param", [
+    (dict(temperature=-1.0), "temperature"), (dict(top_p=2.0), "top_p"), (dict(max_tokens=0), "max_tokens"),
+    (dict(n=0), "n"), (dict(extra_body={"top_k": "many"}), "top_k"), (dict(presence_penalty=3.0), "presence_penalty"),
+    (dict(top_logprobs=3), "top_logprobs"), (dict(seed=-1), "seed"), (dict(stop=[""]), "stop"),
+])
+def test_bad_parameters_are_400_naming_the_field(client, bad, param):
+    with pytest.raises(openai.BadRequestError) as info:
+        chat(client, **bad)
+    assert info.value.status_code == 400 and info.value.body["param"] == param
+
+
+def test_bad_prompts_are_400(client):
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=MODEL, prompt="", max_tokens=2)
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model=MODEL, prompt=[5] * 600, max_tokens=2)
+    assert "context" in info.value.body["message"]
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=MODEL, prompt=[10**9], max_tokens=2)
+
+
+def test_wrong_key_and_unknown_model(server, client):
+    bad = openai.OpenAI(base_url=f"{server.url}/v1", api_key="nope", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.models.list()
+    assert httpx.get(f"{server.url}/v1/models").status_code == 401
+    with pytest.raises(openai.NotFoundError) as info:
+        client.chat.completions.create(model="other", messages=CHAT, max_tokens=2)
+    assert info.value.body["code"] == "model_not_found"
+
+
+def test_models_tokenize_detokenize(server, client, smollm_tokenizer):
+    models = client.models.list()
+    assert [m.id for m in models.data] == [MODEL]
+    r = httpx.post(f"{server.url}/tokenize", json={"prompt": "Hello world"}, headers=auth()).json()
+    assert r["tokens"] == smollm_tokenizer.encode("Hello world") and r["count"] == len(r["tokens"])
+    assert r["max_model_len"] == 512
+    m = httpx.post(f"{server.url}/tokenize", json={"messages": CHAT}, headers=auth()).json()
+    assert m["count"] > r["count"]
+    d = httpx.post(f"{server.url}/detokenize", json={"tokens": r["tokens"]}, headers=auth()).json()
+    assert d == {"prompt": "Hello world"}
+    bad = httpx.post(f"{server.url}/detokenize", json={"tokens": [-1]}, headers=auth())
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "tokens"
+    both = httpx.post(f"{server.url}/tokenize", json={"prompt": "a", "messages": CHAT}, headers=auth())
+    assert both.status_code == 400
+
+
+def test_metrics_text(server, client):
+    chat(client, seed=1, max_tokens=3)
+    text = httpx.get(f"{server.url}/metrics").text
+    for name in ("tinyllm_requests_running", "tinyllm_requests_waiting", "tinyllm_kv_blocks_used",
+                 "tinyllm_kv_blocks_total 128.0", "tinyllm_kv_blocks_cached", "tinyllm_prompt_tokens_total",
+                 "tinyllm_generation_tokens_total", "tinyllm_time_to_first_token_seconds_bucket",
+                 "tinyllm_inter_token_latency_seconds_bucket",
+                 'tinyllm_requests_finished_total{finish_reason="length"}'):
+        assert name in text
+
+
+def test_openapi_and_unknown_route(server):
+    spec = httpx.get(f"{server.url}/openapi.json").json()
+    assert "/v1/chat/completions" in spec["paths"] and "/v1/completions" in spec["paths"]
+    missing = httpx.get(f"{server.url}/v1/nothing-here", headers=auth())
+    assert missing.status_code == 404 and "error" in missing.json()
+
+
+def engine_of(server):
+    return server.server.config.app.state.server.ready.engine.engine
+
+
+def test_a_failing_step_fails_its_requests_and_the_engine_goes_on(server, client):
+    engine = engine_of(server)
+    real_step, calls = engine.step, []
+
+    def faulty():
+        if not calls:
+            calls.append(1)
+            raise RuntimeError("injected fault")
+        return real_step()
+
+    engine.step = faulty
+    try:
+        with pytest.raises(openai.InternalServerError) as info:
+            chat(client, seed=1)
+        assert info.value.body["type"] == "server_error"
+    finally:
+        engine.step = real_step
+    assert chat(client, seed=1).choices[0].finish_reason in ("stop", "length")
+    assert httpx.get(f"{server.url}/health").status_code == 200
+
+
+def test_a_failing_add_is_a_500_for_that_request(server, client):
+    engine = engine_of(server)
+    real_add = engine.add_request
+
+    def faulty(prompt, params, request_id=None):
+        raise RuntimeError("injected fault")
+
+    engine.add_request = faulty
+    try:
+        with pytest.raises(openai.InternalServerError):
+            chat(client, seed=1)
+    finally:
+        engine.add_request = real_add
+    assert chat(client, seed=1).choices[0].finish_reason in ("stop", "length")
+
+
+def test_a_bug_in_a_handler_is_a_500_with_the_error_object(server, client, monkeypatch):
+    texts = server.server.config.app.state.server.ready.texts
+
+    def broken(token_id):
+        raise KeyError(token_id)
+
+    monkeypatch.setattr(texts, "get", broken)
+    r = httpx.post(f"{server.url}/v1/completions", headers=auth(),
+                   json={"prompt": "x", "max_tokens": 2, "logprobs": 1})
+    assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
+    monkeypatch.undo()
+    assert chat(client, seed=2, logprobs=True).choices[0].logprobs is not None
+
+
+def test_a_fault_mid_stream_ends_the_stream_with_an_error_event(server):
+    engine = engine_of(server)
+    real_step, calls = engine.step, []
+
+    def faulty():
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("injected fault")
+        return real_step()
+
+    engine.step = faulty
+    try:
+        body = {"prompt": "x", "max_tokens": 20, "stream": True, "ignore_eos": True}
+        text = httpx.post(f"{server.url}/v1/completions", json=body, headers=auth(), timeout=30).text
+    finally:
+        engine.step = real_step
+    events = [e[len("data: "):] for e in text.split("\n\n") if e]
+    assert events[-1] == "[DONE]" and '"server_error"' in events[-2]
+    assert json.loads(events[0])["choices"][0]["text"] is not None  # text came before the fault
+
+
+def test_health_is_503_while_loading(smollm_tokenizer, one_thread):
+    release = threading.Event()
+
+    def loader():
+        release.wait(30)
+        return tiny_llm(smollm_tokenizer)
+
+    with ServerThread(create_app(loader, num_blocks=32)) as srv:
+        r = httpx.get(f"{srv.url}/health")
+        assert r.status_code == 503 and r.json()["status"] == "loading"
+        busy = httpx.post(f"{srv.url}/v1/completions", json={"prompt": "x", "max_tokens": 1})
+        assert busy.status_code == 503 and busy.json()["error"]["code"] == "model_not_ready"
+        release.set()
+        srv.wait_ready(30)
+        body = httpx.get(f"{srv.url}/health").json()
+        assert body["status"] == "ok" and body["kv_blocks"]["total"] == 32 and body["running"] == 0

@@ -1,0 +1,133 @@
+"""create_app: the OpenAI-compatible HTTP API over one model.
+
+/v1/* and /tokenize, /detokenize need the API key when one is set; /health and /metrics stay open for
+probes and scrapers. The model loads in a background thread once the server is up, so /health can
+say 503 (loading) and then 200.
+"""
+from __future__ import annotations
+
+import secrets
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
+
+from .. import __version__
+from ..errors import TinyLLMError
+from .chat import chat_completion
+from .completions import completion
+from .errors import APIError, bad_request, install_error_handlers
+from .metrics import CONTENT_TYPE, ServerMetrics
+from .prompts import chat_prompt_text
+from .protocol import (ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, CompletionRequest,
+                       CompletionResponse, DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList,
+                       TokenizeRequest, TokenizeResponse)
+from .state import Ready, ServerState
+
+MAX_BODY_BYTES = 16 << 20  # far above any prompt that fits a context, far below a memory problem
+
+
+def _auth_dependency(api_key: str | None):
+    async def check(request: Request) -> None:
+        if api_key is None:
+            return
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        # compare_digest: the time taken must not tell how much of a guessed key was right.
+        if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(), api_key.encode()):
+            raise APIError(401, "invalid or missing API key; send the header 'Authorization: Bearer <key>'",
+                           code="invalid_api_key")
+    return check
+
+
+def create_app(llm_or_loader, *, served_model_name: str | None = None, api_key: str | None = None,
+               **engine_options) -> FastAPI:
+    """An app serving `llm_or_loader`: an LLM, or a callable returning one (called in a background
+    thread at startup). engine_options go to the Engine (max_num_seqs, kv_memory_bytes, ...)."""
+    metrics = ServerMetrics()
+    state = ServerState(llm_or_loader, engine_options, served_model_name, metrics)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        state.start_loading()
+        try:
+            yield
+        finally:
+            state.shutdown()
+
+    app = FastAPI(title="tinyllm", version=__version__, lifespan=lifespan, max_body_size=MAX_BODY_BYTES,
+                  description="An OpenAI-compatible API over one model. Each response carries the `seed` it "
+                              "sampled with (a fresh random one when the request sent none): sending it back "
+                              "reproduces the answer; choice i of n samples with seed + i.")
+    app.state.server = state
+    install_error_handlers(app)
+    auth = [Depends(_auth_dependency(api_key))]
+
+    def ready() -> Ready:
+        return state.require()
+
+    _add_generation_routes(app, auth, ready)
+    _add_model_routes(app, auth, ready)
+    _add_ops_routes(app, state, metrics)
+    return app
+
+
+def _add_generation_routes(app: FastAPI, auth: list, ready) -> None:
+    @app.post("/v1/chat/completions", dependencies=auth, response_model=ChatCompletionResponse,
+              responses={200: {"content": {"text/event-stream": {"schema": ChatCompletionChunk.model_json_schema()}}}})
+    async def chat(body: ChatCompletionRequest, request: Request, ctx: Ready = Depends(ready)) -> Response:
+        """Chat completion. Without max_tokens a choice may run to the end of the context."""
+        return await chat_completion(body, request, ctx)
+
+    @app.post("/v1/completions", dependencies=auth, response_model=CompletionResponse)
+    async def complete(body: CompletionRequest, request: Request, ctx: Ready = Depends(ready)) -> Response:
+        """Text completion of a prompt (text, ids, or a list of either)."""
+        return await completion(body, request, ctx)
+
+
+def _add_model_routes(app: FastAPI, auth: list, ready) -> None:
+    @app.get("/v1/models", dependencies=auth, response_model=ModelList)
+    async def models(ctx: Ready = Depends(ready)) -> ModelList:
+        return ModelList(data=[ModelCard(id=ctx.model_name, max_model_len=ctx.context_length)])
+
+    @app.post("/tokenize", dependencies=auth, response_model=TokenizeResponse)
+    async def tokenize(body: TokenizeRequest, ctx: Ready = Depends(ready)) -> TokenizeResponse:
+        """Token ids of a prompt, or of messages rendered with the chat template (as chat would send)."""
+        ctx.check_model(body.model)
+        ids = await run_in_threadpool(_token_ids, ctx.tokenizer, body)
+        return TokenizeResponse(tokens=ids, count=len(ids), max_model_len=ctx.context_length)
+
+    @app.post("/detokenize", dependencies=auth, response_model=DetokenizeResponse)
+    async def detokenize(body: DetokenizeRequest, ctx: Ready = Depends(ready)) -> DetokenizeResponse:
+        ctx.check_model(body.model)
+        try:
+            return DetokenizeResponse(prompt=ctx.tokenizer.decode(body.tokens))
+        except TinyLLMError as exc:
+            raise bad_request(str(exc), "tokens") from None
+
+
+def _token_ids(tok, body: TokenizeRequest) -> list[int]:
+    if body.messages is None:
+        return tok.encode(body.prompt, add_special_tokens=body.add_special_tokens is not False)
+    add_prompt = True if body.add_generation_prompt is None else body.add_generation_prompt
+    # Like chat: the template writes any special tokens itself, so none are added unless asked.
+    text = chat_prompt_text(tok, body.messages, add_prompt)
+    return tok.encode(text, add_special_tokens=bool(body.add_special_tokens))
+
+
+def _add_ops_routes(app: FastAPI, state: ServerState, metrics: ServerMetrics) -> None:
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        """503 while the model loads (or if it failed to), 200 with the engine's state once ready."""
+        ready = state.ready
+        if ready is None or not ready.engine.alive:
+            status = state.status if ready is None else "engine_stopped"
+            return JSONResponse({"status": status, "error": state.error}, status_code=503)
+        s = ready.engine.state
+        return JSONResponse({"status": "ok", "model": ready.model_name, "running": s.running, "waiting": s.waiting,
+                             "kv_blocks": {"total": s.blocks_total, "used": s.blocks_used,
+                                           "cached": s.blocks_cached}})
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE)

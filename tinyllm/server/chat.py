@@ -1,0 +1,79 @@
+"""POST /v1/chat/completions: messages rendered with the model's chat template, answered whole or
+streamed as chat.completion.chunk events."""
+from __future__ import annotations
+
+import time
+
+from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+
+from .group import RequestGroup
+from .logprobs import TokenTexts, chat_logprobs
+from .prompts import chat_prompt_ids
+from .protocol import (AssistantMessage, ChatChoice, ChatCompletionChunk, ChatCompletionRequest,
+                       ChatCompletionResponse, ChatStreamChoice, Delta)
+from .sampling import chat_params, fresh_seed, per_choice
+from .serving import (Choice, ClientGone, StreamShaper, client_gone_response, collect, owned, start_group,
+                      stream, usage_of)
+from .state import Ready
+
+PROMPT_PARAM = "messages"
+
+
+class ChatShaper(StreamShaper):
+    def __init__(self, meta: dict, n: int, logprobs: bool, include_usage: bool, texts: TokenTexts):
+        self.meta, self.n, self.logprobs, self.include_usage, self.texts = meta, n, logprobs, include_usage, texts
+
+    def _chunk(self, choices: list, usage=None) -> ChatCompletionChunk:
+        return ChatCompletionChunk(**self.meta, choices=choices, usage=usage)
+
+    def start(self):
+        # OpenAI's first chunk of each choice names the role, with empty content.
+        for i in range(self.n):
+            yield self._chunk([ChatStreamChoice(index=i, delta=Delta(role="assistant", content=""))])
+
+    def on_output(self, choice: Choice, output):
+        lps = chat_logprobs(self.texts, output.logprobs) if self.logprobs and output.logprobs else None
+        if not output.text and lps is None and not output.finished:
+            return
+        reason = output.finish_reason if output.finished else None
+        yield self._chunk([ChatStreamChoice(index=choice.index, delta=Delta(content=output.text or None),
+                                            logprobs=lps, finish_reason=reason)])
+
+    def finish(self, choices: list[Choice]):
+        if self.include_usage:
+            yield self._chunk([], usage_of(choices))
+
+
+async def chat_completion(body: ChatCompletionRequest, request: Request, ctx: Ready) -> Response:
+    ctx.check_model(body.model)
+    # Off the event loop: a long conversation takes a while to render and encode.
+    ids = await run_in_threadpool(chat_prompt_ids, ctx.tokenizer, body.messages)
+    values, names = chat_params(body)
+    seed = body.seed if body.seed is not None else fresh_seed()
+    params = per_choice(values, names, seed, body.n or 1)
+    group = RequestGroup(ctx.engine, len(params))
+    await start_group(group, [(ids, p) for p in params], PROMPT_PARAM)
+    return await owned(group, _answer(body, request, ctx, group, len(ids), seed))
+
+
+async def _answer(body: ChatCompletionRequest, request: Request, ctx: Ready, group: RequestGroup,
+                  prompt_tokens: int, seed: int) -> Response:
+    n = len(group.ids)
+    choices = [Choice(i, 0, prompt_tokens) for i in range(n)]
+    meta = dict(id=f"chatcmpl-{group.ids[0].rsplit('-', 1)[0]}", model=ctx.model_name, seed=seed,
+                created=int(time.time()))  # one timestamp for every chunk
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        shaper = ChatShaper(meta, n, bool(body.logprobs), include_usage, ctx.texts)
+        return stream(group, shaper, choices, PROMPT_PARAM)
+    try:
+        await collect(request, group, choices, PROMPT_PARAM)
+    except ClientGone:
+        return client_gone_response()
+    answer = ChatCompletionResponse(**meta, usage=usage_of(choices), choices=[
+        ChatChoice(index=c.index, message=AssistantMessage(content=c.text), finish_reason=c.finish_reason,
+                   logprobs=chat_logprobs(ctx.texts, c.logprobs) if body.logprobs else None)
+        for c in choices])
+    return Response(answer.model_dump_json(), media_type="application/json")

@@ -1,0 +1,72 @@
+"""`tinyllm serve`: the OpenAI-compatible server. Only argparse is imported here, so building the
+`tinyllm` command stays fast; fastapi, uvicorn and the model load when `serve` runs."""
+from __future__ import annotations
+
+import argparse
+import os
+
+from ..errors import TinyLLMError
+
+API_KEY_ENV = "TINYLLM_API_KEY"
+
+
+def add_serve_command(subparsers) -> None:
+    p = subparsers.add_parser("serve", help="an OpenAI-compatible HTTP server (chat, completions, metrics)",
+                              description="Serve one model over an OpenAI-compatible HTTP API. The port "
+                                          "answers at once; /health says 503 until the model has loaded.")
+    p.add_argument("--model", default=None,
+                   help="a .gguf file or a Hugging Face folder (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="compute dtype")
+    p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, ...)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=None,
+                   help=f"require 'Authorization: Bearer KEY' on /v1/* (default: ${API_KEY_ENV} if set, else none)")
+    p.add_argument("--served-model-name", default=None, help="the model id clients send (default: the file name)")
+    p.add_argument("--max-num-seqs", type=int, default=32, help="sequences batched together (default 32)")
+    p.add_argument("--max-num-batched-tokens", type=int, default=256, help="tokens per engine step (default 256)")
+    p.add_argument("--kv-memory-gb", type=float, default=1.0, help="KV cache pool size in GiB (default 1)")
+    p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(func=cmd_serve)
+
+
+def engine_options(args) -> dict:
+    if not args.kv_memory_gb > 0:
+        raise TinyLLMError(f"--kv-memory-gb must be > 0, got {args.kv_memory_gb}")
+    options = dict(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                   block_size=args.block_size, kv_memory_bytes=int(args.kv_memory_gb * (1 << 30)))
+    from ..engine.engine import EngineConfig
+
+    EngineConfig(**options)  # a bad option fails now, not later in the loading thread
+    return options
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    if not 0 < args.port < 65536:
+        raise TinyLLMError(f"--port must be in 1..65535, got {args.port}")
+    options = engine_options(args)
+    try:
+        import uvicorn
+
+        from .app import create_app
+    except ImportError as exc:
+        raise TinyLLMError(f"tinyllm serve needs fastapi, uvicorn and prometheus-client ({exc}); "
+                           f"install them with: pip install 'tinyllm[serve]'") from None
+
+    def load():
+        import torch
+
+        from ..llm import LLM
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+
+        return LLM(args.model, dtype=args.dtype, device=args.device)
+
+    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    app = create_app(load, served_model_name=args.served_model_name, api_key=api_key, **options)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0

@@ -1,0 +1,69 @@
+"""From an API request to the engine's SamplingParams, one per choice.
+
+Defaults follow OpenAI: temperature 1, and without max_tokens a choice may run to the end of the
+context. A request without a seed gets a fresh random one here, at the boundary, and the response
+returns it, so any answer can be reproduced by sending that seed back. Choice i of a prompt samples
+with seed + i, so the n choices of one request differ while each stays reproducible.
+"""
+from __future__ import annotations
+
+import secrets
+from dataclasses import fields
+
+from ..errors import TinyLLMError
+from ..sampling.params import SamplingParams
+from .errors import APIError, bad_request
+from .protocol import ChatCompletionRequest, CompletionRequest
+
+# Fresh seeds stay below 2**31: exact in every JSON parser, and seed + i stays a valid seed.
+FRESH_SEED_LIMIT = 2**31
+_PARAM_FIELDS = {f.name for f in fields(SamplingParams)}
+
+
+def fresh_seed() -> int:
+    return secrets.randbelow(FRESH_SEED_LIMIT)
+
+
+def _common(req) -> dict:
+    values = dict(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, min_p=req.min_p,
+                  repetition_penalty=req.repetition_penalty, presence_penalty=req.presence_penalty,
+                  frequency_penalty=req.frequency_penalty, stop=req.stop, stop_token_ids=req.stop_token_ids,
+                  ignore_eos=req.ignore_eos)
+    # None means "not set": leave SamplingParams' default (which matches OpenAI's) in place.
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def chat_params(req: ChatCompletionRequest) -> tuple[dict, dict]:
+    """SamplingParams keywords, and the request field each keyword came from (for error messages)."""
+    if req.top_logprobs is not None and not req.logprobs:
+        raise bad_request("top_logprobs needs logprobs to be true", "top_logprobs")
+    values = _common(req)
+    use_completion = req.max_completion_tokens is not None
+    values["max_tokens"] = req.max_completion_tokens if use_completion else req.max_tokens
+    values["logprobs"] = (req.top_logprobs or 0) if req.logprobs else None
+    names = {"max_tokens": "max_completion_tokens" if use_completion else "max_tokens",
+             "logprobs": "top_logprobs"}
+    return values, names
+
+
+def completion_params(req: CompletionRequest) -> tuple[dict, dict]:
+    values = _common(req)
+    values["max_tokens"] = req.max_tokens
+    values["logprobs"] = req.logprobs
+    return values, {}
+
+
+def per_choice(values: dict, names: dict, seed: int, n: int) -> list[SamplingParams]:
+    """n SamplingParams, choice i seeded with seed + i; a bad value is a 400 naming the request field."""
+    try:
+        return [SamplingParams(**values, seed=seed + i) for i in range(n)]
+    except TinyLLMError as exc:
+        raise _as_api_error(exc, names) from None
+
+
+def _as_api_error(exc: TinyLLMError, names: dict) -> APIError:
+    # SamplingParams' messages start with the field's name ("top_p must be in (0, 1]..."): that is the
+    # one place that knows which field failed, so read it from there.
+    first = str(exc).split(" ", 1)[0]
+    param = names.get(first, first) if first in _PARAM_FIELDS else None
+    return bad_request(str(exc), param)

@@ -1,0 +1,186 @@
+"""What chat and completions share: choices accumulated from engine outputs, usage, engine failures as
+HTTP errors, and running a request group to its end either whole (watching for the client leaving)
+or as a server-sent-event stream."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Awaitable, Callable, Iterable
+
+from fastapi import Request
+from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel
+
+from ..errors import TinyLLMError
+from .async_engine import EngineFault, EngineStopped
+from .errors import APIError, bad_request
+from .group import RequestGroup
+from .protocol import PromptTokensDetails, Usage
+
+log = logging.getLogger("tinyllm.server")
+
+
+@dataclass
+class Choice:
+    index: int
+    prompt: int           # which prompt of the request it answers
+    prompt_tokens: int
+    pieces: list[str] = field(default_factory=list)
+    logprobs: list = field(default_factory=list)
+    finish_reason: str | None = None
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    text_offset: int = 0  # completions logprobs: where the next streamed token starts
+
+    def update(self, output) -> None:
+        if output.text:
+            self.pieces.append(output.text)
+        self.logprobs.extend(output.logprobs)
+        self.completion_tokens = output.completion_tokens
+        self.cached_tokens = output.num_cached_tokens
+        if output.finished:
+            self.finish_reason = output.finish_reason
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
+def usage_of(choices: list[Choice]) -> Usage:
+    """Each prompt counts once however many choices it has; its cached tokens are those every one of
+    its choices found in the prefix cache."""
+    prompts: dict[int, tuple[int, int]] = {}
+    for c in choices:
+        tokens, cached = prompts.get(c.prompt, (c.prompt_tokens, c.cached_tokens))
+        prompts[c.prompt] = (tokens, min(cached, c.cached_tokens))
+    prompt_tokens = sum(t for t, _ in prompts.values())
+    completion = sum(c.completion_tokens for c in choices)
+    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion, total_tokens=prompt_tokens + completion,
+                 prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(c for _, c in prompts.values())))
+
+
+def engine_error(exc: Exception, prompt_param: str) -> APIError:
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, TinyLLMError):  # the engine refused the prompt: empty, too long, bad ids
+        return bad_request(str(exc), prompt_param)
+    if isinstance(exc, EngineStopped):
+        return APIError(503, str(exc))
+    if not isinstance(exc, EngineFault):
+        log.error("request failed", exc_info=exc)
+    return APIError(500, str(exc) if isinstance(exc, EngineFault) else f"internal error ({type(exc).__name__})")
+
+
+async def start_group(group: RequestGroup, jobs: list, prompt_param: str) -> None:
+    try:
+        await group.start(jobs)
+    except (TinyLLMError, EngineStopped, EngineFault) as exc:
+        raise engine_error(exc, prompt_param) from None
+
+
+async def owned(group: RequestGroup, answer: Awaitable[Response]) -> Response:
+    """Await the handler's answer and close the group after it, unless the answer is a stream that was
+    handed the group (it closes the group when it ends); on any failure the group is closed here."""
+    handed_out = False
+    try:
+        response = await answer
+        handed_out = isinstance(response, EventStream)
+        return response
+    finally:
+        if not handed_out:
+            group.close()
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready."""
+
+
+async def _disconnected(request: Request) -> None:
+    # Once the body has been read, the next ASGI message for this request is its disconnect.
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def collect(request: Request, group: RequestGroup, choices: list[Choice], prompt_param: str) -> None:
+    """Run the group to its end; abort it the moment the client disconnects."""
+
+    async def run() -> None:
+        async for i, output in group.outputs():
+            choices[i].update(output)
+
+    work, watch = asyncio.ensure_future(run()), asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if not work.done():
+            raise ClientGone()
+        try:
+            work.result()
+        except Exception as exc:
+            raise engine_error(exc, prompt_param) from None
+    finally:
+        for task in (work, watch):
+            task.cancel()
+        group.close()
+
+
+def client_gone_response() -> Response:
+    # Nobody reads it; 499 is the customary "client closed request" in access logs.
+    return Response(status_code=499)
+
+
+def _sse(model: BaseModel | dict) -> str:
+    body = model.model_dump_json() if isinstance(model, BaseModel) else json.dumps(model)
+    return f"data: {body}\n\n"
+
+
+class EventStream(StreamingResponse):
+    """A server-sent-event response that runs `on_close` however it ends: finished, failed, or cut off
+    by the client (Starlette then cancels the body iterator, which may never resume to clean up)."""
+
+    def __init__(self, events: AsyncIterator[str], on_close: Callable[[], None]):
+        super().__init__(events, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self._on_close = on_close
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
+
+
+class StreamShaper:
+    """Turns engine outputs into chunks; chat and completions each implement one."""
+
+    def start(self) -> Iterable[BaseModel]:
+        return ()
+
+    def on_output(self, choice: Choice, output) -> Iterable[BaseModel]:
+        raise NotImplementedError
+
+    def finish(self, choices: list[Choice]) -> Iterable[BaseModel]:
+        return ()
+
+
+async def _events(group: RequestGroup, shaper: StreamShaper, choices: list[Choice],
+                  prompt_param: str) -> AsyncIterator[str]:
+    try:
+        for chunk in shaper.start():
+            yield _sse(chunk)
+        async for i, output in group.outputs():
+            choices[i].update(output)
+            for chunk in shaper.on_output(choices[i], output):
+                yield _sse(chunk)
+        for chunk in shaper.finish(choices):
+            yield _sse(chunk)
+    except Exception as exc:  # headers are sent: the error travels as an event, as OpenAI's does
+        yield _sse(engine_error(exc, prompt_param).body())
+    finally:
+        group.close()
+    yield "data: [DONE]\n\n"
+
+
+def stream(group: RequestGroup, shaper: StreamShaper, choices: list[Choice], prompt_param: str) -> EventStream:
+    return EventStream(_events(group, shaper, choices, prompt_param), group.close)
