@@ -101,7 +101,7 @@ def test_first_speculative_tokens_follow_the_target_distribution(model, smollm_t
 
     draft = FixedProposer(lambda ids: [int(target_logits(ids).argmax())])  # the likeliest: often accepted
     seconds: dict[int, dict[int, int]] = {}
-    for seed in range(900):
+    for seed in range(500):
         g = generate(model, smollm_tokenizer, prompt, p.replace(seed=seed), proposer=draft, num_draft_tokens=1)
         seconds.setdefault(g.ids[0], {}).setdefault(g.ids[1], 0)
         seconds[g.ids[0]][g.ids[1]] += 1
