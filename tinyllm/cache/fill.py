@@ -15,6 +15,11 @@ def check_positive(**values: int) -> None:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
+def check_dtype(dtype) -> None:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
+
+
 def offset_causal_mask(t_new: int, offset: int, device=None) -> torch.Tensor:
     """[t_new, offset + t_new] boolean: query i (at absolute position offset + i) sees keys j <= offset + i."""
     q = torch.arange(t_new, device=device)[:, None] + offset  # [T, 1]

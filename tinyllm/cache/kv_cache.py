@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .fill import LayerFill, check_positive
+from .fill import LayerFill, check_dtype, check_positive
 
 
 class KVCache(LayerFill):
@@ -14,8 +14,7 @@ class KVCache(LayerFill):
     def __init__(self, n_layers: int, n_kv_heads: int, d_head: int, max_len: int, batch: int = 1,
                  dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
         check_positive(n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head, max_len=max_len, batch=batch)
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
+        check_dtype(dtype)
         super().__init__(n_layers, max_len, device)
         self.batch, self.n_kv_heads, self.d_head, self.dtype = batch, n_kv_heads, d_head, dtype
         shape = (n_layers, batch, n_kv_heads, max_len, d_head)  # [L, B, Hkv, max_len, D]

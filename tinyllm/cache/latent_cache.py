@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .fill import LayerFill, check_positive
+from .fill import LayerFill, check_dtype, check_positive
 
 
 class LatentCache(LayerFill):
@@ -13,8 +13,7 @@ class LatentCache(LayerFill):
     def __init__(self, n_layers: int, d_latent: int, d_rope: int, max_len: int, batch: int = 1,
                  dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
         check_positive(n_layers=n_layers, d_latent=d_latent, d_rope=d_rope, max_len=max_len, batch=batch)
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
+        check_dtype(dtype)
         super().__init__(n_layers, max_len, device)
         self.batch, self.d_latent, self.d_rope, self.dtype = batch, d_latent, d_rope, dtype
         self.c = torch.zeros(n_layers, batch, max_len, d_latent, dtype=dtype, device=self.device)  # [L, B, max_len, r]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from .block_pool import BlockPool
-from .fill import LayerFill, check_positive
+from .fill import LayerFill, check_dtype, check_positive
 
 
 class PagedStorage:
@@ -25,8 +25,7 @@ class PagedStorage:
                  dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
         check_positive(n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head, num_blocks=num_blocks,
                        block_size=block_size)
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
+        check_dtype(dtype)
         self.n_layers, self.n_kv_heads, self.d_head = n_layers, n_kv_heads, d_head
         self.num_blocks, self.block_size, self.dtype = num_blocks, block_size, dtype
         shape = (n_layers, num_blocks * block_size, n_kv_heads, d_head)  # [L, N*P, Hkv, D]

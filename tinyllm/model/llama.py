@@ -16,11 +16,13 @@ from .rope import RotaryEmbedding
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, layer_idx: int):
+    """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x)). The attention is GQA unless given."""
+
+    def __init__(self, config, layer_idx: int, attention: nn.Module | None = None):
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = GQAttention(config.hidden_size, config.num_heads, config.num_kv_heads,
-                                     config.head_dim, layer_idx)
+        self.self_attn = attention or GQAttention(config.hidden_size, config.num_heads, config.num_kv_heads,
+                                                  config.head_dim, layer_idx)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = SwiGLU(config.hidden_size, config.intermediate_size)
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .mlp import SwiGLU
+from .llama import DecoderLayer
 from .norm import RMSNorm
 from .rope import RotaryEmbedding, apply_rope
 
@@ -58,19 +58,6 @@ class MLAttention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(B, T, H * c.d_value))  # [B, T, C]
 
 
-class MLABlock(nn.Module):
-    def __init__(self, c: MLAConfig, layer_idx: int):
-        super().__init__()
-        self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
-        self.self_attn = MLAttention(c, layer_idx)
-        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
-        self.mlp = SwiGLU(c.hidden_size, c.intermediate_size)
-
-    def forward(self, x, cos, sin, mask, cache):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache)
-        return x + self.mlp(self.post_attention_layernorm(x))
-
-
 class MLAForCausalLM(nn.Module):
     """Same forward contract as LlamaForCausalLM, with a LatentCache as the cache."""
 
@@ -78,7 +65,7 @@ class MLAForCausalLM(nn.Module):
         super().__init__()
         self.config = c
         self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.layers = nn.ModuleList(MLABlock(c, i) for i in range(c.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(c, i, MLAttention(c, i)) for i in range(c.num_layers))
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
         self.rotary = RotaryEmbedding(c.d_rope, c.rope_theta)
