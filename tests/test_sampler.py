@@ -1,6 +1,5 @@
 """sample / sample_batch / request_rng: greedy, seeded replay, distribution, batching."""
 import math
-import time
 
 import pytest
 import torch
