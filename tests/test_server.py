@@ -196,6 +196,16 @@ def test_metrics_text(server, client):
         assert name in text
 
 
+def test_bodies_that_are_not_json_objects(server):
+    url = f"{server.url}/v1/completions"
+    for kwargs in (dict(content=b"[1, 2]", headers={"content-type": "application/json"}), dict(content=b"{}"),
+                   dict(content=b'{"prompt": "x"', headers={"content-type": "application/json"})):
+        r = httpx.post(url, headers={**auth(), **kwargs.pop("headers", {})}, **kwargs)
+        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+    big = httpx.post(url, content=b" " * (17 << 20), headers={**auth(), "content-type": "application/json"})
+    assert big.status_code == 413 and "larger than" in big.json()["error"]["message"]
+
+
 def test_openapi_and_unknown_route(server):
     spec = httpx.get(f"{server.url}/openapi.json").json()
     assert "/v1/chat/completions" in spec["paths"] and "/v1/completions" in spec["paths"]

@@ -11,6 +11,7 @@ BENCHES = [
     ("decode", "tinyllm.bench.decode"),
     ("throughput", "tinyllm.bench.throughput"),
     ("prefix", "tinyllm.bench.prefix"),
+    ("serve", "tinyllm.bench.serve"),
 ]
 
 

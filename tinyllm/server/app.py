@@ -18,6 +18,7 @@ from ..errors import TinyLLMError
 from .chat import chat_completion
 from .completions import completion
 from .errors import APIError, bad_request, install_error_handlers
+from .limits import BodyLimit
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .prompts import chat_prompt_text
 from .protocol import (ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, CompletionRequest,
@@ -55,11 +56,12 @@ def create_app(llm_or_loader, *, served_model_name: str | None = None, api_key: 
         finally:
             state.shutdown()
 
-    app = FastAPI(title="tinyllm", version=__version__, lifespan=lifespan, max_body_size=MAX_BODY_BYTES,
+    app = FastAPI(title="tinyllm", version=__version__, lifespan=lifespan,
                   description="An OpenAI-compatible API over one model. Each response carries the `seed` it "
                               "sampled with (a fresh random one when the request sent none): sending it back "
                               "reproduces the answer; choice i of n samples with seed + i.")
     app.state.server = state
+    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     install_error_handlers(app)
     auth = [Depends(_auth_dependency(api_key))]
 

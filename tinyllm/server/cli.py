@@ -68,5 +68,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     app = create_app(load, served_model_name=args.served_model_name, api_key=api_key, **options)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    # On Ctrl-C, streams still open get a few seconds to end; then they are cut (and their requests aborted).
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
     return 0

@@ -53,6 +53,9 @@ def validation_error(exc: RequestValidationError) -> APIError:
     if first.get("type") == "json_invalid":
         return bad_request(f"the request body is not valid JSON ({first.get('ctx', {}).get('error', 'parse error')})")
     param = _param_of(loc)
+    if len(loc) == 1 and loc[0] == "body":  # missing, or not an object (e.g. no JSON content type)
+        return bad_request(f"the request body must be a JSON object sent as application/json "
+                           f"({first.get('msg', 'invalid body')})")
     where = ".".join(str(p) for p in loc[1:]) or "body"
     more = f" (and {len(errors) - 1} more errors)" if len(errors) > 1 else ""
     return bad_request(f"{where}: {first.get('msg', 'invalid value')}{more}", param)

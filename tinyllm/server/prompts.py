@@ -25,8 +25,9 @@ def _plain_messages(messages: list[ChatMessage]) -> list[dict]:
 
 
 def chat_prompt_text(tokenizer, messages: list[ChatMessage], add_generation_prompt: bool = True) -> str:
+    plain = _plain_messages(messages)
     try:
-        return tokenizer.apply_chat_template(_plain_messages(messages), add_generation_prompt)
+        return tokenizer.apply_chat_template(plain, add_generation_prompt)
     except TinyLLMError as exc:
         raise bad_request(str(exc), "messages") from None
     except Exception as exc:  # a template may fail in its own ways on messages it does not expect

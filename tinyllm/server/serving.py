@@ -99,8 +99,11 @@ class ClientGone(Exception):
 
 async def _disconnected(request: Request) -> None:
     # Once the body has been read, the next ASGI message for this request is its disconnect.
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
+    try:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+    except Exception:  # this connection cannot be watched: let the answer run to its end
+        await asyncio.Future()
 
 
 async def collect(request: Request, group: RequestGroup, choices: list[Choice], prompt_param: str) -> None:

@@ -38,6 +38,8 @@ class Ready:
 
 
 def default_model_name(llm) -> str:
+    if getattr(llm, "format", None) == "memory":  # built in memory: no file to name it after
+        return "tinyllm"
     path = str(getattr(llm, "path", "") or "")
     name = os.path.basename(path.rstrip("/\\"))
     return os.path.splitext(name)[0] if name.endswith(".gguf") else (name or "tinyllm")

@@ -1,0 +1,185 @@
+"""The HTTP server under N concurrent streaming clients (time to first token, inter-token latency p50/p99,
+aggregate output tokens/s), beside the same workload run through the in-process Engine; their ratio is
+what HTTP, JSON and server-sent events cost.
+
+The server runs in a subprocess (`tinyllm serve` on 127.0.0.1), so the clients' own work does not share
+the server's interpreter. Requests are greedy with EOS ignored, so both sides produce the same tokens,
+which is checked. Writes serve.json and serve.png."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from . import common
+from .workload import drive_engine, make_workload
+
+QUICK = dict(concurrency=[1, 2], prompt_range=[8, 24], output_range=[4, 8])
+
+
+def add_serve_bench_args(p) -> None:
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32],
+                   help="numbers of streaming clients run together (default 1 8 32)")
+    p.add_argument("--prompt-range", type=int, nargs=2, default=[16, 256], help="prompt tokens, min max")
+    p.add_argument("--output-range", type=int, nargs=2, default=[64, 64], help="output tokens, min max")
+    p.add_argument("--max-batched-tokens", type=int, default=256, help="engine token budget per step")
+    p.add_argument("--kv-memory-mb", type=int, default=1024, help="engine KV pool size (default 1024 MiB)")
+    p.add_argument("--startup-timeout", type=float, default=300.0, help="seconds to wait for the server")
+
+
+add_args = add_serve_bench_args  # the interface `tinyllm bench` expects of a kind
+
+
+# ---- the server side
+
+def start_server(args, port: int) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "tinyllm", "serve", "--host", "127.0.0.1", "--port", str(port),
+           "--model", common.model_path(getattr(args, "model", None)), "--log-level", "warning",
+           "--max-num-seqs", str(max(args.concurrency)), "--max-num-batched-tokens", str(args.max_batched_tokens),
+           "--kv-memory-gb", str(args.kv_memory_mb / 1024)]
+    if getattr(args, "threads", None):
+        cmd += ["--threads", str(args.threads)]
+    return subprocess.Popen(cmd)
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with status {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"the server at {url} was not healthy within {timeout} s")
+
+
+# ---- the clients
+
+async def _one(client, work, t0: float) -> dict:
+    body = {"prompt": work.ids, "max_tokens": work.max_tokens, "temperature": 0, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True}}
+    times, pieces, usage = [], [], None
+    async with client.stream("POST", "/v1/completions", json=body) as r:
+        r.raise_for_status()
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            usage = chunk.get("usage") or usage
+            if chunk["choices"] and chunk["choices"][0]["text"]:
+                times.append(time.perf_counter())
+                pieces.append(chunk["choices"][0]["text"])
+    return {"ttft": times[0] - t0 if times else None, "itl": [b - a for a, b in zip(times, times[1:])],
+            "text": "".join(pieces), "tokens": usage["completion_tokens"] if usage else 0}
+
+
+async def _drive_http(url: str, work: list) -> dict:
+    import httpx
+
+    limits = httpx.Limits(max_connections=len(work) + 4)
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
+        t0 = time.perf_counter()
+        results = await asyncio.gather(*(_one(client, w, t0) for w in work))
+        wall = time.perf_counter() - t0
+    tokens = sum(r["tokens"] for r in results)
+    return {"requests": len(work), "wall_s": wall, "output_tokens": tokens,
+            "output_tokens_per_s": common.per_second(tokens, wall),
+            "ttft_s": common.summary([r["ttft"] for r in results if r["ttft"] is not None]),
+            "itl_s": common.summary([x for r in results for x in r["itl"]]), "texts": [r["text"] for r in results]}
+
+
+def measure(llm, args, work: list) -> tuple[list[dict], list[dict]]:
+    """Each concurrency through the server, then through an in-process Engine of the same settings; the
+    levels alternate so that both sides see the same machine load, and each side keeps one engine across
+    levels so that both have the same prefix-cache history."""
+    from ..server.runner import free_port
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = start_server(args, port)
+    try:
+        wait_healthy(url, proc, args.startup_timeout)
+        engine = llm.engine(max_num_seqs=max(args.concurrency), max_num_batched_tokens=args.max_batched_tokens,
+                            kv_memory_bytes=args.kv_memory_mb << 20)
+        asyncio.run(_drive_http(url, work[:1]))  # first-call set-up, on both sides
+        drive_engine(engine, work[:1])
+        http, local = [], []
+        for n in args.concurrency:
+            http.append({"concurrency": n, **asyncio.run(_drive_http(url, work[:n]))})
+            _progress("http", http[-1])
+            result = drive_engine(engine, work[:n], keep_ids=True)
+            result["texts"] = [llm.tokenizer.decode(ids) for ids in result.pop("ids")]
+            local.append({"concurrency": n, **result})
+            _progress("engine", local[-1])
+        return http, local
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _progress(what: str, r: dict) -> None:
+    print(f"  {what} N={r['concurrency']}: {r['output_tokens_per_s']:.1f} output tok/s, "
+          f"ttft p50 {r['ttft_s']['p50']:.3f} s, itl p50 {r['itl_s']['p50']:.4f} s", flush=True)
+
+
+def compare(http: list[dict], engine: list[dict]) -> list[dict]:
+    rows = []
+    for h, e in zip(http, engine):
+        same = sum(a == b for a, b in zip(h.pop("texts"), e.pop("texts")))
+        rows.append({"concurrency": h["concurrency"], "texts_identical": f"{same}/{h['requests']}",
+                     "engine_over_http_tokens_per_s": common.ratio(e["output_tokens_per_s"], h["output_tokens_per_s"]),
+                     "http_over_engine_ttft_p50": common.ratio(h["ttft_s"]["p50"], e["ttft_s"]["p50"]),
+                     "http_over_engine_itl_p50": common.ratio(h["itl_s"]["p50"], e["itl_s"]["p50"])})
+    return rows
+
+
+def draw(result: dict):
+    def plot(fig):
+        rate_ax, lat_ax = fig.subplots(1, 2)
+        for side, style in (("http", "o"), ("engine", "s")):
+            xs = [r["concurrency"] for r in result[side]]
+            rate_ax.plot(xs, [r["output_tokens_per_s"] for r in result[side]], marker=style, label=side)
+            for key in ("ttft_s", "itl_s"):
+                lat_ax.plot(xs, [r[key]["p50"] for r in result[side]], marker=style, label=f"{side} {key[:-2]} p50")
+        rate_ax.set(xlabel="concurrent clients", ylabel="output tokens/s", title="aggregate throughput", xscale="log")
+        lat_ax.set(xlabel="concurrent clients", ylabel="seconds", title="latency", xscale="log", yscale="log")
+        for ax in (rate_ax, lat_ax):
+            ax.set_xticks(result["options"]["concurrency"], [str(n) for n in result["options"]["concurrency"]])
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+    return plot
+
+
+def run_serve_bench(args) -> dict:
+    """Measure the live server and the in-process engine on one workload; write serve.json (and .png)."""
+    from ..llm import LLM
+
+    path = common.model_path(getattr(args, "model", None))
+    llm = LLM(path)
+    work = make_workload(llm.tokenizer, max(args.concurrency), args.prompt_range, args.output_range,
+                         getattr(args, "seed", 0))
+    options = {k: v for k, v in vars(args).items() if k not in ("func", "bench_run")}
+    result = {"bench": "serve", "model": path, "machine": common.machine_info(), "options": options}
+    result["http"], result["engine"] = measure(llm, args, work)
+    result["comparison"] = compare(result["http"], result["engine"])
+    out = getattr(args, "out", "bench-results")
+    result["png"] = common.write_plot(out, "serve", draw(result))
+    result["json"] = common.write_json(out, "serve", result)
+    for row in result["comparison"]:
+        print("  " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
+    return result
+
+
+run = run_serve_bench  # the interface `tinyllm bench` expects of a kind
