@@ -155,11 +155,9 @@ def _add_optional_commands(sub) -> None:
     """Commands whose modules may bring heavier imports register themselves here."""
     from .server.cli import add_serve_command  # argparse only: the web stack loads when `serve` runs
 
+    from .bench.cli import add_bench_command  # each bench module imports torch only when it runs
+
     add_serve_command(sub)
-    try:
-        from .bench.cli import add_bench_command
-    except ImportError:
-        return
     add_bench_command(sub)
 
 

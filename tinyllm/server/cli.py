@@ -29,6 +29,11 @@ def add_serve_command(subparsers) -> None:
     p.add_argument("--kv-memory-gb", type=float, default=1.0, help="KV cache pool size in GiB (default 1)")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
+    p.add_argument("--speculative", default=None, choices=["ngram", "draft"],
+                   help="speculative decoding for every request: prompt lookup or a draft model")
+    p.add_argument("--num-draft-tokens", type=int, default=4)
+    p.add_argument("--draft-model", default=None, help="a smaller model sharing the tokenizer")
+    p.add_argument("--draft-layers", type=int, default=None, help="self-draft from the target's first N layers")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=cmd_serve)
 
@@ -38,6 +43,13 @@ def engine_options(args) -> dict:
         raise TinyLLMError(f"--kv-memory-gb must be > 0, got {args.kv_memory_gb}")
     options = dict(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                    block_size=args.block_size, kv_memory_bytes=int(args.kv_memory_gb * (1 << 30)))
+    if args.speculative is not None:
+        from ..speculative.proposer import SpeculativeConfig
+
+        options["speculative"] = SpeculativeConfig(method=args.speculative, num_draft_tokens=args.num_draft_tokens,
+                                                   draft_model=args.draft_model, draft_layers=args.draft_layers)
+    elif args.draft_model is not None or args.draft_layers is not None:
+        raise TinyLLMError("--draft-model and --draft-layers need --speculative draft")
     from ..engine.engine import EngineConfig
 
     EngineConfig(**options)  # a bad option fails now, not later in the loading thread
@@ -54,7 +66,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from .app import create_app
     except ImportError as exc:
         raise TinyLLMError(f"tinyllm serve needs fastapi, uvicorn and prometheus-client ({exc}); "
-                           f"install them with: pip install 'tinyllm[serve]'") from None
+                           f"install them with: pip install fastapi uvicorn prometheus-client") from None
 
     def load():
         import torch
