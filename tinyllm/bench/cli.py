@@ -22,6 +22,8 @@ def _common_args(p) -> None:
     p.add_argument("--no-reference", action="store_true", help="skip HF transformers (its columns stay empty)")
     p.add_argument("--seed", type=int, default=0, help="seed of the workload (prompts, lengths, arrivals)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="compute dtype of both engines (default float32)")
 
 
 def add_bench_command(subparsers) -> None:

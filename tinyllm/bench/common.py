@@ -99,6 +99,11 @@ def windows(ids: list[int], lengths: list[int], seed: int) -> list[list[int]]:
 
 # ---- machine and output files
 
+def load_now() -> float | None:
+    """The 1-minute load average: next to each run, it shows which ones a busy neighbour disturbed."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
 def machine_info() -> dict:
     import torch
 
@@ -190,19 +195,19 @@ def load_ours(path: str, dtype: str = "float32"):
     return timed(LLM, path, dtype=dtype)
 
 
-def load_reference(path: str):
-    """(HF LlamaForCausalLM in float32 on the same weights, seconds); a .gguf goes through gguf_file."""
+def load_reference(path: str, dtype: str = "float32"):
+    """(HF LlamaForCausalLM on the same weights in the same compute dtype, seconds); a .gguf goes through
+    gguf_file."""
     import torch
     from transformers import LlamaForCausalLM
     from transformers.utils import logging
 
     logging.set_verbosity_error()
     logging.disable_progress_bar()
+    options = {"dtype": getattr(torch, dtype)}
     if os.path.isfile(path):
-        folder, name = os.path.split(path)
-        model, seconds = timed(LlamaForCausalLM.from_pretrained, folder, gguf_file=name, dtype=torch.float32)
-    else:
-        model, seconds = timed(LlamaForCausalLM.from_pretrained, path, dtype=torch.float32)
+        path, options["gguf_file"] = os.path.split(path)
+    model, seconds = timed(LlamaForCausalLM.from_pretrained, path, **options)
     return model.eval(), seconds
 
 
@@ -210,11 +215,12 @@ def load_models(args, want_reference: bool = True) -> Models:
     """Ours, then the reference (unless --no-reference or transformers is missing), each timed."""
     path = model_path(args.model)
     warm_file_cache(path)
-    llm, load_s = load_ours(path)
+    dtype = getattr(args, "dtype", "float32")
+    llm, load_s = load_ours(path, dtype)
     ref, ref_s = None, None
     if want_reference and not args.no_reference:
         try:
-            ref, ref_s = load_reference(path)
+            ref, ref_s = load_reference(path, dtype)
         except ImportError:
             print("transformers is not installed: the reference columns stay empty")
     return Models(llm, ref, path, load_s, ref_s)
@@ -228,4 +234,5 @@ def header(kind: str, args, models: Models) -> dict:
     """The part every result file starts with: what ran, on what, with which options."""
     options = {k: v for k, v in vars(args).items() if k not in ("func", "bench_run")}
     return {"bench": kind, "model": models.path, "machine": machine_info(), "options": options,
-            "reference": "transformers.LlamaForCausalLM (float32, same weights)" if models.reference else None}
+            "reference": f"transformers.LlamaForCausalLM ({options.get('dtype', 'float32')}, same weights)"
+            if models.reference else None}

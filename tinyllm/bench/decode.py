@@ -29,7 +29,8 @@ def add_args(p) -> None:
 
 def ours(llm, ids: list[int], n: int, options: dict) -> dict:
     g, wall = common.timed(llm.generate, ids, max_tokens=n, temperature=0, ignore_eos=True, **options)
-    return {"wall_s": wall, "ttft_s": g.timings.ttft_s, "decode_tokens_per_s": g.stats["decode_tokens_per_s"],
+    return {"wall_s": wall, "load_1min": common.load_now(), "ttft_s": g.timings.ttft_s,
+            "decode_tokens_per_s": g.stats["decode_tokens_per_s"],
             "ids": g.ids}
 
 
@@ -43,7 +44,8 @@ def reference(ref, ids: list[int], n: int, pad: int) -> dict:
                            use_cache=True, pad_token_id=pad, streamer=stamps)
     wall = time.perf_counter() - t0
     ttft = stamps.times[0] - t0 if stamps.times else None
-    return {"wall_s": wall, "ttft_s": ttft, "decode_tokens_per_s": stamps.decode_tokens_per_s(),
+    return {"wall_s": wall, "load_1min": common.load_now(), "ttft_s": ttft,
+            "decode_tokens_per_s": stamps.decode_tokens_per_s(),
             "ids": out[0, len(ids):].tolist()}
 
 
@@ -102,7 +104,8 @@ def draw(result: dict):
     def plot(fig):
         left, right = fig.subplots(1, 2)
         for name in [m for m, _ in MODES] + ["reference"]:
-            pts = [(r["new_tokens"], r["wall_s"], r["decode_tokens_per_s"]) for r in result["rows"] if r["mode"] == name]
+            pts = [(r["new_tokens"], r["wall_s"], r["decode_tokens_per_s"])
+                   for r in result["rows"] if r["mode"] == name]
             if not pts:
                 continue
             label = "HF transformers (cached)" if name == "reference" else name
@@ -117,14 +120,17 @@ def draw(result: dict):
 
 
 def report(result: dict) -> str:
-    lines = [f"{'mode':16s} {'new':>5s} {'wall s':>8s} {'decode tok/s':>13s} {'ttft s':>7s} {'same ids':>9s}"]
+    lines = [f"{'mode':16s} {'new':>5s} {'wall s':>8s} {'decode tok/s':>13s} {'ttft s':>7s} {'same ids':>9s} "
+             f"{'load':>5s}"]
     for r in result["rows"]:
         ttft = "-" if r["ttft_s"] is None else f"{r['ttft_s']:.3f}"
+        load = "-" if r["load_1min"] is None else f"{r['load_1min']:.1f}"
         lines.append(f"{r['mode']:16s} {r['new_tokens']:5d} {r['wall_s']:8.2f} {r['decode_tokens_per_s']:13.2f} "
-                     f"{ttft:>7s} {str(r['same_ids_as_contiguous']):>9s}")
+                     f"{ttft:>7s} {str(r['same_ids_as_contiguous']):>9s} {load:>5s}")
     for key, per_n in result["ratios"].items():
         if key != "aims":
-            lines.append(f"{key:28s} " + "  ".join(f"{n}: {'-' if v is None else f'{v:.2f}'}" for n, v in per_n.items()))
+            cells = (f"{n}: {'-' if v is None else f'{v:.2f}'}" for n, v in per_n.items())
+            lines.append(f"{key:28s} " + "  ".join(cells))
     return "\n".join(lines)
 
 

@@ -75,11 +75,14 @@ def draw(result: dict):
     def plot(fig):
         blocks_ax, time_ax = fig.subplots(1, 2)
         names = ["sharing", "no_sharing"]
-        for i, key in enumerate(("peak_blocks_used", "blocks_per_running_request")):
-            blocks_ax.bar([i - 0.2, i + 0.2], [result[n][key] for n in names], 0.4, color=["tab:green", "tab:gray"])
-        blocks_ax.set_xticks([0, 1], ["peak blocks used", "blocks per running request"])
-        blocks_ax.set(yscale="log", title=f"{result['requests']} requests, {result['system_tokens']}-token shared "
-                      "prefix (green: sharing)")
+        keys = ("peak_blocks_used", "blocks_per_running_request")
+        for i, name in enumerate(names):
+            blocks_ax.bar([j + (i - 0.5) * 0.4 for j in range(len(keys))], [result[name][k] for k in keys], 0.4,
+                          label=name)
+        blocks_ax.set_xticks(range(len(keys)), ["peak blocks used", "blocks per running request"])
+        blocks_ax.set(yscale="log", ylabel="KV blocks",
+                      title=f"{result['requests']} requests, {result['system_tokens']}-token shared prefix")
+        blocks_ax.legend(fontsize=8)
         width = 0.25
         metrics = [("ttft p50", lambda r: r["ttft_s"]["p50"]), ("all prefilled", lambda r: r["all_prefilled_s"]),
                    ("wall", lambda r: r["wall_s"])]
@@ -100,7 +103,8 @@ def report(result: dict) -> str:
     for name in ("sharing", "no_sharing"):
         r = result[name]
         lines.append(f"{name:12s} {r['peak_blocks_used']:11d} {r['blocks_per_running_request']:10.1f} "
-                     f"{r['cached_tokens']:10d} {r['ttft_s']['p50']:9.2f} {r['all_prefilled_s']:15.2f} {r['wall_s']:8.2f}")
+                     f"{r['cached_tokens']:10d} {r['ttft_s']['p50']:9.2f} {r['all_prefilled_s']:15.2f} "
+                     f"{r['wall_s']:8.2f}")
     lines.append(f"blocks per request saved {result['blocks_per_request_saved']:.1%}, all-prefilled speed-up "
                  f"{result['all_prefilled_speedup']:.2f}x, same ids: {result['same_ids']}")
     return "\n".join(lines)

@@ -102,6 +102,9 @@ def draw(result: dict):
             poi_ax.plot(rates, [p["ttft_s"][q] for p in result["poisson"]], marker="o", label=f"ttft {q}")
             poi_ax.plot(rates, [p["itl_s"][q] for p in result["poisson"]], marker="s", label=f"itl {q}")
         poi_ax.set(xlabel="arrival rate (requests/s)", ylabel="seconds", title="Poisson arrivals", yscale="log")
+        for ax in (rate_ax, lat_ax):
+            ax.set_xticks(xs, [str(x) for x in xs])  # plain numbers on the log axis
+            ax.minorticks_off()
         for ax in (rate_ax, lat_ax, poi_ax):
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
@@ -111,7 +114,8 @@ def draw(result: dict):
 def report(result: dict) -> str:
     def row(name, r):
         return (f"{name:22s} {r['requests']:4d} {r['output_tokens_per_s']:9.1f} {r['decode_tokens_per_s']:9.1f} "
-                f"{r['ttft_s']['p50']:7.2f} {r['ttft_s']['p99']:7.2f} {r['itl_s']['p50']:7.3f} {r['itl_s']['p99']:7.3f}")
+                f"{r['ttft_s']['p50']:7.2f} {r['ttft_s']['p99']:7.2f} {r['itl_s']['p50']:7.3f} "
+                f"{r['itl_s']['p99']:7.3f}")
 
     lines = [f"{'run':22s} {'reqs':>4s} {'out tok/s':>9s} {'dec tok/s':>9s} {'ttft50':>7s} {'ttft99':>7s} "
              f"{'itl50':>7s} {'itl99':>7s}"]

@@ -90,7 +90,7 @@ def summarize_engine(gens: dict, arrivals: dict, steps: list, t0: float, end: fl
             itl += [b - a for a, b in zip(times, times[1:])]
     pure = [(e - s, n) for s, e, n, p, *_ in steps if p]
     per_request = [u / r for *_, r, u in steps if r]
-    return {"requests": len(gens), "wall_s": end - t0, "output_tokens": out_tokens,
+    return {"requests": len(gens), "wall_s": end - t0, "load_1min": common.load_now(), "output_tokens": out_tokens,
             "prompt_tokens": sum(len(g.prompt_ids) for g in gens.values()), "cached_tokens": cached,
             "output_tokens_per_s": common.per_second(out_tokens, end - t0),
             "decode_tokens_per_s": common.per_second(sum(n for _, n in pure), sum(d for d, _ in pure)),
@@ -137,7 +137,8 @@ def drive_reference(ref, work: list[Work], batch_size: int, pad: int) -> dict:
         pure_tokens += len(batch) * (len(stamps.times) - 1)
         pure_s += stamps.times[-1] - stamps.times[0]
     wall = time.perf_counter() - t0
-    return {"requests": len(work), "batch_size": batch_size, "wall_s": wall, "output_tokens": useful,
+    return {"requests": len(work), "batch_size": batch_size, "wall_s": wall, "load_1min": common.load_now(),
+            "output_tokens": useful,
             "generated_tokens": generated, "output_tokens_per_s": common.per_second(useful, wall),
             "generated_tokens_per_s": common.per_second(generated, wall),
             "decode_tokens_per_s": common.per_second(pure_tokens, pure_s),
