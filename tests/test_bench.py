@@ -87,3 +87,14 @@ def test_bench_help_lists_every_kind(capsys):
     text = capsys.readouterr().out
     for kind in ("load", "decode", "throughput", "prefix"):
         assert kind in text
+
+
+def test_speculative(folder, tmp_path):
+    r = bench("speculative", folder, tmp_path)
+    tasks = {row["task"] for row in r["rows"]}
+    assert tasks == {"repeat", "code-edit", "free-text"}
+    for row in r["rows"]:
+        assert row["same_ids_as_plain"] is True  # speculation never changes greedy output
+        assert positive(row["decode_tokens_per_s"]) and positive(row["speedup_vs_plain"])
+        if row["mode"] != "plain":
+            assert 0.0 <= row["acceptance_rate"] <= 1.0 and row["tokens_per_target_forward"] >= 1.0

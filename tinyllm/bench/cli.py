@@ -12,6 +12,7 @@ BENCHES = [
     ("throughput", "tinyllm.bench.throughput"),
     ("prefix", "tinyllm.bench.prefix"),
     ("serve", "tinyllm.bench.serve"),
+    ("speculative", "tinyllm.bench.speculative"),
 ]
 
 

@@ -44,14 +44,23 @@ class PagedStorage:
         self.k[:, dst * P:(dst + 1) * P] = self.k[:, src * P:(src + 1) * P]
         self.v[:, dst * P:(dst + 1) * P] = self.v[:, src * P:(src + 1) * P]
 
+    def flat(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One layer's keys and values as [N*P, Hkv*D]: a slot is one row, so index_select gathers rows."""
+        rows = self.num_blocks * self.block_size
+        return self.k[layer].view(rows, -1), self.v[layer].view(rows, -1)
+
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """k, v [T, Hkv, D] into slots [T] of one layer (rounded to the storage dtype)."""
-        self.k[layer, slots] = k.to(self.dtype)
-        self.v[layer, slots] = v.to(self.dtype)
+        k_flat, v_flat = self.flat(layer)
+        k_flat.index_copy_(0, slots, k.reshape(k.shape[0], -1).to(self.dtype))
+        v_flat.index_copy_(0, slots, v.reshape(v.shape[0], -1).to(self.dtype))
 
     def gather(self, layer: int, slots: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values at slots [..., S] -> [..., S, Hkv, D] in the compute dtype."""
-        return self.k[layer, slots].to(dtype), self.v[layer, slots].to(dtype)
+        k_flat, v_flat = self.flat(layer)
+        shape = (*slots.shape, self.n_kv_heads, self.d_head)
+        index = slots.reshape(-1)
+        return k_flat.index_select(0, index).view(shape).to(dtype), v_flat.index_select(0, index).view(shape).to(dtype)
 
 
 def blocks_needed(num_positions: int, block_size: int) -> int:

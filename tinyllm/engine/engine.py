@@ -45,7 +45,7 @@ class EngineConfig:
     block_size: int = 16
     num_blocks: int | None = None          # default: from kv_memory_bytes
     kv_memory_bytes: int = 1 << 30
-    kv_dtype: str = "float32"
+    kv_dtype: str | None = None            # default: the model's dtype
     enable_prefix_caching: bool = True
     speculative: SpeculativeConfig | None = None
 
@@ -63,7 +63,7 @@ class Engine:
         self.config = config or EngineConfig(**options)
         self.llm, self.model, self.tokenizer = llm, llm.model, llm.tokenizer
         c, cfg = llm.config, self.config
-        dtype = parse_dtype(cfg.kv_dtype, "kv_dtype")
+        dtype = llm.model.dtype if cfg.kv_dtype is None else parse_dtype(cfg.kv_dtype, "kv_dtype")
         itemsize = torch.empty(0, dtype=dtype).element_size()
         block_bytes = 2 * c.num_layers * c.num_kv_heads * c.head_dim * cfg.block_size * itemsize
         num_blocks = cfg.num_blocks or max(1, cfg.kv_memory_bytes // block_bytes)

@@ -33,11 +33,11 @@ class SampleResult:
     entropy: float = 0.0  # nats, of that same distribution
 
 
-def _entropy_rows(logits: Tensor) -> Tensor:
+def _entropy_rows(logits: Tensor, logp: Tensor | None = None) -> Tensor:
     """Entropy in nats of softmax over the last dim of float logits [..., V] -> [...], float64."""
     # probabilities come from softmax, not logp.exp(): torch's exp is slow on underflow
     probs = torch.softmax(logits, dim=-1)  # [..., V]
-    logp = torch.log_softmax(logits, dim=-1)  # [..., V]
+    logp = torch.log_softmax(logits, dim=-1) if logp is None else logp  # [..., V]
     # dropped tokens have p = 0 and logp = -inf; their 0 * -inf must count as 0, not NaN
     terms = torch.where(probs > 0, probs * logp, torch.zeros_like(probs))
     return -terms.sum(dim=-1, dtype=torch.float64)
@@ -115,7 +115,7 @@ def _plain_greedy_rows(logits: Tensor) -> list[SampleResult]:
     logp = torch.log_softmax(rows, dim=-1)  # [b, V]
     tokens = torch.argmax(rows, dim=-1, keepdim=True)  # [b, 1]; first maximum per row
     chosen = logp.gather(-1, tokens).squeeze(-1)  # [b]
-    entropy = _entropy_rows(rows)  # [b]
+    entropy = _entropy_rows(rows, logp)  # [b]
     return [SampleResult(token=t, logprob=lp, top_logprobs=[], entropy=h)
             for t, lp, h in zip(tokens.squeeze(-1).tolist(), chosen.tolist(), entropy.tolist())]
 
