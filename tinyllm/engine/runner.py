@@ -31,7 +31,7 @@ class PagedBatch:
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Write the new k, v [1, Hkv, N, D] at their slots, then attend q [1, H, N, D] -> [1, H, N, D]."""
         self.storage.write(layer, self.slot_mapping, k[0].transpose(0, 1), v[0].transpose(0, 1))
-        return ragged_attention(q, self.storage.k[layer], self.storage.v[layer], self.layout)
+        return ragged_attention(q, lambda slots: self.storage.gather(layer, slots, q.dtype), self.layout)
 
 
 class ModelRunner:
