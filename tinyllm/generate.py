@@ -45,7 +45,7 @@ def prompt_ids_of(tok, prompt: str | Sequence[int]) -> list[int]:
     return ids
 
 
-def _check_prompt(ids: list[int], vocab_size: int | None, max_len: int) -> None:
+def check_prompt(ids: list[int], vocab_size: int | None, max_len: int) -> None:
     if vocab_size is not None and any(not 0 <= i < vocab_size for i in ids):
         bad = next(i for i in ids if not 0 <= i < vocab_size)
         raise TinyLLMError(f"prompt token id {bad} is out of range [0, {vocab_size})")
@@ -209,7 +209,7 @@ def _setup(model, tok, prompt, p, cache, kv_dtype, eos_ids, prefill_chunk) -> _R
         raise TinyLLMError(f"prefill_chunk must be a positive integer, got {prefill_chunk!r}")
     prompt_ids = prompt_ids_of(tok, prompt)
     _, _, _, max_len = cache_dims(model)
-    _check_prompt(prompt_ids, getattr(model.config, "vocab_size", None), max_len)
+    check_prompt(prompt_ids, getattr(model.config, "vocab_size", None), max_len)
     budget = max_len - len(prompt_ids)  # generated token i sits at position len(prompt) + i < max_len
     if p.max_tokens is not None:
         budget = min(budget, p.max_tokens)

@@ -46,14 +46,15 @@ class PagedStorage:
 
     def flat(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One layer's keys and values as [N*P, Hkv*D]: a slot is one row, so index_select gathers rows."""
-        rows = self.num_blocks * self.block_size
-        return self.k[layer].view(rows, -1), self.v[layer].view(rows, -1)
+        shape = (self.num_blocks * self.block_size, self.n_kv_heads * self.d_head)
+        return self.k[layer].view(shape), self.v[layer].view(shape)
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """k, v [T, Hkv, D] into slots [T] of one layer (rounded to the storage dtype)."""
         k_flat, v_flat = self.flat(layer)
-        k_flat.index_copy_(0, slots, k.reshape(k.shape[0], -1).to(self.dtype))
-        v_flat.index_copy_(0, slots, v.reshape(v.shape[0], -1).to(self.dtype))
+        row = self.n_kv_heads * self.d_head
+        k_flat.index_copy_(0, slots, k.reshape(k.shape[0], row).to(self.dtype))
+        v_flat.index_copy_(0, slots, v.reshape(v.shape[0], row).to(self.dtype))
 
     def gather(self, layer: int, slots: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values at slots [..., S] -> [..., S, Hkv, D] in the compute dtype."""

@@ -11,7 +11,7 @@ import torch
 from ..cache.block_pool import BlockPool
 from ..cache.paged_cache import PagedStorage
 from ..errors import TinyLLMError
-from ..generate import prompt_ids_of
+from ..generate import check_prompt, prompt_ids_of
 from ..generation import Generation, Timings
 from ..llm import parse_dtype
 from ..sampling.params import SamplingParams
@@ -92,11 +92,7 @@ class Engine:
             raise TinyLLMError(f"params must be a SamplingParams, got {type(params).__name__}")
         ids = prompt_ids_of(self.tokenizer, prompt)
         max_len = self.llm.config.context_length
-        bad = next((i for i in ids if not 0 <= i < self.llm.config.vocab_size), None)
-        if bad is not None:
-            raise TinyLLMError(f"prompt token id {bad} is out of range [0, {self.llm.config.vocab_size})")
-        if len(ids) >= max_len:
-            raise TinyLLMError(f"prompt has {len(ids)} tokens, but the model's context holds {max_len}")
+        check_prompt(ids, self.llm.config.vocab_size, max_len)
         if blocks_for(len(ids) + 1, self.pool.block_size) > self.pool.num_blocks:
             raise TinyLLMError(f"prompt has {len(ids)} tokens, more than the KV pool holds "
                                f"({self.pool.num_blocks} blocks of {self.pool.block_size})")
