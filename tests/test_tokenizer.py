@@ -2,7 +2,6 @@
 import json
 import os
 import re
-import time
 import unicodedata
 
 import pytest
@@ -208,11 +207,8 @@ def _metadata_like(tok):
             "tokenizer.ggml.bos_token_id": tok.bos_id, "tokenizer.ggml.eos_token_id": tok.eos_id}
 
 
-def test_construction_is_fast(smollm_tokenizer):
-    metadata = _metadata_like(smollm_tokenizer)
-    start = time.perf_counter()
-    tok = Tokenizer.from_gguf_metadata(metadata)
-    assert time.perf_counter() - start < 1.0
+def test_rebuilt_from_its_own_metadata_encodes_the_same(smollm_tokenizer):
+    tok = Tokenizer.from_gguf_metadata(_metadata_like(smollm_tokenizer))
     for text in CORPUS + DIGIT_AFTER_SPACES:
         assert tok.encode(text) == smollm_tokenizer.encode(text)
 
