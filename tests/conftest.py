@@ -14,3 +14,15 @@ def smollm_tokenizer(default_model_path):
     from tinyllm.tokenizer import Tokenizer
 
     return Tokenizer.from_gguf(default_model_path)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for server tests: the engine, uvicorn and the clients share two cores, and torch's
+    thread pool spinning against them makes a tiny model's step a hundred times slower."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

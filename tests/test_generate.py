@@ -1,10 +1,9 @@
 """generate(): the loop end to end on scripted and tiny random models with the real SmolLM2 tokenizer."""
-import math
 
 import pytest
 import torch
 
-from tinyllm import KVCache, SamplingParams, TinyLLMError, cache_dims, generate
+from tinyllm import KVCache, SamplingParams, cache_dims, generate
 from tinyllm.sampling.rng import request_rng
 from tinyllm.sampling.sampler import process_logits
 from tiny_models import ScriptedModel, tiny_llama

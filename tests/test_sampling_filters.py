@@ -1,5 +1,4 @@
 """Penalties, temperature, top-k, top-p and min-p: worked numbers, order, properties."""
-import math
 
 import pytest
 import torch

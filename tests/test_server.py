@@ -6,7 +6,6 @@ import threading
 import httpx
 import openai
 import pytest
-import torch
 
 from tinyllm import LLM
 from tinyllm.server import create_app
@@ -20,16 +19,6 @@ CHAT = [{"role": "user", "content": "Tell me about rivers."}]
 
 def tiny_llm(tok, seed=0, context=512):
     return LLM.from_parts(tiny_llama(seed, vocab_size=tok.vocab_size, max_position_embeddings=context), tok)
-
-
-@pytest.fixture(scope="module")
-def one_thread():
-    """One torch thread: the engine, uvicorn and the clients share two cores, and torch's thread pool
-    spinning against them makes a tiny model's step a hundred times slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ import json
 
 import httpx
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -87,15 +86,12 @@ def bodies(fields: dict, required: tuple, fix=lambda body: body):
 
 
 @pytest.fixture(scope="module")
-def http(smollm_tokenizer):
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # see test_server.py: torch's pool spinning on two shared cores
+def http(smollm_tokenizer, one_thread):
     llm = LLM.from_parts(tiny_llama(3, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=CONTEXT),
                          smollm_tokenizer)
     with ServerThread(create_app(llm, served_model_name="tiny", num_blocks=256)) as srv:
         with httpx.Client(base_url=srv.wait_ready().url, timeout=60) as client:
             yield client
-    torch.set_num_threads(before)
 
 
 def check(http: httpx.Client, path: str, body: bytes) -> None:

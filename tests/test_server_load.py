@@ -8,7 +8,6 @@ import time
 
 import httpx
 import pytest
-import torch
 
 from tinyllm import LLM
 from tinyllm.server import create_app
@@ -19,15 +18,12 @@ CLIENTS = 32
 
 
 @pytest.fixture(scope="module")
-def url(smollm_tokenizer):
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # see test_server.py: torch's pool spinning on two shared cores
+def url(smollm_tokenizer, one_thread):
     llm = LLM.from_parts(tiny_llama(2, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=512),
                          smollm_tokenizer)
     app = create_app(llm, num_blocks=512, max_num_seqs=CLIENTS, max_num_batched_tokens=512)
     with ServerThread(app) as srv:
         yield srv.wait_ready().url
-    torch.set_num_threads(before)
 
 
 def metric(text: str, name: str, labels: str = "") -> float:

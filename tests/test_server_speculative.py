@@ -1,7 +1,5 @@
 """A server started with speculative decoding answers exactly what a plain server answers."""
 import openai
-import pytest
-import torch
 
 from tinyllm import LLM
 from tinyllm.server import create_app
@@ -10,14 +8,6 @@ from tinyllm.speculative.proposer import SpeculativeConfig
 from tiny_models import tiny_llama
 
 PROMPT = "one two three one two three one two"
-
-
-@pytest.fixture(scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def completions(llm, **engine_options):

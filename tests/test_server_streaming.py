@@ -4,7 +4,6 @@ import json
 
 import httpx
 import pytest
-import torch
 
 from tinyllm import LLM
 from tinyllm.server import create_app
@@ -15,14 +14,11 @@ CHAT = [{"role": "user", "content": "Write about bridges."}]
 
 
 @pytest.fixture(scope="module")
-def url(smollm_tokenizer):
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # see test_server.py: torch's pool spinning on two shared cores
+def url(smollm_tokenizer, one_thread):
     llm = LLM.from_parts(tiny_llama(1, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=512),
                          smollm_tokenizer)
     with ServerThread(create_app(llm, num_blocks=128)) as srv:
         yield srv.wait_ready().url
-    torch.set_num_threads(before)
 
 
 def sse_events(response: httpx.Response) -> list:

@@ -12,7 +12,7 @@ from ..cache.block_pool import BlockPool
 from ..cache.paged_cache import PagedStorage
 from ..errors import TinyLLMError
 from ..generate import check_prompt, prompt_ids_of
-from ..generation import Generation, Timings
+from ..generation import Generation, Timings, TokenLogprob
 from ..llm import parse_dtype
 from ..sampling.params import SamplingParams
 from ..sampling.sampler import sample_batch
