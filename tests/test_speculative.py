@@ -42,8 +42,11 @@ def test_ngram_proposer_drafts_what_followed_the_latest_match():
     p = NgramProposer(max_ngram=3)
     assert p.propose([1, 2, 3, 9, 9, 1, 2, 3, 4, 1, 2, 3], 3) == [4, 1, 2]  # latest match of [1, 2, 3]
     assert p.propose([1, 2, 3, 4, 5], 2) == []
-    assert p.propose([7, 1, 8, 1], 2) == [8, 1]  # falls back to a 1-gram
-    assert p.propose([4, 4], 5) == [4]
+    assert p.propose([5, 6, 0, 9, 5, 6], 2) == [0, 9]  # falls back to a 2-gram
+    assert p.propose([7, 1, 8, 1], 2) == []  # a 1-gram match is not enough by default
+    one = NgramProposer(max_ngram=3, min_ngram=1)
+    assert one.propose([7, 1, 8, 1], 2) == [8, 1]
+    assert one.propose([4, 4], 5) == [4]
 
 
 @pytest.mark.parametrize("cache", ["contiguous", "paged", "none"])

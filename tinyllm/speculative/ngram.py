@@ -6,7 +6,7 @@ from typing import Sequence
 
 
 class NgramProposer:
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 2):
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
 
     def propose(self, ids: Sequence[int], k: int) -> list[int]:

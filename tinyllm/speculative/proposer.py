@@ -24,7 +24,7 @@ class SpeculativeConfig:
     method: str = "ngram"            # "ngram" (prompt lookup) or "draft" (a draft model)
     num_draft_tokens: int = 4        # k: drafts verified per target forward
     max_ngram: int = 3               # prompt lookup: longest suffix n-gram to match
-    min_ngram: int = 1
+    min_ngram: int = 2               # a 1-gram match is mostly noise: its drafts get rejected
     draft_model: str | None = None   # path of a draft model sharing the tokenizer
     draft_layers: int | None = None  # self-draft: the target's first N layers and its head
 
