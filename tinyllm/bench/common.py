@@ -162,6 +162,14 @@ def write_plot(out_dir: str, name: str, draw: Callable) -> str | None:
     return path
 
 
+def save(out_dir: str, name: str, result: dict, draw: Callable | None, report: Callable[[dict], str]) -> dict:
+    """The end of every bench: the PNG (if drawn), the JSON, and the report on stdout."""
+    result["png"] = write_plot(out_dir, name, draw) if draw is not None else None
+    result["json"] = write_json(out_dir, name, result)
+    print(report(result))
+    return result
+
+
 # ---- models
 
 @dataclass

@@ -138,7 +138,4 @@ def run(args, models: common.Models | None = None) -> dict:
     models = models or common.load_models(args)
     result = common.header("decode", args, models)
     result.update(measure(models, args.prompt_tokens, args.new_tokens, args.repeats, args.seed))
-    result["png"] = common.write_plot(args.out, "decode", draw(result))
-    result["json"] = common.write_json(args.out, "decode", result)
-    print(report(result))
-    return result
+    return common.save(args.out, "decode", result, draw(result), report)

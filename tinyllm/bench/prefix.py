@@ -114,7 +114,4 @@ def run(args, models: common.Models | None = None) -> dict:
     models = models or common.load_models(args, want_reference=False)
     result = common.header("prefix", args, models)
     result.update(measure(models, args))
-    result["png"] = common.write_plot(args.out, "prefix", draw(result))
-    result["json"] = common.write_json(args.out, "prefix", result)
-    print(report(result))
-    return result
+    return common.save(args.out, "prefix", result, draw(result), report)

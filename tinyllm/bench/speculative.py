@@ -99,7 +99,4 @@ def run(args, models: common.Models | None = None) -> dict:
     models = models or common.load_models(args, want_reference=False)
     result = common.header("speculative", args, models)
     result["rows"] = measure(models.llm, args)
-    result["png"] = common.write_plot(args.out, "speculative", draw(result["rows"]))
-    result["json"] = common.write_json(args.out, "speculative", result)
-    print(report(result["rows"]))
-    return result
+    return common.save(args.out, "speculative", result, draw(result["rows"]), lambda r: report(r["rows"]))

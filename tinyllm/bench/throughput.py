@@ -130,7 +130,4 @@ def run(args, models: common.Models | None = None) -> dict:
     models = models or common.load_models(args)
     result = common.header("throughput", args, models)
     result.update(measure(models, args))
-    result["png"] = common.write_plot(args.out, "throughput", draw(result))
-    result["json"] = common.write_json(args.out, "throughput", result)
-    print(report(result))
-    return result
+    return common.save(args.out, "throughput", result, draw(result), report)
