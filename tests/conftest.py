@@ -11,7 +11,7 @@ def default_model_path():
 @pytest.fixture(scope="session")
 def smollm_tokenizer(default_model_path):
     """Our tokenizer built from the default model's GGUF metadata."""
-    from tinyllm.tokenizer import Tokenizer
+    from tinyllm.text.tokenizer import Tokenizer
 
     return Tokenizer.from_gguf(default_model_path)
 

@@ -45,11 +45,11 @@ def test_load(folder, tmp_path):
 def test_decode(folder, tmp_path):
     r = bench("decode", folder, tmp_path)
     modes = {row["mode"] for row in r["rows"]}
-    assert {"none", "contiguous", "paged", "contiguous-f16"} <= modes
+    assert {"none", "contiguous", "engine", "engine-f16"} <= modes
     assert ("reference" in modes) == HAS_REFERENCE
     for row in r["rows"]:
         assert row["new_tokens"] in (4, 8) and positive(row["wall_s"]) and positive(row["decode_tokens_per_s"])
-        if row["mode"] in ("none", "paged", "reference"):
+        if row["mode"] in ("none", "engine", "reference"):
             assert row["same_ids_as_contiguous"] is True
     assert positive(r["ratios"]["contiguous_over_none"]["8"])
     assert r["ratios"]["aims"]["at"] == 8

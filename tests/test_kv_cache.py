@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st
 
 from tinyllm import KVCache
 from tinyllm.cache.fill import offset_causal_mask
-from tinyllm.generate import cache_dims
+from tinyllm.reference import cache_dims
 from tiny_models import tiny_llama
 
 

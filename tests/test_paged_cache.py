@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 from tinyllm import KVCache
 from tinyllm.cache.block_pool import BlockPool
 from tinyllm.cache.paged_cache import PagedKVCache, PagedStorage
-from tinyllm.generate import cache_dims
+from tinyllm.reference import cache_dims
 from tiny_models import tiny_llama
 
 

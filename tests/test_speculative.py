@@ -6,7 +6,7 @@ import torch
 
 from tinyllm import KVCache, SamplingParams, TinyLLMError, generate
 from tinyllm.cache.paged_cache import PagedKVCache
-from tinyllm.generate import cache_dims
+from tinyllm.reference import cache_dims
 from tinyllm.sampling.filters import process_logits
 from tinyllm.speculative.draft_model import DraftModelProposer, self_draft
 from tinyllm.speculative.ngram import NgramProposer

@@ -12,8 +12,8 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from tinyllm.errors import TinyLLMError
 from tinyllm.loading.gguf_file import GGUFFile
-from tinyllm.pretokenizers import PRE_TOKENIZERS
-from tinyllm.tokenizer import Tokenizer
+from tinyllm.text.pretokenizers import PRE_TOKENIZERS
+from tinyllm.text.tokenizer import Tokenizer
 
 CORPUS = [
     "Hello world",

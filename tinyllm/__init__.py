@@ -2,16 +2,17 @@
 from .cache.kv_cache import KVCache
 from .cache.latent_cache import LatentCache
 from .config import ModelConfig
+from .engine.engine import Engine, EngineConfig
 from .errors import TinyLLMError
-from .generate import cache_dims, generate
-from .generation import Generation, TokenLogprob
-from .engine.engine import Engine, EngineConfig, RequestOutput
 from .llm import LLM
+from .outputs import Generation, RequestOutput, TokenLogprob
+from .reference import cache_dims, generate
 from .sampling.params import SamplingParams
-from .text.detokenizer import IncrementalDecoder
 from .speculative.proposer import SpeculativeConfig
+from .text.detokenizer import IncrementalDecoder
 from .text.stop import StopMatcher
 
-__all__ = ["LLM", "Engine", "EngineConfig", "RequestOutput", "SpeculativeConfig", "Generation", "TokenLogprob", "SamplingParams", "KVCache", "LatentCache", "IncrementalDecoder",
-           "StopMatcher", "ModelConfig", "TinyLLMError", "generate", "cache_dims"]
+__all__ = ["LLM", "Engine", "EngineConfig", "RequestOutput", "SpeculativeConfig", "Generation", "TokenLogprob",
+           "SamplingParams", "KVCache", "LatentCache", "IncrementalDecoder", "StopMatcher", "ModelConfig",
+           "TinyLLMError", "generate", "cache_dims"]
 __version__ = "0.1.0"

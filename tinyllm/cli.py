@@ -27,9 +27,12 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true")
     p.add_argument("--logprobs", type=int, default=None, help="report the top-N alternatives per token")
-    p.add_argument("--cache", default="contiguous", choices=["none", "contiguous", "paged"])
-    p.add_argument("--kv-dtype", default="float32", choices=["float32", "float16", "bfloat16"])
-    p.add_argument("--prefill-chunk", type=int, default=None)
+    p.add_argument("--cache", default="paged", choices=["paged", "contiguous", "none"],
+                   help="paged: the engine (default); contiguous / none: the reference loop, with a plain KV "
+                        "cache or recomputing everything")
+    p.add_argument("--kv-dtype", default=None, choices=["float32", "float16", "bfloat16"],
+                   help="KV cache dtype (default: the model's)")
+    p.add_argument("--prefill-chunk", type=int, default=None, help="tokens per engine step (default 2048)")
     p.add_argument("--speculative", default=None, choices=["ngram", "draft"],
                    help="draft tokens by prompt lookup or with a draft model, verify them in one forward")
     p.add_argument("--num-draft-tokens", type=int, default=4)

@@ -3,6 +3,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
+from .errors import TinyLLMError
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def parse_dtype(value: str | torch.dtype, what: str = "dtype") -> torch.dtype:
+    """A dtype name ("float32", "float16", "bfloat16") or one of those torch dtypes -> the torch dtype."""
+    if isinstance(value, torch.dtype) and value in DTYPES.values():
+        return value
+    if isinstance(value, str) and value in DTYPES:
+        return DTYPES[value]
+    raise TinyLLMError(f"{what} must be one of {', '.join(DTYPES)}, got {value!r}")
+
 
 @dataclass(frozen=True)
 class ModelConfig:

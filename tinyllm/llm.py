@@ -1,27 +1,30 @@
-"""LLM: the public entry point — a loaded model, its tokenizer, and generate/stream/chat."""
+"""LLM: the public entry point — a loaded model, its tokenizer, and generate/stream/chat.
+
+Every request runs on one long-lived Engine that the LLM owns (continuous batching, paged KV cache, prefix
+sharing, speculative decoding): a single prompt is a one-element batch. `cache="none"|"contiguous"` (or a
+cache object) runs the labelled reference loop (tinyllm.reference) instead, the oracle the engine is tested
+against. An LLM is not thread-safe; streams of one LLM may be interleaved in one thread (they share steps).
+"""
 from __future__ import annotations
 
 import os
+from collections import deque
 from typing import Iterator, Sequence
 
 import torch
 
+from .config import parse_dtype
+from .engine.engine import Engine, EngineConfig
 from .errors import TinyLLMError
-from .generate import iter_generate
-from .generation import Generation
 from .loading.loader import load
+from .outputs import Generation, RequestOutput
+from .reference import iter_generate
 from .sampling.params import SamplingParams
+from .speculative.factory import DraftModels, make_proposer
 from .speculative.proposer import SpeculativeConfig
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-def parse_dtype(value: str | torch.dtype, what: str = "dtype") -> torch.dtype:
-    if isinstance(value, torch.dtype) and value in DTYPES.values():
-        return value
-    if isinstance(value, str) and value in DTYPES:
-        return DTYPES[value]
-    raise TinyLLMError(f"{what} must be one of {', '.join(DTYPES)}, got {value!r}")
+ENGINE_CACHE = "paged"
+DEFAULT_CHUNK_BUDGET = 2048  # tokens per engine step when prefill_chunk is not given: most prompts in one
 
 
 def speculative_config(speculative) -> SpeculativeConfig | None:
@@ -43,6 +46,8 @@ def sampling_params(params: SamplingParams | None, sampling: dict) -> SamplingPa
     if params is not None and sampling:
         raise TinyLLMError(f"pass either params= or sampling keywords, not both (got {sorted(sampling)})")
     if params is not None:
+        if not isinstance(params, SamplingParams):
+            raise TinyLLMError(f"params must be a SamplingParams, got {type(params).__name__}")
         return params
     try:
         return SamplingParams(**sampling)
@@ -50,6 +55,11 @@ def sampling_params(params: SamplingParams | None, sampling: dict) -> SamplingPa
         raise TinyLLMError(f"unknown sampling parameter: {exc}") from None
     except ValueError as exc:
         raise TinyLLMError(str(exc)) from None
+
+
+def is_prompt_list(prompt) -> bool:
+    """A list of prompts (texts or id lists), as opposed to one prompt given as a list of ids."""
+    return isinstance(prompt, list) and bool(prompt) and all(isinstance(x, (str, list, tuple)) for x in prompt)
 
 
 class LLM:
@@ -62,6 +72,7 @@ class LLM:
         self.config, self.model, self.tokenizer = loaded.config, loaded.model, loaded.tokenizer
         self.eos_ids = loaded.eos_ids
         self.weight_types = loaded.weight_types
+        self._init_engine_state()
 
     @classmethod
     def from_parts(cls, model, tokenizer, eos_ids=None, path: str = "<memory>") -> "LLM":
@@ -71,41 +82,43 @@ class LLM:
         llm.config, llm.model, llm.tokenizer = model.config, model, tokenizer
         llm.eos_ids = tuple(tokenizer.stop_ids if eos_ids is None else eos_ids)
         llm.weight_types = {}
+        llm._init_engine_state()
         return llm
 
-    def engine(self, **options):
-        """A continuous-batching Engine over this model (options: max_num_seqs, max_num_batched_tokens,
-        block_size, num_blocks, kv_memory_bytes, kv_dtype, enable_prefix_caching)."""
-        from .engine.engine import Engine
+    def _init_engine_state(self) -> None:
+        self._engine: Engine | None = None
+        self._engine_key: tuple | None = None
+        self._pending: dict[str, deque[RequestOutput]] = {}  # outputs of live requests, by id
+        self._drafts = DraftModels(self.model, self.tokenizer)  # for the reference loop
 
+    def engine(self, **options) -> Engine:
+        """A new continuous-batching Engine of your own over this model (options: see EngineConfig)."""
         return Engine(self, **options)
 
-    def generate(self, prompt: str | Sequence[int] | list, *, cache="contiguous", kv_dtype="float32",
-                 prefill_chunk: int | None = None, speculative=None, params: SamplingParams | None = None,
-                 **sampling):
-        """One prompt (text or ids) -> Generation; a list of prompts -> list[Generation], run together
-        through the continuous-batching engine. `speculative` ("ngram", "draft" or a SpeculativeConfig)
-        drafts tokens and verifies them in one forward; the output is the same."""
-        p = sampling_params(params, sampling)
-        spec = speculative_config(speculative)
-        if isinstance(prompt, list) and prompt and all(isinstance(x, (str, list, tuple)) for x in prompt):
-            return self.engine(kv_dtype=kv_dtype, speculative=spec, num_blocks=self._blocks_for(prompt, p)).generate(prompt, p)
-        return self._run(prompt, p, cache, kv_dtype, prefill_chunk, spec)
+    # ---- generation
+    def generate(self, prompt: str | Sequence[int] | list, *, cache: str | object = ENGINE_CACHE,
+                 kv_dtype: str | torch.dtype | None = None, prefill_chunk: int | None = None, speculative=None,
+                 params: SamplingParams | None = None, **sampling):
+        """One prompt (text or ids) -> Generation; a list of prompts -> list[Generation], run together.
+        `speculative` ("ngram", "draft" or a SpeculativeConfig) drafts tokens and verifies them in one
+        forward; the output is the same. `cache="none"|"contiguous"` runs the reference loop instead."""
+        p, spec = sampling_params(params, sampling), speculative_config(speculative)
+        prompts = prompt if is_prompt_list(prompt) else [prompt]
+        if isinstance(cache, str) and cache == ENGINE_CACHE:
+            gens = self._engine_generate(prompts, p, kv_dtype, prefill_chunk, spec)
+        else:
+            gens = [self._reference_generate(x, p, cache, kv_dtype, prefill_chunk, spec) for x in prompts]
+        return gens if is_prompt_list(prompt) else gens[0]
 
-    def _blocks_for(self, prompts: list, p: SamplingParams, block_size: int = 16) -> int:
-        """KV blocks enough to run every prompt at once (at most the engine's default memory)."""
-        context = self.config.context_length
-        lengths = [len(x) if not isinstance(x, str) else len(self.tokenizer.encode(x)) for x in prompts]
-        total = sum(-(-min(context, n + (p.max_tokens or context)) // block_size) for n in lengths)
-        itemsize_bytes = self.config.kv_bytes_per_token(4) * block_size
-        return max(1, min(total, (1 << 30) // itemsize_bytes))
-
-    def stream(self, prompt: str | Sequence[int], *, cache="contiguous", kv_dtype="float32",
-               prefill_chunk: int | None = None, speculative=None, params: SamplingParams | None = None,
-               **sampling) -> Iterator[str]:
-        """Yield text pieces as they become final (never text that a stop string later cuts)."""
-        p = sampling_params(params, sampling)
-        yield from self._steps(prompt, p, cache, kv_dtype, prefill_chunk, speculative_config(speculative))
+    def stream(self, prompt: str | Sequence[int], *, cache: str | object = ENGINE_CACHE,
+               kv_dtype: str | torch.dtype | None = None, prefill_chunk: int | None = None, speculative=None,
+               params: SamplingParams | None = None, **sampling) -> Iterator[str]:
+        """Yield text pieces as they become final (never text that a stop string later cuts). Closing the
+        iterator early aborts the request and frees its KV blocks."""
+        p, spec = sampling_params(params, sampling), speculative_config(speculative)
+        if isinstance(cache, str) and cache == ENGINE_CACHE:
+            return self._engine_stream(prompt, p, kv_dtype, prefill_chunk, spec)
+        return self._reference_steps(prompt, p, cache, kv_dtype, prefill_chunk, spec)
 
     def chat(self, messages: list[dict], *, stream: bool = False, **kwargs):
         """Render `messages` with the model's chat template and generate (or stream) the reply."""
@@ -113,18 +126,86 @@ class LLM:
         ids = self.tokenizer.encode(prompt, add_special_tokens=False)
         return self.stream(ids, **kwargs) if stream else self.generate(ids, **kwargs)
 
-    def _steps(self, prompt, p, cache, kv_dtype, prefill_chunk, spec: SpeculativeConfig | None = None):
+    # ---- the engine path
+    def _shared_engine(self, kv_dtype, prefill_chunk) -> Engine:
+        """The LLM's engine, rebuilt only when the KV dtype or the chunk budget changes (and it is idle)."""
+        dtype = self.model.dtype if kv_dtype is None else parse_dtype(kv_dtype, "kv_dtype")
+        if prefill_chunk is not None and (isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int)
+                                          or prefill_chunk < 1):
+            raise TinyLLMError(f"prefill_chunk must be a positive integer, got {prefill_chunk!r}")
+        key = (dtype, prefill_chunk or DEFAULT_CHUNK_BUDGET)
+        if self._engine is None or self._engine_key != key:
+            if self._engine is not None and self._pending:
+                raise TinyLLMError("kv_dtype and prefill_chunk cannot change while this LLM's streams are open "
+                                   "(finish or close them first)")
+            name = str(dtype).removeprefix("torch.")
+            self._engine = Engine(self, EngineConfig(kv_dtype=name, max_num_batched_tokens=key[1]))
+            self._engine_key = key
+        return self._engine
+
+    def _engine_generate(self, prompts: list, p, kv_dtype, prefill_chunk, spec) -> list[Generation]:
+        engine = self._shared_engine(kv_dtype, prefill_chunk)
+        rids = engine.add_requests(prompts, p, spec)
+        self._pending.update((rid, deque()) for rid in rids)
+        try:
+            for _ in self._outputs(engine, rids):
+                pass
+            return [engine.generation(rid) for rid in rids]
+        finally:
+            self._close(engine, rids)
+
+    def _engine_stream(self, prompt, p, kv_dtype, prefill_chunk, spec) -> Iterator[str]:
+        engine = self._shared_engine(kv_dtype, prefill_chunk)
+        rid = engine.add_request(prompt, p, speculative=spec)  # validated now, not at the first next()
+        self._pending[rid] = deque()  # from now on its outputs are kept, whoever steps the engine
+        return self._stream_outputs(engine, rid)
+
+    def _stream_outputs(self, engine: Engine, rid: str) -> Iterator[str]:
+        try:
+            for out in self._outputs(engine, [rid]):
+                if out.text:
+                    yield out.text
+        finally:
+            self._close(engine, [rid])
+
+    def _outputs(self, engine: Engine, rids: list[str]) -> Iterator[RequestOutput]:
+        """Step the engine until every request in rids has finished, yielding their outputs; outputs of
+        other live requests of this LLM (an interleaved stream) are kept for them."""
+        live = set(rids)
+        while live:
+            for rid in rids:
+                while self._pending[rid]:
+                    out = self._pending[rid].popleft()
+                    if out.finished:
+                        live.discard(rid)
+                    yield out
+            if not live:
+                break
+            if not engine.has_unfinished():
+                raise RuntimeError(f"requests {sorted(live)} vanished from the engine")
+            for out in engine.step():
+                if out.request_id in self._pending:
+                    self._pending[out.request_id].append(out)
+
+    def _close(self, engine: Engine, rids: list[str]) -> None:
+        """Abort what has not finished (a stream closed early, an error) and forget the requests."""
+        for rid in rids:
+            self._pending.pop(rid, None)
+            engine.abort(rid)
+            engine.release(rid)
+
+    # ---- the reference loop
+    def _reference_steps(self, prompt, p, cache, kv_dtype, prefill_chunk, spec):
         proposer, k = None, 0
         if spec is not None:
-            from .speculative.factory import make_proposer
+            proposer, k = make_proposer(spec, self._drafts), spec.num_draft_tokens
+        dtype = self.model.dtype if kv_dtype is None else parse_dtype(kv_dtype, "kv_dtype")
+        return iter_generate(self.model, self.tokenizer, prompt, p, cache=cache, kv_dtype=dtype,
+                             eos_ids=self.eos_ids, prefill_chunk=prefill_chunk, proposer=proposer,
+                             num_draft_tokens=k)
 
-            proposer, k = make_proposer(spec, self), spec.num_draft_tokens
-        return iter_generate(self.model, self.tokenizer, prompt, p, cache=cache,
-                             kv_dtype=parse_dtype(kv_dtype, "kv_dtype"), eos_ids=self.eos_ids,
-                             prefill_chunk=prefill_chunk, proposer=proposer, num_draft_tokens=k)
-
-    def _run(self, prompt, p, cache, kv_dtype, prefill_chunk, spec=None) -> Generation:
-        steps = self._steps(prompt, p, cache, kv_dtype, prefill_chunk, spec)
+    def _reference_generate(self, prompt, p, cache, kv_dtype, prefill_chunk, spec) -> Generation:
+        steps = self._reference_steps(prompt, p, cache, kv_dtype, prefill_chunk, spec)
         while True:
             try:
                 next(steps)

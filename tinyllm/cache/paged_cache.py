@@ -12,10 +12,22 @@ A shared block is never written: the first write into it copies it (copy-on-writ
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .block_pool import BlockPool
+from .block_table import BlockTable, blocks_for
 from .fill import LayerFill, check_dtype, check_positive
+
+
+def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: str | torch.device) -> torch.Tensor:
+    """Zeros whose pages the OS maps on first write (calloc, through numpy) on the CPU, so a large pool
+    costs resident memory only as it fills; torch.zeros elsewhere."""
+    if torch.device(device).type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    raw = torch.from_numpy(np.zeros(shape, dtype=f"u{itemsize}"))  # calloc: untouched pages read as zero
+    return raw.view(dtype)
 
 
 class PagedStorage:
@@ -29,8 +41,8 @@ class PagedStorage:
         self.n_layers, self.n_kv_heads, self.d_head = n_layers, n_kv_heads, d_head
         self.num_blocks, self.block_size, self.dtype = num_blocks, block_size, dtype
         shape = (n_layers, num_blocks * block_size, n_kv_heads, d_head)  # [L, N*P, Hkv, D]
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.k = lazy_zeros(shape, dtype, device)
+        self.v = lazy_zeros(shape, dtype, device)
 
     @property
     def device(self) -> torch.device:
@@ -64,10 +76,6 @@ class PagedStorage:
         return k_flat.index_select(0, index).view(shape).to(dtype), v_flat.index_select(0, index).view(shape).to(dtype)
 
 
-def blocks_needed(num_positions: int, block_size: int) -> int:
-    return -(-num_positions // block_size)
-
-
 class PagedKVCache(LayerFill):
     """One sequence (batch 1) stored in blocks of a shared PagedStorage, allocated from a BlockPool."""
 
@@ -76,41 +84,33 @@ class PagedKVCache(LayerFill):
         check_positive(max_len=max_len)
         super().__init__(storage.n_layers, max_len, storage.device)
         self.storage, self.pool = storage, pool
-        self.block_table: list[int] = list(block_table or [])
+        self.table = BlockTable(pool, block_table)
         self._fill = [num_cached] * storage.n_layers
         self.batch, self.n_kv_heads, self.d_head, self.dtype = 1, storage.n_kv_heads, storage.d_head, storage.dtype
 
     @classmethod
     def for_one_sequence(cls, n_layers: int, n_kv_heads: int, d_head: int, max_len: int, block_size: int = 16,
                          dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> "PagedKVCache":
-        num_blocks = blocks_needed(max_len, block_size)
+        num_blocks = blocks_for(max_len, block_size)
         storage = PagedStorage(n_layers, n_kv_heads, d_head, num_blocks, block_size, dtype, device)
         return cls(storage, BlockPool(num_blocks, block_size), max_len)
 
+    @property
+    def block_table(self) -> list[int]:
+        return self.table.blocks
+
     def slots(self, start: int, stop: int) -> torch.Tensor:
-        P = self.storage.block_size
-        pos = torch.arange(start, stop)
-        table = torch.tensor(self.block_table, dtype=torch.long)
-        return (table[pos // P] * P + pos % P).to(self.device)  # [stop - start]
+        return self.table.slots(start, stop, self.device)  # [stop - start]
 
     def prepare_write(self, start: int, stop: int) -> None:
         """Make blocks for positions [start, stop) exclusively ours: allocate missing, copy shared ones.
         Runs once per forward (on the first layer); raises before changing anything if blocks run out."""
-        P = self.storage.block_size
-        first, last = start // P, blocks_needed(stop, P)
-        shared = [i for i in range(first, min(last, len(self.block_table))) if self.pool.is_shared(self.block_table[i])]
-        missing = max(0, last - len(self.block_table))
-        if missing + len(shared) > self.pool.num_free:
-            raise ValueError(f"out of KV blocks: positions [{start}, {stop}) need {missing + len(shared)} "
-                             f"blocks, {self.pool.num_free} are free")
-        for i in shared:
-            fresh = self.pool.allocate()
-            self.storage.copy_block(self.block_table[i], fresh)
-            self.pool.release(self.block_table[i])
-            self.block_table[i] = fresh
-        for i in range(first, min(last, len(self.block_table))):
-            self.pool.forget(self.block_table[i])  # its contents change: it no longer names a cached prefix
-        self.block_table += [self.pool.allocate() for _ in range(missing)]
+        copies = self.table.reserve(start, stop)
+        if copies is None:
+            raise ValueError(f"out of KV blocks: positions [{start}, {stop}) need "
+                             f"{self.table.blocks_needed(start, stop)} blocks, {self.pool.num_free} are free")
+        for src, dst in copies:
+            self.storage.copy_block(src, dst)
 
     def update(self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """k_new, v_new [1, Hkv, T, D] -> (k_all, v_all) [1, Hkv, s+T, D], as stored."""
@@ -130,10 +130,7 @@ class PagedKVCache(LayerFill):
     def truncate(self, n: int) -> None:
         """Roll back to n positions and release whole blocks past n; a kept shared block stays untouched."""
         super().truncate(n)
-        keep = blocks_needed(n, self.storage.block_size)
-        for block in self.block_table[keep:]:
-            self.pool.release(block)
-        del self.block_table[keep:]
+        self.table.truncate(n)
 
     def release(self) -> None:
         """Give every block back to the pool."""

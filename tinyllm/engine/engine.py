@@ -9,33 +9,21 @@ from dataclasses import dataclass
 import torch
 
 from ..cache.block_pool import BlockPool
+from ..cache.block_table import blocks_for
 from ..cache.paged_cache import PagedStorage
+from ..config import parse_dtype
 from ..errors import TinyLLMError
-from ..generate import check_prompt, prompt_ids_of
-from ..generation import Generation, Timings, TokenLogprob
-from ..llm import parse_dtype
+from ..outputs import Generation, RequestOutput
 from ..sampling.params import SamplingParams
 from ..sampling.sampler import sample_batch
+from ..speculative.factory import DraftModels, make_proposer
 from ..speculative.proposer import SpeculativeConfig
 from ..speculative.verify import verify_drafts
-from .postprocess import apply_tokens
-from .kv_manager import KVManager, blocks_for
-from .request import Request, RequestStatus
+from .kv_manager import KVManager
+from .prompt import check_prompt, prompt_ids_of, token_budget
+from .request import Request, RequestStatus, accept_tokens, make_generation
 from .runner import ModelRunner
 from .scheduler import Scheduler
-
-
-@dataclass
-class RequestOutput:
-    request_id: str
-    text: str                        # new final text since the last output
-    token_ids: list[int]             # new ids since the last output
-    logprobs: list[TokenLogprob]
-    finished: bool = False
-    finish_reason: str | None = None
-    num_cached_tokens: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
 
 
 @dataclass
@@ -59,9 +47,13 @@ class EngineConfig:
 
 
 class Engine:
+    """Many requests over one model: add_request, then step() until has_unfinished() is False.
+    `llm` is anything with .model, .tokenizer, .config and .eos_ids (an LLM)."""
+
     def __init__(self, llm, config: EngineConfig | None = None, **options):
         self.config = config or EngineConfig(**options)
-        self.llm, self.model, self.tokenizer = llm, llm.model, llm.tokenizer
+        self.model, self.tokenizer, self.model_config = llm.model, llm.tokenizer, llm.config
+        self.eos_ids = tuple(llm.eos_ids)
         c, cfg = llm.config, self.config
         dtype = llm.model.dtype if cfg.kv_dtype is None else parse_dtype(cfg.kv_dtype, "kv_dtype")
         itemsize = torch.empty(0, dtype=dtype).element_size()
@@ -73,43 +65,42 @@ class Engine:
         self.kv = KVManager(self.pool, cfg.enable_prefix_caching)
         self.scheduler = Scheduler(self.kv, cfg.max_num_seqs, cfg.max_num_batched_tokens)
         self.runner = ModelRunner(self.model, self.storage)
+        self.drafts = DraftModels(self.model, self.tokenizer)
         self.requests: dict[str, Request] = {}
         self._ids = itertools.count()
         self._early: list[RequestOutput] = []  # outputs produced outside step() (aborts)
 
     # ---- requests in
-    def add_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None) -> str:
-        """Queue a request; raise TinyLLMError (and queue nothing) if it can never run."""
-        req = self._make_request(prompt, params, request_id)
+    def add_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None,
+                    speculative: SpeculativeConfig | None = None) -> str:
+        """Queue a request; raise TinyLLMError (and queue nothing) if it can never run. `speculative`
+        overrides the engine's speculative config for this request."""
+        req = self._make_request(prompt, params, request_id, speculative)
         self.requests[req.request_id] = req
         self.scheduler.add(req)
         return req.request_id
 
-    def _make_request(self, prompt, params: SamplingParams | None, request_id: str | None) -> Request:
+    def _make_request(self, prompt, params: SamplingParams | None, request_id: str | None,
+                      speculative: SpeculativeConfig | None = None) -> Request:
         """Validate a request without changing any state."""
         params = params or SamplingParams()
         if not isinstance(params, SamplingParams):
             raise TinyLLMError(f"params must be a SamplingParams, got {type(params).__name__}")
         ids = prompt_ids_of(self.tokenizer, prompt)
-        max_len = self.llm.config.context_length
-        check_prompt(ids, self.llm.config.vocab_size, max_len)
+        max_len = self.model_config.context_length
+        check_prompt(ids, self.model_config.vocab_size, max_len)
         if blocks_for(len(ids) + 1, self.pool.block_size) > self.pool.num_blocks:
             raise TinyLLMError(f"prompt has {len(ids)} tokens, more than the KV pool holds "
                                f"({self.pool.num_blocks} blocks of {self.pool.block_size})")
         request_id = str(next(self._ids)) if request_id is None else str(request_id)
         if request_id in self.requests:
             raise TinyLLMError(f"request id {request_id!r} is already in use")
-        # Room for every token even alone in the pool (the last one is never fed back): a request that
-        # outgrows the whole pool ends with "length" instead of being preempted forever.
-        pool_positions = self.pool.num_blocks * self.pool.block_size
-        max_new = min(max_len - len(ids), pool_positions - len(ids) + 1)
-        if params.max_tokens is not None:
-            max_new = min(max_new, params.max_tokens)
-        req = Request.create(request_id, ids, params, max_new, self.tokenizer)
-        if self.config.speculative is not None:
-            from ..speculative.factory import make_proposer
-
-            req.proposer = make_proposer(self.config.speculative, self.llm, max_len=len(ids) + max_new)
+        max_new = token_budget(len(ids), params.max_tokens, max_len, self.pool.num_blocks * self.pool.block_size)
+        req = Request.create(request_id, ids, params, max_new, self.tokenizer, self.eos_ids)
+        spec = speculative or self.config.speculative
+        if spec is not None:
+            req.proposer = make_proposer(spec, self.drafts, max_len=len(ids) + max_new)
+            req.num_draft_tokens = spec.num_draft_tokens
         return req
 
     def abort(self, request_id: str) -> bool:
@@ -149,11 +140,10 @@ class Engine:
 
     def _propose_drafts(self) -> None:
         """Speculation: each running request ready to decode gets up to k drafts to verify this step."""
-        k = self.config.speculative.num_draft_tokens if self.config.speculative else 0
         for req in self.scheduler.running:
             if req.proposer is None or req.draft_ids or req.num_computed != req.num_committed - 1:
                 continue
-            room = min(k, req.max_new - len(req.output_ids) - 1)
+            room = min(req.num_draft_tokens, req.max_new - len(req.output_ids) - 1)
             if room > 0:
                 req.draft_ids = req.proposer.propose(req.prompt_ids + req.output_ids, room)
 
@@ -179,11 +169,10 @@ class Engine:
     def _apply(self, req: Request, results: list, now: float) -> RequestOutput:
         drafts = req.draft_ids
         req.draft_ids = []
-        if req.proposer is not None:
-            req.spec_stats["drafted"] += len(drafts)
-            req.spec_stats["accepted"] += len(results) - 1
-            req.spec_stats["target_forwards"] += 1
-        applied = apply_tokens(req, results, self.llm.eos_ids, now)
+        req.num_drafted += len(drafts)
+        req.num_accepted += len(results) - 1
+        req.num_sampling_forwards += 1
+        applied = accept_tokens(req, results, now)
         if applied.finish is not None:
             self.scheduler.finish(req, applied.finish)
             req.times.finished = now
@@ -211,24 +200,7 @@ class Engine:
 
     def generation(self, request_id: str) -> Generation:
         """A finished (or running) request as a Generation."""
-        req = self.requests[str(request_id)]
-        t = req.times
-        end = t.finished or time.perf_counter()
-        first = t.first_token or end
-        timings = Timings(prefill_s=first - (t.first_scheduled or t.arrival), decode_s=end - first,
-                          ttft_s=first - t.arrival, total_s=end - t.arrival)
-        n = len(req.output_ids)
-        stats = {"prompt_tokens": len(req.prompt_ids), "completion_tokens": n,
-                 "cached_tokens": req.num_cached_tokens, "preemptions": req.num_preemptions,
-                 "decode_tokens_per_s": (n - 1) / timings.decode_s if n > 1 and timings.decode_s else 0.0,
-                 "token_times": list(t.token_times), "arrival": t.arrival}
-        if req.proposer is not None:
-            s = req.spec_stats
-            stats.update(drafted=s["drafted"], accepted=s["accepted"],
-                         acceptance_rate=s["accepted"] / s["drafted"] if s["drafted"] else 0.0,
-                         tokens_per_target_forward=n / max(1, s["target_forwards"]))  # every sampling forward
-        return Generation(req.out.text, list(req.output_ids), list(req.out.logprobs), timings, stats,
-                          req.finish_reason or "length", list(req.prompt_ids))
+        return make_generation(self.requests[str(request_id)])
 
     def release(self, request_id: str) -> None:
         """Forget a finished request's record (its blocks were freed when it finished)."""
@@ -236,16 +208,21 @@ class Engine:
         if req is not None and req.status.is_finished:
             del self.requests[str(request_id)]
 
-    def generate(self, prompts: list, params: SamplingParams | list[SamplingParams]) -> list[Generation]:
-        """Run prompts to completion together; results in the order given."""
+    def add_requests(self, prompts: list, params: SamplingParams | list[SamplingParams],
+                     speculative: SpeculativeConfig | None = None) -> list[str]:
+        """Queue several requests: all of them valid, or none queued. Returns their ids in order."""
         plist = params if isinstance(params, list) else [params] * len(prompts)
         if len(plist) != len(prompts):
             raise TinyLLMError(f"got {len(plist)} sampling params for {len(prompts)} prompts")
-        reqs = [self._make_request(p, sp, None) for p, sp in zip(prompts, plist)]  # all valid, or none queued
+        reqs = [self._make_request(p, sp, None, speculative) for p, sp in zip(prompts, plist)]
         for req in reqs:
             self.requests[req.request_id] = req
             self.scheduler.add(req)
-        ids = [r.request_id for r in reqs]
+        return [r.request_id for r in reqs]
+
+    def generate(self, prompts: list, params: SamplingParams | list[SamplingParams]) -> list[Generation]:
+        """Run prompts to completion together; results in the order given."""
+        ids = self.add_requests(prompts, params)
         while self.has_unfinished():
             self.step()
         results = [self.generation(i) for i in ids]

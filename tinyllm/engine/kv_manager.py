@@ -1,4 +1,4 @@
-"""KVManager: each request's block table over the shared BlockPool, prefix-cache hits, and slot numbers.
+"""KVManager: each request's block table over the shared BlockPool, and prefix-cache hits.
 
 Terms: a request's block table lists the blocks holding its positions in order; `num_computed` positions
 of it hold valid KV. Full blocks whose KV is computed are registered in the pool under a chained key, so a
@@ -8,25 +8,27 @@ write into a shared block would need are returned as (src, dst) pairs for the ru
 from __future__ import annotations
 
 from ..cache.block_pool import BlockPool
+from ..cache.block_table import BlockTable
 from .request import Request
-
-
-def blocks_for(num_positions: int, block_size: int) -> int:
-    return -(-num_positions // block_size)
 
 
 class KVManager:
     def __init__(self, pool: BlockPool, enable_prefix_caching: bool = True):
         self.pool, self.block_size = pool, pool.block_size
         self.enable_prefix_caching = enable_prefix_caching
-        self.tables: dict[str, list[int]] = {}
+        self.tables: dict[str, BlockTable] = {}
         self.keys: dict[str, list[bytes]] = {}  # keys of the request's registered (full, computed) blocks
+
+    def _table(self, req: Request) -> BlockTable:
+        self.keys.setdefault(req.request_id, [])
+        return self.tables.setdefault(req.request_id, BlockTable(self.pool))
 
     def match_prefix(self, req: Request) -> int:
         """Take the cached blocks of the request's leading full blocks; return how many tokens they hold.
-        At least the last token of the sequence is always left to compute (its logits are needed)."""
-        table, keys = self.tables.setdefault(req.request_id, []), self.keys.setdefault(req.request_id, [])
-        assert not table, "prefix matching happens before any block is allocated"
+        At least the last token of the sequence is always left to compute (its logits are needed), so a
+        prompt of exactly k full cached blocks reuses k - 1 of them."""
+        table, keys = self._table(req), self.keys[req.request_id]
+        assert not table.blocks, "prefix matching happens before any block is allocated"
         if not self.enable_prefix_caching:
             return 0
         parent = None
@@ -35,42 +37,22 @@ class KVManager:
             if hit is None:
                 break
             self.pool.acquire(hit[0])
-            table.append(hit[0])
+            table.blocks.append(hit[0])
             keys.append(hit[1])
             parent = hit[1]
         return len(table) * self.block_size
 
     def blocks_needed(self, req: Request, num_new: int) -> int:
-        table = self.tables.get(req.request_id, [])
-        return max(0, blocks_for(req.num_computed + num_new, self.block_size) - len(table)) + \
-            self._num_shared_write_blocks(req, num_new)
-
-    def _num_shared_write_blocks(self, req: Request, num_new: int) -> int:
-        table = self.tables.get(req.request_id, [])
-        first = req.num_computed // self.block_size
-        last = min(len(table), blocks_for(req.num_computed + num_new, self.block_size))
-        return sum(1 for i in range(first, last) if self.pool.is_shared(table[i]))
+        table = self.tables.get(req.request_id) or BlockTable(self.pool)
+        return table.blocks_needed(req.num_computed, req.num_computed + num_new)
 
     def allocate(self, req: Request, num_new: int) -> list[tuple[int, int]] | None:
         """Blocks for positions [num_computed, num_computed + num_new); None (nothing changed) if too few
         are free. Returns the block copies a write into shared blocks needs (copy-on-write)."""
-        if self.blocks_needed(req, num_new) > self.pool.num_free:
-            return None
-        table = self.tables.setdefault(req.request_id, [])
-        self.keys.setdefault(req.request_id, [])
-        copies = []
-        first = req.num_computed // self.block_size
-        for i in range(first, min(len(table), blocks_for(req.num_computed + num_new, self.block_size))):
-            if self.pool.is_shared(table[i]):
-                fresh = self.pool.allocate()
-                copies.append((table[i], fresh))
-                self.pool.release(table[i])
-                table[i] = fresh
-            else:
-                self.pool.forget(table[i])  # about to change: no longer a cached prefix
-            del self.keys[req.request_id][i:]
-        while len(table) < blocks_for(req.num_computed + num_new, self.block_size):
-            table.append(self.pool.allocate())
+        start = req.num_computed
+        copies = self._table(req).reserve(start, start + num_new)
+        if copies is not None:
+            del self.keys[req.request_id][start // self.block_size:]  # blocks written from here on change
         return copies
 
     def commit(self, req: Request) -> None:
@@ -78,26 +60,22 @@ class KVManager:
         if not self.enable_prefix_caching:
             return
         table, keys = self.tables[req.request_id], self.keys[req.request_id]
-        while len(keys) < req.num_computed // self.block_size:
+        P = self.block_size
+        while len(keys) < req.num_computed // P:
             i = len(keys)
             parent = keys[-1] if keys else None
-            keys.append(self.pool.register(table[i], parent, req.tokens(i * self.block_size, (i + 1) * self.block_size)))
+            keys.append(self.pool.register(table.blocks[i], parent, req.tokens(i * P, (i + 1) * P)))
 
     def truncate(self, req: Request, num_positions: int) -> None:
         """Keep blocks for the first num_positions positions, release the rest (rollback)."""
-        table = self.tables.get(req.request_id, [])
-        keep = blocks_for(num_positions, self.block_size)
-        for block in reversed(table[keep:]):
-            self.pool.release(block)
-        del table[keep:]
+        table = self.tables.get(req.request_id)
+        if table is not None:
+            table.truncate(num_positions)
         del self.keys.get(req.request_id, [])[num_positions // self.block_size:]
 
     def free(self, req: Request) -> None:
         """Release all of a request's blocks, tail first, so its prefix blocks stay cached longest."""
-        for block in reversed(self.tables.pop(req.request_id, [])):
-            self.pool.release(block)
+        table = self.tables.pop(req.request_id, None)
+        if table is not None:
+            table.release()
         self.keys.pop(req.request_id, None)
-
-    def slots(self, req: Request, start: int, stop: int) -> list[int]:
-        table, P = self.tables[req.request_id], self.block_size
-        return [table[p // P] * P + p % P for p in range(start, stop)]

@@ -1,17 +1,21 @@
-"""A request's state inside the engine: its ids, sampling, streaming text and timings."""
+"""A request's state (its ids, sampling, streaming text and timings), how sampled tokens are accepted
+into it, and the Generation it becomes. Shared by the engine and the reference loop; tensor-free."""
 from __future__ import annotations
 
 import enum
 import time
 from dataclasses import dataclass, field
 
-from ..output_stream import OutputStream
+from ..outputs import STATS_KEYS, FinishReason, Generation, Timings, TokenLogprob
 from ..sampling.params import SamplingParams
 from ..sampling.rng import RequestRng, request_rng
+from ..sampling.sampler import SampleResult
+from ..text.output_stream import OutputStream
 
 
 class RequestStatus(enum.IntEnum):
     """Ordered: every status from FINISHED_STOPPED on is finished."""
+
     WAITING = 0
     RUNNING = 1
     FINISHED_STOPPED = 10
@@ -22,11 +26,15 @@ class RequestStatus(enum.IntEnum):
     def is_finished(self) -> bool:
         return self >= RequestStatus.FINISHED_STOPPED
 
+    @property
+    def finish_reason(self) -> FinishReason | None:
+        return _FINISH_REASONS.get(self)
 
-FINISH_REASONS = {
-    RequestStatus.FINISHED_STOPPED: "stop",
-    RequestStatus.FINISHED_LENGTH: "length",
-    RequestStatus.FINISHED_ABORTED: "abort",
+
+_FINISH_REASONS = {
+    RequestStatus.FINISHED_STOPPED: FinishReason.STOP,
+    RequestStatus.FINISHED_LENGTH: FinishReason.LENGTH,
+    RequestStatus.FINISHED_ABORTED: FinishReason.ABORT,
 }
 
 
@@ -43,7 +51,9 @@ class RequestTimes:
 class Request:
     """Terms: `num_computed` positions have KV in the cache; the sequence is prompt_ids + output_ids, then
     any draft_ids awaiting verification; the last output id is fed to the model on the next step (so
-    num_computed < num_tokens while running). `max_new` is the token budget after the context limit."""
+    num_computed < num_tokens while running). `max_new` is the token budget after the context limit.
+    `num_sampling_forwards` counts the forwards whose logits were sampled (the prefill's last chunk, then
+    one per decode or verification)."""
 
     request_id: str
     prompt_ids: list[int]
@@ -51,19 +61,26 @@ class Request:
     max_new: int
     out: OutputStream
     rng: RequestRng
+    stop_ids: frozenset[int] = frozenset()
     status: RequestStatus = RequestStatus.WAITING
     num_computed: int = 0
     num_cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache (first admission)
     num_preemptions: int = 0
     draft_ids: list[int] = field(default_factory=list)
     proposer: object = None
-    spec_stats: dict = field(default_factory=lambda: {"drafted": 0, "accepted": 0, "target_forwards": 0})
+    num_draft_tokens: int = 0  # k: drafts proposed per verification
+    num_drafted: int = 0
+    num_accepted: int = 0
+    num_sampling_forwards: int = 0
     times: RequestTimes = field(default_factory=RequestTimes)
 
     @classmethod
-    def create(cls, request_id: str, prompt_ids: list[int], params: SamplingParams, max_new: int, tok) -> "Request":
+    def create(cls, request_id: str, prompt_ids: list[int], params: SamplingParams, max_new: int, tok,
+               eos_ids=()) -> "Request":
+        """The EOS ids end the request unless params.ignore_eos; params.stop_token_ids always do."""
+        stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else frozenset(eos_ids))
         return cls(request_id, prompt_ids, params, max_new, OutputStream.create(tok, params.stop),
-                   request_rng(params.seed))
+                   request_rng(params.seed), stop_ids)
 
     @property
     def output_ids(self) -> list[int]:
@@ -87,4 +104,65 @@ class Request:
 
     @property
     def finish_reason(self) -> str | None:
-        return FINISH_REASONS.get(self.status)
+        reason = self.status.finish_reason
+        return None if reason is None else reason.value
+
+
+@dataclass
+class Accepted:
+    text: str = ""
+    num_new: int = 0
+    finish: RequestStatus | None = None  # set when the request is done
+
+
+def accept_tokens(req: Request, results: list[SampleResult], now: float) -> Accepted:
+    """Append sampled tokens in order until one ends the request: a stop id (never emitted), a stop string
+    (text cut before it), or the budget. On the end, the decoder's tail and held-back text are flushed."""
+    out = Accepted()
+    req.times.first_token = req.times.first_token or now
+    for r in results:
+        if r.token in req.stop_ids:
+            out.finish = RequestStatus.FINISHED_STOPPED
+            break
+        out.text += req.out.add(r.token, TokenLogprob(r.token, r.logprob, list(r.top_logprobs), r.entropy))
+        out.num_new += 1
+        req.times.token_times.append(now)
+        if req.out.stopped:
+            out.finish = RequestStatus.FINISHED_STOPPED
+            break
+        if len(req.output_ids) >= req.max_new:
+            out.finish = RequestStatus.FINISHED_LENGTH
+            break
+    if out.finish is not None:
+        out.text += req.out.finish()  # the decoder's tail and any held-back text
+        if req.out.stopped:
+            out.finish = RequestStatus.FINISHED_STOPPED
+    return out
+
+
+def make_generation(req: Request) -> Generation:
+    """A request (finished or running) as a Generation: the one place results and stats are built."""
+    t = req.times
+    end = t.finished or time.perf_counter()
+    first = t.first_token or end
+    timings = Timings(prefill_s=first - (t.first_scheduled or t.arrival), decode_s=end - first,
+                      ttft_s=first - t.arrival, total_s=end - t.arrival)
+    n = len(req.output_ids)
+    stats = {
+        "prompt_tokens": len(req.prompt_ids),
+        "completion_tokens": n,
+        "cached_tokens": req.num_cached_tokens,
+        "preemptions": req.num_preemptions,
+        "prefill_tokens_per_s": len(req.prompt_ids) / timings.prefill_s if timings.prefill_s > 0 else 0.0,
+        "decode_tokens_per_s": (n - 1) / timings.decode_s if n > 1 and timings.decode_s > 0 else 0.0,
+        "drafted": req.num_drafted,
+        "accepted": req.num_accepted,
+        "acceptance_rate": req.num_accepted / req.num_drafted if req.num_drafted else 0.0,
+        "tokens_per_target_forward": n / max(1, req.num_sampling_forwards),
+        "token_times": list(t.token_times),
+        "arrival": t.arrival,
+    }
+    assert tuple(stats) == STATS_KEYS
+    reason = req.finish_reason or FinishReason.LENGTH.value
+    return Generation(req.out.text, list(req.output_ids), list(req.out.logprobs), timings, stats, reason,
+                      list(req.prompt_ids))

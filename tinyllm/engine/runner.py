@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from ..cache.block_table import BlockTable
 from ..cache.fill import offset_causal_mask
 from ..cache.paged_cache import PagedStorage
 from ..model.ragged_attention import PrefillSlice, RaggedLayout, ragged_attention
@@ -37,16 +38,10 @@ class PagedBatch:
 class ModelRunner:
     def __init__(self, model, storage: PagedStorage):
         self.model, self.storage = model, storage
-        self.block_size = storage.block_size
         self.device = storage.device
-        self._offsets = torch.arange(self.block_size, device=self.device)  # [P]
-
-    def _slots(self, table: list[int], start: int, stop: int) -> torch.Tensor:
-        blocks = torch.tensor(table[: -(-stop // self.block_size)], dtype=torch.long, device=self.device)
-        return (blocks[:, None] * self.block_size + self._offsets).reshape(-1)[start:stop]  # [stop - start]
 
     @torch.inference_mode()
-    def run(self, step: SchedulerOutput, tables: dict[str, list[int]]) -> tuple[list[ScheduledChunk], torch.Tensor]:
+    def run(self, step: SchedulerOutput, tables: dict[str, BlockTable]) -> tuple[list[ScheduledChunk], torch.Tensor]:
         """Run the step; return the chunks that sample and their logits [n, V], in that order (a chunk
         with k drafts has k + 1 rows)."""
         for src, dst in step.block_copies:
@@ -60,7 +55,7 @@ class ModelRunner:
             s_max = max(ctx)
             slots = torch.zeros(len(decodes), s_max, dtype=torch.long, device=self.device)  # [Bd, Smax]
             for i, c in enumerate(decodes):
-                slots[i, :ctx[i]] = self._slots(tables[c.request.request_id], 0, ctx[i])
+                slots[i, :ctx[i]] = tables[c.request.request_id].slots(0, ctx[i], self.device)
             lengths = torch.tensor(ctx, device=self.device)
             layout.decode_slots = slots
             layout.decode_mask = (torch.arange(s_max, device=self.device) < lengths[:, None])[:, None, None]  # [Bd, 1, 1, Smax]
@@ -68,11 +63,11 @@ class ModelRunner:
             table = tables[c.request.request_id]
             stop = c.start + c.num_tokens
             if c.num_tokens > 1:
-                layout.prefills.append(PrefillSlice(len(ids), c.num_tokens, self._slots(table, 0, stop),
+                layout.prefills.append(PrefillSlice(len(ids), c.num_tokens, table.slots(0, stop, self.device),
                                                     offset_causal_mask(c.num_tokens, c.start, self.device)))
             ids += c.request.tokens(c.start, stop)
             positions.append(torch.arange(c.start, stop))
-            slot_mapping.append(self._slots(table, c.start, stop))
+            slot_mapping.append(table.slots(c.start, stop, self.device))
             if c.samples:
                 first = len(ids) - (stop - c.sample_start)
                 rows += range(first, len(ids))

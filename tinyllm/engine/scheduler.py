@@ -86,6 +86,8 @@ class Scheduler:
         if remaining <= budget:
             return remaining
         P = self.kv.block_size
+        if self.max_num_batched_tokens < P:
+            return budget  # a whole budget under one block could never end on a boundary
         end = (req.num_computed + budget) // P * P  # end the chunk on a block boundary
         return max(0, end - req.num_computed)
 

@@ -10,7 +10,7 @@ from ..config import ModelConfig
 from ..errors import TinyLLMError
 from ..model.llama import LlamaForCausalLM
 from ..model.rope import RotaryEmbedding
-from ..tokenizer import Tokenizer
+from ..text.tokenizer import Tokenizer
 from .default_model import default_model_path
 from .gguf_file import open_gguf
 from .gguf_model import config_from_gguf, state_dict_from_gguf

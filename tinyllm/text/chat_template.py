@@ -12,7 +12,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from .errors import TinyLLMError
+from ..errors import TinyLLMError
 
 
 def _raise_exception(message: str):

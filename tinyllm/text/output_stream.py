@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .generation import TokenLogprob
-from .text.detokenizer import IncrementalDecoder
-from .text.stop import StopMatcher
+from ..outputs import TokenLogprob
+from .detokenizer import IncrementalDecoder
+from .stop import StopMatcher
 
 
 @dataclass

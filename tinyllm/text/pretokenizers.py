@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from tokenizers import Regex, normalizers, pre_tokenizers
 
-from .errors import TinyLLMError
+from ..errors import TinyLLMError
 
 # GPT-2's word splitter: contractions, letters, numbers and other symbols each with an optional
 # leading space, and whitespace runs that leave their last space to the next word.

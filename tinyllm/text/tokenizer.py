@@ -17,7 +17,7 @@ import tokenizers
 from tokenizers import AddedToken, decoders, models, processors
 
 from .chat_template import render_chat
-from .errors import TinyLLMError
+from ..errors import TinyLLMError
 from .pretokenizers import PreTokenizerSpec, build_pre_tokenizer, pre_tokenizer_spec, prefix_space_normalizer
 
 # Token texts that end a turn or the text, found in the vocabulary by their spelling because
@@ -55,7 +55,7 @@ class Tokenizer:
     def from_gguf(cls, path_or_gguffile: Any) -> Tokenizer:
         """From a GGUF file, given as a path or an already opened GGUFFile."""
         # Imported here so the loading package may import this module without a cycle.
-        from .loading.gguf_file import GGUFFile, open_gguf
+        from ..loading.gguf_file import GGUFFile, open_gguf
 
         gguf = path_or_gguffile if isinstance(path_or_gguffile, GGUFFile) else open_gguf(path_or_gguffile)
         return cls.from_gguf_metadata(gguf.metadata)

@@ -1,0 +1,172 @@
+"""Scheduler and KV manager driven alone with fabricated requests and no model (no tensors at all)."""
+import pytest
+
+from tinyllm.cache.block_pool import BlockPool
+from tinyllm.engine.kv_manager import KVManager
+from tinyllm.engine.request import Request, RequestStatus
+from tinyllm.engine.scheduler import Scheduler
+from tinyllm.sampling.params import SamplingParams
+from tinyllm.sampling.rng import request_rng
+from tinyllm.text.output_stream import OutputStream
+
+P = 4  # block size
+
+
+class NoTokenizer:
+    """Fabricated requests never decode text; the stream only needs an object to hold."""
+
+    def decode(self, ids, **kw):
+        return ""
+
+
+def fake_request(rid: str, prompt: list[int], max_new: int = 8) -> Request:
+    out = OutputStream.create(NoTokenizer(), ())
+    return Request(rid, list(prompt), SamplingParams(temperature=0), max_new, out, request_rng(0))
+
+
+def make(num_blocks=16, max_num_seqs=8, budget=32, prefix=True):
+    pool = BlockPool(num_blocks, P)
+    kv = KVManager(pool, prefix)
+    return pool, kv, Scheduler(kv, max_num_seqs, budget)
+
+
+def finish_step(sched: Scheduler, plan) -> None:
+    """What the engine does after a forward: computed positions move, full blocks are registered, and
+    a request that reached the end of its known tokens gets one new output token."""
+    for c in plan.chunks:
+        c.request.num_computed += c.num_tokens
+        if c.samples:
+            c.request.out.ids.append(7)
+        sched.kv.commit(c.request)
+
+
+def test_budget_split_decodes_first_then_block_aligned_prefill_chunks():
+    pool, kv, sched = make(budget=10)
+    a = fake_request("a", range(3))
+    sched.add(a)
+    finish_step(sched, plan := sched.schedule())
+    assert [(c.request.request_id, c.start, c.num_tokens) for c in plan.chunks] == [("a", 0, 3)]
+    b = fake_request("b", range(100, 130))  # 30 tokens: longer than the budget
+    sched.add(b)
+    plan = sched.schedule()
+    # a decodes one token; b gets the rest of the budget (9) cut back to a block boundary (8)
+    assert [(c.request.request_id, c.start, c.num_tokens) for c in plan.chunks] == [("a", 3, 1), ("b", 0, 8)]
+    assert plan.num_tokens <= 10
+    finish_step(sched, plan)
+    plan = sched.schedule()
+    assert [(c.request.request_id, c.start, c.num_tokens) for c in plan.chunks] == [("a", 4, 1), ("b", 8, 8)]
+    assert all((c.start + c.num_tokens) % P == 0 for c in plan.chunks if c.request is b)
+
+
+def test_a_budget_under_one_block_still_makes_progress():
+    pool, kv, sched = make(budget=3)
+    a = fake_request("a", range(10))
+    sched.add(a)
+    starts = []
+    while a.num_computed < 10:
+        plan = sched.schedule()
+        starts.append((plan.chunks[0].start, plan.chunks[0].num_tokens))
+        finish_step(sched, plan)
+    assert starts == [(0, 3), (3, 3), (6, 3), (9, 1)]
+
+
+def test_admission_stops_at_max_num_seqs_and_at_the_budget():
+    pool, kv, sched = make(max_num_seqs=2, budget=64)
+    reqs = [fake_request(str(i), range(5)) for i in range(3)]
+    for r in reqs:
+        sched.add(r)
+    plan = sched.schedule()
+    assert [c.request.request_id for c in plan.chunks] == ["0", "1"]
+    assert [r.status for r in reqs] == [RequestStatus.RUNNING, RequestStatus.RUNNING, RequestStatus.WAITING]
+    pool, kv, sched = make(budget=6)
+    for r in (x := [fake_request(str(i), range(4)) for i in range(3)]):
+        sched.add(r)
+    plan = sched.schedule()
+    # 4 tokens for the first; 2 left do not reach a block boundary for the second, so it waits
+    assert [(c.request.request_id, c.num_tokens) for c in plan.chunks] == [("0", 4)]
+
+
+def test_preemption_takes_the_most_recently_admitted_and_frees_its_blocks():
+    pool, kv, sched = make(num_blocks=4, budget=64)
+    a, b = fake_request("a", range(7)), fake_request("b", range(50, 57))
+    sched.add(a)
+    sched.add(b)
+    finish_step(sched, sched.schedule())  # each holds 2 blocks (7 prompt tokens + room for 1)
+    assert pool.num_free == 0
+    finish_step(sched, plan := sched.schedule())  # position 7 fits block 1 of each: no new block yet
+    assert plan.preempted == []
+    plan = sched.schedule()  # position 8 needs a third block for a: b (admitted last) is preempted
+    assert plan.preempted == [b] and b.status is RequestStatus.WAITING and b.num_computed == 0
+    assert [c.request for c in plan.chunks] == [a] and b.num_preemptions == 1
+    assert sched.waiting[0] is b and b.request_id not in kv.tables
+
+
+def test_prefix_hit_of_an_exact_multiple_of_the_block_size_still_computes_the_last_token():
+    pool, kv, sched = make(budget=64)
+    first = fake_request("first", range(8))  # exactly two full blocks
+    sched.add(first)
+    finish_step(sched, sched.schedule())
+    sched.finish(first, RequestStatus.FINISHED_STOPPED)
+    again = fake_request("again", range(8))
+    sched.add(again)
+    plan = sched.schedule()
+    (chunk,) = plan.chunks
+    # block 0 is reused; block 1 is not, because the last prompt token's logits are needed
+    assert again.num_cached_tokens == 4 and (chunk.start, chunk.num_tokens) == (4, 4) and chunk.samples
+    longer = fake_request("longer", list(range(8)) + [99])
+    sched.add(longer)
+    finish_step(sched, plan)
+    plan = sched.schedule()
+    assert longer.num_cached_tokens == 8  # both full blocks come from the cache
+
+
+def test_copy_on_write_pairs_for_a_write_into_a_shared_block():
+    pool, kv, sched = make(budget=64)
+    a = fake_request("a", range(8))
+    sched.add(a)
+    finish_step(sched, sched.schedule())
+    b = fake_request("b", range(8))
+    assert kv.match_prefix(b) == 4
+    shared = kv.tables["b"].blocks[0]
+    assert pool.is_shared(shared)
+    b.num_computed = 2  # a rollback into the shared block: the next write must not touch a's KV
+    kv.truncate(b, 2)
+    copies = kv.allocate(b, 2)
+    assert copies == [(shared, kv.tables["b"].blocks[0])] and kv.tables["b"].blocks[0] != shared
+    assert not pool.is_shared(shared) and kv.tables["a"].blocks[0] == shared
+
+
+def test_allocate_changes_nothing_when_blocks_run_out():
+    pool, kv, sched = make(num_blocks=2)
+    a = fake_request("a", range(6))
+    assert kv.allocate(a, 6) is not None and pool.num_free == 0
+    a.num_computed = 6
+    before = (list(kv.tables["a"].blocks), pool.num_free)
+    assert kv.allocate(a, 3) is None  # position 8 would need a third block
+    assert (kv.tables["a"].blocks, pool.num_free) == before
+
+
+def test_truncate_releases_whole_blocks_past_the_kept_positions():
+    pool, kv, _ = make(num_blocks=8)
+    a = fake_request("a", range(11))
+    kv.allocate(a, 11)
+    assert len(kv.tables["a"]) == 3 and pool.num_free == 5
+    kv.truncate(a, 5)
+    assert len(kv.tables["a"]) == 2 and pool.num_free == 6
+    kv.free(a)
+    assert pool.num_free == 8 and "a" not in kv.tables
+
+
+@pytest.mark.parametrize("prefix", [True, False])
+def test_every_block_returns_to_the_pool(prefix):
+    pool, kv, sched = make(num_blocks=12, budget=12, prefix=prefix)
+    reqs = [fake_request(str(i), range(i, i + 9), max_new=5) for i in range(5)]
+    for r in reqs:
+        sched.add(r)
+    while sched.has_unfinished():
+        plan = sched.schedule()
+        finish_step(sched, plan)
+        for r in list(sched.running):
+            if len(r.output_ids) >= r.max_new:
+                sched.finish(r, RequestStatus.FINISHED_LENGTH)
+    assert pool.stats().used == 0

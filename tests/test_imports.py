@@ -1,0 +1,64 @@
+"""The package's imports flow one way: server/cli/bench -> llm -> engine (and the reference loop) ->
+{speculative, model, cache, sampling, text} -> loading; no module imports one that imports it back."""
+import ast
+from pathlib import Path
+
+import tinyllm
+
+ROOT = Path(tinyllm.__file__).parent
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every tinyllm module this file imports, at the top or inside functions."""
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            base = base[: len(base) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:
+                full = f"{target}.{alias.name}"
+                found.add(full if (ROOT.parent / (full.replace(".", "/") + ".py")).exists() else target)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return {m for m in found if m.startswith("tinyllm.") and m != "tinyllm"}
+
+
+def graph() -> dict[str, set[str]]:
+    return {module_name(p): imports_of(p) for p in ROOT.rglob("*.py") if p.name != "__init__.py"}
+
+
+def test_no_import_cycles():
+    g = graph()
+    state: dict[str, int] = {}
+
+    def visit(m, path):
+        state[m] = 1
+        for n in g.get(m, ()):
+            if state.get(n) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(n):] + [n]))
+            if n in g and not state.get(n):
+                visit(n, path + [n])
+        state[m] = 2
+
+    for m in g:
+        if not state.get(m):
+            visit(m, [m])
+
+
+def test_imports_flow_downwards():
+    top = ("tinyllm.server", "tinyllm.cli", "tinyllm.bench", "tinyllm.__main__")
+    for m, deps in graph().items():
+        for d in deps:
+            assert not d.startswith(top) or m.startswith(top), f"{m} reaches up to {d}"
+            if not m.startswith(top):
+                assert d != "tinyllm.llm" or m == "tinyllm.llm", f"{m} reaches up to the LLM"
+            if m.startswith(("tinyllm.engine", "tinyllm.speculative", "tinyllm.model", "tinyllm.cache",
+                             "tinyllm.sampling", "tinyllm.text", "tinyllm.loading")):
+                assert not d.startswith(("tinyllm.llm", "tinyllm.reference")), f"{m} reaches up to {d}"

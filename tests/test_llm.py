@@ -1,0 +1,108 @@
+"""LLM: one product path. generate/stream/chat run on the LLM's long-lived engine; a single prompt is a
+one-element batch; the reference loop answers cache="none"|"contiguous" and must agree."""
+import pytest
+import torch
+
+from tinyllm import LLM, SamplingParams, TinyLLMError
+from tinyllm.outputs import STATS_KEYS
+from tiny_models import tiny_llama
+
+GREEDY = dict(temperature=0, max_tokens=12, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def llm(smollm_tokenizer):
+    model = tiny_llama(5, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=256)
+    return LLM.from_parts(model, smollm_tokenizer)
+
+
+def same(a, b):
+    assert (a.text, a.ids, a.finish_reason, a.prompt_ids) == (b.text, b.ids, b.finish_reason, b.prompt_ids)
+    assert [(t.token, t.top) for t in a.logprobs] == [(t.token, t.top) for t in b.logprobs]
+    for x, y in zip(a.logprobs, b.logprobs):
+        assert x.logprob == pytest.approx(y.logprob, abs=1e-5) and x.entropy == pytest.approx(y.entropy, abs=1e-5)
+    assert tuple(a.stats) == tuple(b.stats) == STATS_KEYS
+
+
+def test_one_prompt_equals_a_one_element_list(llm):
+    p = SamplingParams(temperature=0.8, top_k=40, seed=3, max_tokens=10, logprobs=2, ignore_eos=True)
+    one = llm.generate("The quick brown fox", params=p)
+    listed = llm.generate(["The quick brown fox"], params=p)
+    assert isinstance(listed, list) and len(listed) == 1
+    same(one, listed[0])
+
+
+def test_the_llm_keeps_one_engine_and_its_prefix_cache(llm):
+    prompt = "A prompt long enough to fill at least two blocks of sixteen tokens each, " * 3
+    llm.generate(prompt, **GREEDY)
+    engine = llm._engine
+    g = llm.generate(prompt, **GREEDY)
+    assert llm._engine is engine and g.stats["cached_tokens"] >= 16
+    assert engine.pool_stats().used == 0 and not engine.requests
+
+
+@pytest.mark.parametrize("options", [dict(prefill_chunk=3), dict(kv_dtype="float32"), dict(prefill_chunk=16)])
+def test_options_work_the_same_for_one_prompt_and_many(llm, options):
+    prompts = ["Once upon a time", "In a land far away there lived", "x"]
+    many = llm.generate(prompts, **GREEDY, **options)
+    for prompt, g in zip(prompts, many):
+        same(llm.generate(prompt, **GREEDY, **options), g)
+        ref = llm.generate(prompt, cache="contiguous", **GREEDY, **options)  # the reference loop
+        assert ref.ids == g.ids and ref.text == g.text
+
+
+def test_the_engine_agrees_with_the_reference_loop_seeded(llm):
+    p = SamplingParams(temperature=1.0, top_p=0.9, seed=11, max_tokens=16, ignore_eos=True, logprobs=1)
+    engine = llm.generate("Tell me", params=p)
+    for cache in ("none", "contiguous"):
+        ref = llm.generate("Tell me", params=p, cache=cache)
+        assert ref.ids == engine.ids and ref.text == engine.text and tuple(ref.stats) == STATS_KEYS
+
+
+def test_stream_pieces_join_to_the_generated_text(llm):
+    p = SamplingParams(temperature=0.7, seed=1, max_tokens=20, stop=["e"])
+    pieces = list(llm.stream("Hello there", params=p))
+    g = llm.generate("Hello there", params=p)
+    assert "".join(pieces) == g.text and "e" not in g.text
+
+
+def test_interleaved_streams_share_steps_and_lose_nothing(llm):
+    a = llm.stream("First prompt", **GREEDY)
+    b = llm.stream("Second, longer prompt here", **GREEDY)
+    got = {"a": [], "b": []}
+    for name, it in (("a", a), ("b", b), ("a", a)):
+        got[name].append(next(it))
+    got["a"] += list(a)
+    got["b"] += list(b)
+    assert "".join(got["a"]) == llm.generate("First prompt", **GREEDY).text
+    assert "".join(got["b"]) == llm.generate("Second, longer prompt here", **GREEDY).text
+    assert llm._engine.pool_stats().used == 0
+
+
+def test_closing_a_stream_early_aborts_it_and_frees_its_blocks(llm):
+    it = llm.stream("Some words to start", temperature=0, max_tokens=50, ignore_eos=True)
+    next(it)
+    it.close()
+    engine = llm._engine
+    assert engine.pool_stats().used == 0 and not engine.has_unfinished() and not engine.requests
+
+
+def test_bad_input_is_rejected_before_anything_is_queued(llm):
+    with pytest.raises(TinyLLMError, match="empty"):
+        llm.generate(["fine", ""], **GREEDY)
+    with pytest.raises(TinyLLMError, match="prefill_chunk"):
+        llm.generate("x", prefill_chunk=0, **GREEDY)
+    with pytest.raises(TinyLLMError, match="kv_dtype"):
+        llm.generate("x", kv_dtype="int8", **GREEDY)
+    with pytest.raises(TinyLLMError, match="cache"):
+        llm.generate("x", cache="disk", **GREEDY)
+    assert llm._engine is None or not llm._engine.has_unfinished()
+
+
+def test_kv_dtype_defaults_to_the_model_dtype_on_both_paths(smollm_tokenizer):
+    model = tiny_llama(2, vocab_size=smollm_tokenizer.vocab_size).to(torch.bfloat16)
+    llm = LLM.from_parts(model, smollm_tokenizer)
+    g = llm.generate("Hi", **GREEDY)
+    assert llm._engine.storage.dtype == torch.bfloat16
+    ref = llm.generate("Hi", cache="contiguous", **GREEDY)
+    assert ref.ids == g.ids
