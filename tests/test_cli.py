@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from model_files import random_tiny_llama, write_gguf
+from helpers.model_files import random_tiny_llama, write_gguf
 
 
 def run(*args, input=None, timeout=120):

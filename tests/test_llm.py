@@ -5,7 +5,7 @@ import torch
 
 from tinyllm import LLM, SamplingParams, TinyLLMError
 from tinyllm.outputs import STATS_KEYS
-from tiny_models import tiny_llama
+from helpers.tiny_models import tiny_llama
 
 GREEDY = dict(temperature=0, max_tokens=12, ignore_eos=True)
 

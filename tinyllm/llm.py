@@ -176,6 +176,8 @@ class LLM:
             for rid in rids:
                 while self._pending[rid]:
                     out = self._pending[rid].popleft()
+                    if out.error is not None:
+                        raise RuntimeError(f"request {rid} failed: {out.error}")
                     if out.finished:
                         live.discard(rid)
                     yield out

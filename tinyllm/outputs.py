@@ -11,6 +11,7 @@ class FinishReason(str, Enum):
     STOP = "stop"      # EOS / end-of-turn id, a stop token id, or a stop string
     LENGTH = "length"  # max_tokens reached, or the model's context (or the KV pool) is full
     ABORT = "abort"    # cancelled by the caller
+    ERROR = "error"    # its own processing failed (the other requests went on)
 
 
 @dataclass
@@ -66,3 +67,4 @@ class RequestOutput:
     num_cached_tokens: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    error: str | None = None  # finish_reason "error": what failed

@@ -61,7 +61,9 @@ def measure(models: common.Models, args) -> dict:
                 runs[name] = run
     same = runs["sharing"].pop("ids") == runs["no_sharing"].pop("ids")
     on, off = runs["sharing"], runs["no_sharing"]
-    blocks_alone = sum(-(-(len(w.ids) + w.max_tokens) // args.block_size) for w in work)
+    from ..cache.block_table import blocks_for
+
+    blocks_alone = sum(blocks_for(len(w.ids) + w.max_tokens, args.block_size) for w in work)
     return {"requests": len(work), "system_tokens": args.system_tokens, "prompt_tokens": on["prompt_tokens"],
             "blocks_without_sharing_in_theory": blocks_alone, **runs, "same_ids": same,
             "blocks_per_request_saved": 1 - common.ratio(on["blocks_per_running_request"],

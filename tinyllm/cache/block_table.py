@@ -67,6 +67,15 @@ class BlockTable:
     def release(self) -> None:
         self.truncate(0)
 
+    def slot_range(self, stop: int) -> slice | None:
+        """Slots of positions [0, stop) as one slice when their blocks are consecutive in the pool (a fresh
+        pool hands out blocks in order), so attention can read them in place instead of gathering; else None."""
+        n = blocks_for(stop, self.block_size)
+        first = self.blocks[0] if self.blocks else 0
+        if self.blocks[:n] != list(range(first, first + n)):
+            return None
+        return slice(first * self.block_size, first * self.block_size + stop)
+
     def slots(self, start: int, stop: int, device: torch.device | str = "cpu") -> torch.Tensor:
         """Slot numbers of positions [start, stop) -> [stop - start] int64."""
         P = self.block_size

@@ -68,8 +68,12 @@ class PagedStorage:
         k_flat.index_copy_(0, slots, k.reshape(k.shape[0], row).to(self.dtype))
         v_flat.index_copy_(0, slots, v.reshape(v.shape[0], row).to(self.dtype))
 
-    def gather(self, layer: int, slots: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values at slots [..., S] -> [..., S, Hkv, D] in the compute dtype."""
+    def gather(self, layer: int, slots: torch.Tensor | slice, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values at slots [..., S] -> [..., S, Hkv, D] in the compute dtype; a slice of consecutive
+        slots is read in place (a view, no copy, when the dtypes match) -> [S, Hkv, D]."""
+        if isinstance(slots, slice):
+            k, v = self.k[layer, slots], self.v[layer, slots]  # [S, Hkv, D]
+            return k.to(dtype), v.to(dtype)
         k_flat, v_flat = self.flat(layer)
         shape = (*slots.shape, self.n_kv_heads, self.d_head)
         index = slots.reshape(-1)

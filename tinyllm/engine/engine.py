@@ -15,10 +15,10 @@ from ..config import parse_dtype
 from ..errors import TinyLLMError
 from ..outputs import Generation, RequestOutput
 from ..sampling.params import SamplingParams
-from ..sampling.sampler import sample_batch
 from ..speculative.factory import DraftModels, make_proposer
 from ..speculative.proposer import SpeculativeConfig
 from ..speculative.verify import verify_drafts
+from .isolation import describe, draw_rows, isolated
 from .kv_manager import KVManager
 from .prompt import check_prompt, prompt_ids_of, token_budget
 from .request import Request, RequestStatus, accept_tokens, make_generation
@@ -154,17 +154,26 @@ class Engine:
             n = 1 + len(c.request.draft_ids)
             (drafted if c.request.draft_ids else plain).append((c.request, row, n))
             row += n
-        results: dict[str, list] = {}
+        results, failures = {}, {}
         if plain:
             reqs = [r for r, _, _ in plain]
             rows = logits[[i for _, i, _ in plain]] if len(plain) < logits.shape[0] else logits
-            drawn = sample_batch(rows, [r.params for r in reqs], [r.prompt_ids for r in reqs],
-                                 [r.output_ids for r in reqs], [r.rng for r in reqs], [len(r.output_ids) for r in reqs])
-            results.update((r.request_id, [d]) for r, d in zip(reqs, drawn))
+            results, failures = draw_rows(rows, reqs)
         for req, i, n in drafted:
-            results[req.request_id] = verify_drafts(logits[i:i + n], req.draft_ids, req.params, req.prompt_ids,
-                                                    req.output_ids, req.rng)
-        return [self._apply(c.request, results[c.request.request_id], now) for c in chunks]
+            results[req.request_id], failures[req.request_id] = isolated(req, lambda: verify_drafts(
+                logits[i:i + n], req.draft_ids, req.params, req.prompt_ids, req.output_ids, req.rng))
+        return [self._apply_or_fail(c.request, results.get(c.request.request_id),
+                                    failures.get(c.request.request_id), now) for c in chunks]
+
+    def _apply_or_fail(self, req: Request, results: list | None, error: Exception | None, now: float):
+        output, error = (None, error) if error is not None else isolated(req, lambda: self._apply(req, results, now))
+        if error is None:
+            return output
+        self.scheduler.finish(req, RequestStatus.FINISHED_ERROR)  # its blocks back; the step goes on
+        req.times.finished = now
+        output = self._output(req, "", 0)
+        output.error = describe(error)
+        return output
 
     def _apply(self, req: Request, results: list, now: float) -> RequestOutput:
         drafts = req.draft_ids

@@ -50,20 +50,14 @@ class ModelRunner:
         prefills = [c for c in step.chunks if c.num_tokens > 1]
         ids, positions, slot_mapping, rows, sampling = [], [], [], [], []
         layout = RaggedLayout(len(decodes), None, None, [])
-        ctx = [c.start + 1 for c in decodes]
         if decodes:
-            s_max = max(ctx)
-            slots = torch.zeros(len(decodes), s_max, dtype=torch.long, device=self.device)  # [Bd, Smax]
-            for i, c in enumerate(decodes):
-                slots[i, :ctx[i]] = tables[c.request.request_id].slots(0, ctx[i], self.device)
-            lengths = torch.tensor(ctx, device=self.device)
-            layout.decode_slots = slots
-            layout.decode_mask = (torch.arange(s_max, device=self.device) < lengths[:, None])[:, None, None]  # [Bd, 1, 1, Smax]
+            layout.decode_slots, layout.decode_mask = self._decode_keys(decodes, tables)
         for c in decodes + prefills:
             table = tables[c.request.request_id]
             stop = c.start + c.num_tokens
             if c.num_tokens > 1:
-                layout.prefills.append(PrefillSlice(len(ids), c.num_tokens, table.slots(0, stop, self.device),
+                kv_slots = table.slot_range(stop) or table.slots(0, stop, self.device)  # [S] or a slice
+                layout.prefills.append(PrefillSlice(len(ids), c.num_tokens, kv_slots,
                                                     offset_causal_mask(c.num_tokens, c.start, self.device)))
             ids += c.request.tokens(c.start, stop)
             positions.append(torch.arange(c.start, stop))
@@ -76,3 +70,18 @@ class ModelRunner:
         x = torch.tensor([ids], device=self.device)  # [1, N]
         logits = self.model(x, cache=batch, rows=torch.tensor(rows, dtype=torch.long, device=self.device))
         return sampling, logits[0]  # [n, V]
+
+    def _decode_keys(self, decodes: list[ScheduledChunk], tables: dict[str, BlockTable]):
+        """Slots of every decode query's keys, padded to the longest, and the mask of real keys. One decode
+        whose blocks are consecutive reads its keys in place (a slice) and needs no mask."""
+        ctx = [c.start + 1 for c in decodes]
+        if len(decodes) == 1:
+            table = tables[decodes[0].request.request_id]
+            return table.slot_range(ctx[0]) or table.slots(0, ctx[0], self.device)[None], None  # [1, S]
+        s_max = max(ctx)
+        slots = torch.zeros(len(decodes), s_max, dtype=torch.long, device=self.device)  # [Bd, Smax]
+        for i, c in enumerate(decodes):
+            slots[i, :ctx[i]] = tables[c.request.request_id].slots(0, ctx[i], self.device)
+        lengths = torch.tensor(ctx, device=self.device)  # [Bd]
+        mask = (torch.arange(s_max, device=self.device) < lengths[:, None])[:, None, None]  # [Bd, 1, 1, Smax]
+        return slots, mask

@@ -4,7 +4,10 @@ Each step is one forward over a token budget (`max_num_batched_tokens`): first o
 running request, then prefill chunks (running requests mid-prefill first, then newly admitted ones), so a
 long prompt never stalls the running streams (chunked prefill, as in Sarathi-Serve). Chunks end on block
 boundaries unless they reach the end of the sequence, so the same positions are computed in the same
-groups whether a prefix came from the cache or not. When blocks run out, the most recently admitted
+groups whether a prefix came from the cache or not. While other requests wait, partial prefills (chunks
+that leave part of a prompt for later) take at most `long_prefill_token_threshold` tokens of a step between
+them, and a long prompt that gets none of them lets shorter ones behind it in, so a short prompt arriving
+during a long prefill is admitted in the very next step instead of after the whole long prefill. When blocks run out, the most recently admitted
 request is preempted: its blocks are freed and it waits to be recomputed. The scheduler touches no tensors.
 """
 from __future__ import annotations
@@ -44,9 +47,23 @@ class SchedulerOutput:
         return sum(c.num_tokens for c in self.chunks)
 
 
+def default_long_prefill_threshold(max_num_batched_tokens: int, block_size: int) -> int:
+    """Half the step's budget (whole blocks, at least one): a long prompt keeps half its speed while others
+    wait, and the other half (128 tokens at the default budget) admits their prompts and runs the decodes."""
+    return max(block_size, max_num_batched_tokens // 2 // block_size * block_size)
+
+
 class Scheduler:
-    def __init__(self, kv: KVManager, max_num_seqs: int, max_num_batched_tokens: int):
+    def __init__(self, kv: KVManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 long_prefill_token_threshold: int | None = None):
         self.kv, self.max_num_seqs, self.max_num_batched_tokens = kv, max_num_seqs, max_num_batched_tokens
+        threshold = long_prefill_token_threshold
+        if threshold is None:
+            threshold = default_long_prefill_threshold(max_num_batched_tokens, kv.block_size)
+        if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < kv.block_size:
+            raise ValueError(f"long_prefill_token_threshold must be an integer >= the block size "
+                             f"({kv.block_size}), got {threshold!r}")
+        self.long_prefill_token_threshold = threshold
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # in admission order: the last is preempted first
 
@@ -67,28 +84,31 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
-        budget = self.max_num_batched_tokens
+        budget = _StepBudget(self.max_num_batched_tokens, self.long_prefill_token_threshold)
         for req in sorted(self.running, key=lambda r: r.num_tokens - r.num_computed > 1):  # decodes first
             if req.status is not RequestStatus.RUNNING:  # preempted while scheduling an earlier one
                 continue
-            n = self._chunk_len(req, budget)
+            n = self._chunk_len(req, budget, contended=bool(self.waiting))
             if n == 0:
                 continue
             if not self._allocate_or_preempt(req, n, out):
                 continue
             out.chunks.append(ScheduledChunk(req, req.num_computed, n))
-            budget -= n
+            budget.take(n, partial=n < req.num_tokens - req.num_computed)
         self._admit(out, budget)
         return out
 
-    def _chunk_len(self, req: Request, budget: int) -> int:
+    def _chunk_len(self, req: Request, budget: "_StepBudget", contended: bool) -> int:
+        """Tokens of req to compute this step; `contended`: other requests wait for admission, so a chunk
+        that leaves part of the prompt for later (a partial prefill) must fit the partial allowance."""
         remaining = req.num_tokens - req.num_computed
-        if remaining <= budget:
-            return remaining
+        if remaining <= budget.tokens:
+            return remaining  # the prompt's last chunk (or a decode): not partial
+        limit = min(budget.tokens, budget.partial) if contended else budget.tokens
         P = self.kv.block_size
         if self.max_num_batched_tokens < P:
-            return budget  # a whole budget under one block could never end on a boundary
-        end = (req.num_computed + budget) // P * P  # end the chunk on a block boundary
+            return limit  # a whole budget under one block could never end on a boundary
+        end = (req.num_computed + limit) // P * P  # end the chunk on a block boundary
         return max(0, end - req.num_computed)
 
     def _allocate_or_preempt(self, req: Request, n: int, out: SchedulerOutput) -> bool:
@@ -111,18 +131,22 @@ class Scheduler:
         out.preempted.append(req)
         out.chunks = [c for c in out.chunks if c.request is not req]
 
-    def _admit(self, out: SchedulerOutput, budget: int) -> None:
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+    def _admit(self, out: SchedulerOutput, budget: "_StepBudget") -> None:
+        deferred: list[Request] = []  # long prompts left for a later step, so shorter ones behind them start now
+        while self.waiting and budget.tokens > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             if req in out.preempted:
                 break  # not in the step that preempted it
             cached = self.kv.match_prefix(req)
             req.num_computed = cached
-            n = self._chunk_len(req, budget)
+            n = self._chunk_len(req, budget, contended=len(self.waiting) + len(deferred) > 1)
             copies = self.kv.allocate(req, n) if n else None
             if copies is None:
                 self.kv.free(req)
                 req.num_computed = 0
+                if n == 0 and budget.partial < budget.tokens:  # held back by the partial allowance only
+                    deferred.append(self.waiting.popleft())
+                    continue
                 break
             if req.num_preemptions == 0:
                 req.num_cached_tokens = cached
@@ -131,4 +155,16 @@ class Scheduler:
             self.running.append(req)
             out.block_copies += copies
             out.chunks.append(ScheduledChunk(req, req.num_computed, n))
-            budget -= n
+            budget.take(n, partial=n < req.num_tokens - req.num_computed)
+        self.waiting.extendleft(reversed(deferred))  # they keep their places at the head of the queue
+
+
+@dataclass
+class _StepBudget:
+    """Tokens left in this step, and how many of them partial prefills may still take."""
+    tokens: int
+    partial: int
+
+    def take(self, n: int, partial: bool) -> None:
+        self.tokens -= n
+        self.partial = max(0, self.partial - n) if partial else self.partial

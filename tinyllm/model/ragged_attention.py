@@ -14,17 +14,17 @@ from torch.nn import functional as F
 
 @dataclass
 class PrefillSlice:
-    q_start: int              # first row of the chunk in the flat batch
-    q_len: int                # T: new positions
-    kv_slots: torch.Tensor    # [S] slots of positions 0..S-1 (S = start + T)
-    mask: torch.Tensor        # [T, S] offset causal, True = may attend
+    q_start: int                      # first row of the chunk in the flat batch
+    q_len: int                        # T: new positions
+    kv_slots: torch.Tensor | slice    # [S] slots of positions 0..S-1 (S = start + T), or one run of slots
+    mask: torch.Tensor                # [T, S] offset causal, True = may attend
 
 
 @dataclass
 class RaggedLayout:
-    num_decode: int                      # Bd: decode rows come first
-    decode_slots: torch.Tensor | None    # [Bd, Smax] slots, padded
-    decode_mask: torch.Tensor | None     # [Bd, 1, 1, Smax] True = real key
+    num_decode: int                           # Bd: decode rows come first
+    decode_slots: torch.Tensor | slice | None  # [Bd, Smax] slots, padded; a slice when Bd = 1 and consecutive
+    decode_mask: torch.Tensor | None          # [Bd, 1, 1, Smax] True = real key; None when nothing is padded
     prefills: list[PrefillSlice]
 
 
@@ -35,7 +35,9 @@ def ragged_attention(q: torch.Tensor, gather, layout: RaggedLayout) -> torch.Ten
     out = torch.empty_like(q)
     Bd = layout.num_decode
     if Bd:
-        kd, vd = gather(layout.decode_slots)  # [Bd, Smax, Hkv, D] each
+        kd, vd = gather(layout.decode_slots)  # [Bd, Smax, Hkv, D] each ([Smax, Hkv, D] from a slice)
+        if kd.dim() == 3:
+            kd, vd = kd[None], vd[None]  # [1, Smax, Hkv, D]
         kd, vd = kd.transpose(1, 2), vd.transpose(1, 2)  # [Bd, Hkv, Smax, D]
         Hkv, D = kd.shape[1], kd.shape[3]
         # The G = H / Hkv query heads sharing a kv head act as G queries of that head: one plain SDPA,

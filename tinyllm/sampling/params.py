@@ -16,17 +16,23 @@ from tinyllm.errors import TinyLLMError
 
 MAX_LOGPROBS = 20
 _SEED_LIMIT = 2**63
+# Below this temperature sampling is greedy: logits / 1e-5 already put all the mass on the argmax, and
+# a smaller divisor only risks float32 overflow (vLLM draws the same line).
+GREEDY_TEMPERATURE = 1e-5
+# A repetition penalty divides or multiplies logits: outside this range a float32 logit overflows to inf
+# or underflows to 0 and the distribution turns to NaN, and no value out there means anything useful.
+REPETITION_PENALTY_RANGE = (1e-3, 1e3)
 
 
 @dataclass(frozen=True)
 class SamplingParams:
     """How to pick the next token. Defaults mean plain sampling at temperature 1."""
 
-    temperature: float = 1.0  # >= 0; 0 = greedy
+    temperature: float = 1.0  # >= 0; below GREEDY_TEMPERATURE (1e-5) = greedy
     top_k: int = 0  # 0 (or -1, normalised to 0) = disabled; else >= 1
     top_p: float = 1.0  # (0, 1]
     min_p: float = 0.0  # [0, 1]
-    repetition_penalty: float = 1.0  # > 0; 1 = off
+    repetition_penalty: float = 1.0  # in [1e-3, 1e3]; 1 = off
     presence_penalty: float = 0.0  # [-2, 2]
     frequency_penalty: float = 0.0  # [-2, 2]
     seed: int | None = None  # None -> 0 in the library; else int in [0, 2**63)
@@ -43,7 +49,7 @@ class SamplingParams:
 
     @property
     def is_greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_TEMPERATURE
 
     def replace(self, **changes: Any) -> SamplingParams:
         """A copy with `changes` applied; the copy is validated again."""
@@ -63,7 +69,8 @@ def _validated_fields(p: SamplingParams) -> dict[str, Any]:
         "top_p": _real("top_p", p.top_p, lambda v: 0 < v <= 1, "in (0, 1]"),
         "min_p": _real("min_p", p.min_p, lambda v: 0 <= v <= 1, "in [0, 1]"),
         "repetition_penalty": _real("repetition_penalty", p.repetition_penalty,
-                                    lambda v: 0 < v < math.inf, "a finite number > 0"),
+                                    lambda v: REPETITION_PENALTY_RANGE[0] <= v <= REPETITION_PENALTY_RANGE[1],
+                                    "in [{:g}, {:g}]".format(*REPETITION_PENALTY_RANGE)),
         "presence_penalty": _real("presence_penalty", p.presence_penalty,
                                   lambda v: -2 <= v <= 2, "in [-2, 2]"),
         "frequency_penalty": _real("frequency_penalty", p.frequency_penalty,

@@ -60,6 +60,17 @@ def _check_row(logits: Tensor) -> None:
         raise TinyLLMError("logits must contain no NaN and at least one finite value")
 
 
+class InvalidDistribution(RuntimeError):
+    """The processed logits of a row hold NaN or nothing finite: no token can be drawn from them."""
+
+
+def _check_processed(processed: Tensor) -> None:
+    # Never draw from a NaN row: inverse CDF over NaN picks the last token with logprob NaN.
+    top = float(processed.max())  # NaN propagates; -inf only when every token was dropped
+    if math.isnan(top) or top == float("-inf"):
+        raise InvalidDistribution("the sampling distribution has no finite probabilities (NaN or all dropped)")
+
+
 def _inverse_cdf(processed: Tensor, u: float) -> int:
     """First index whose float64 cumulative probability exceeds u * total."""
     probs = torch.softmax(processed, dim=-1)  # [V] float32
@@ -93,6 +104,7 @@ def sample(logits: Tensor, params: SamplingParams, *, prompt_ids: Sequence[int] 
     """Pick generated token number `position` (0 = first) from one [V] row of logits."""
     _check_row(logits)
     processed = process_logits(logits, params, prompt_ids, generated_ids)  # [V] float32
+    _check_processed(processed)
     if params.is_greedy:
         token = int(torch.argmax(processed))  # torch returns the first maximum: lowest index
     else:

@@ -1,7 +1,8 @@
 """create_app: the OpenAI-compatible HTTP API over one model.
 
-/v1/* and /tokenize, /detokenize need the API key when one is set; /health and /metrics stay open for
-probes and scrapers. The model loads in a background thread once the server is up, so /health can
+/v1/*, /tokenize, /detokenize, /openapi.json and /docs need the API key when one is set; /health and
+/metrics stay open for probes and scrapers (and show no file-system paths). CORS is off unless origins
+are allowed, and no redirect is ever built from the Host header (no trailing-slash redirects). The model loads in a background thread once the server is up, so /health can
 say 503 (loading) and then 200.
 """
 from __future__ import annotations
@@ -11,7 +12,9 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from .. import __version__
 from ..errors import TinyLLMError
@@ -20,7 +23,8 @@ from .completions import completion
 from .errors import APIError, bad_request, install_error_handlers
 from .limits import BodyLimit
 from .metrics import CONTENT_TYPE, ServerMetrics
-from .prompts import chat_prompt_text
+from .prompts import chat_prompt_text, encode_text
+from .slow_clients import ConnectionLimits
 from .protocol import (ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, CompletionRequest,
                        CompletionResponse, DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList,
                        TokenizeRequest, TokenizeResponse)
@@ -42,9 +46,12 @@ def _auth_dependency(api_key: str | None):
 
 
 def create_app(llm_or_loader, *, served_model_name: str | None = None, api_key: str | None = None,
+               allowed_origins: list[str] | None = None, limits: ConnectionLimits | None = None,
                **engine_options) -> FastAPI:
     """An app serving `llm_or_loader`: an LLM, or a callable returning one (called in a background
-    thread at startup). engine_options go to the Engine (max_num_seqs, kv_memory_bytes, ...)."""
+    thread at startup). engine_options go to the Engine (max_num_seqs, kv_memory_bytes, ...);
+    `allowed_origins` turns CORS on for those browser origins ("*" for any)."""
+    limits = limits or ConnectionLimits()
     metrics = ServerMetrics()
     state = ServerState(llm_or_loader, engine_options, served_model_name, metrics)
 
@@ -56,14 +63,19 @@ def create_app(llm_or_loader, *, served_model_name: str | None = None, api_key: 
         finally:
             state.shutdown()
 
-    app = FastAPI(title="tinyllm", version=__version__, lifespan=lifespan,
+    app = FastAPI(title="tinyllm", version=__version__, lifespan=lifespan, redirect_slashes=False,
+                  openapi_url=None, docs_url=None, redoc_url=None,  # added below, behind the key
                   description="An OpenAI-compatible API over one model. Each response carries the `seed` it "
                               "sampled with (a fresh random one when the request sent none): sending it back "
                               "reproduces the answer; choice i of n samples with seed + i.")
     app.state.server = state
-    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES, body_timeout_s=limits.body_timeout_s)
+    if allowed_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(allowed_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["authorization", "content-type"])
     install_error_handlers(app)
     auth = [Depends(_auth_dependency(api_key))]
+    _add_docs_routes(app, auth)
 
     def ready() -> Ready:
         return state.require()
@@ -72,6 +84,16 @@ def create_app(llm_or_loader, *, served_model_name: str | None = None, api_key: 
     _add_model_routes(app, auth, ready)
     _add_ops_routes(app, state, metrics)
     return app
+
+
+def _add_docs_routes(app: FastAPI, auth: list) -> None:
+    @app.get("/openapi.json", dependencies=auth, include_in_schema=False)
+    async def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", dependencies=auth, include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="tinyllm")
 
 
 def _add_generation_routes(app: FastAPI, auth: list, ready) -> None:
@@ -96,6 +118,10 @@ def _add_model_routes(app: FastAPI, auth: list, ready) -> None:
     async def tokenize(body: TokenizeRequest, ctx: Ready = Depends(ready)) -> TokenizeResponse:
         """Token ids of a prompt, or of messages rendered with the chat template (as chat would send)."""
         ctx.check_model(body.model)
+        if body.messages is None:
+            ctx.limits.check_text(len(body.prompt), "prompt")
+        else:
+            ctx.limits.check_messages(body.messages)
         ids = await run_in_threadpool(_token_ids, ctx.tokenizer, body)
         return TokenizeResponse(tokens=ids, count=len(ids), max_model_len=ctx.context_length)
 
@@ -110,11 +136,11 @@ def _add_model_routes(app: FastAPI, auth: list, ready) -> None:
 
 def _token_ids(tok, body: TokenizeRequest) -> list[int]:
     if body.messages is None:
-        return tok.encode(body.prompt, add_special_tokens=body.add_special_tokens is not False)
+        return encode_text(tok, body.prompt, add_special_tokens=body.add_special_tokens is not False)
     add_prompt = True if body.add_generation_prompt is None else body.add_generation_prompt
     # Like chat: the template writes any special tokens itself, so none are added unless asked.
     text = chat_prompt_text(tok, body.messages, add_prompt)
-    return tok.encode(text, add_special_tokens=bool(body.add_special_tokens))
+    return encode_text(tok, text, add_special_tokens=bool(body.add_special_tokens))
 
 
 def _add_ops_routes(app: FastAPI, state: ServerState, metrics: ServerMetrics) -> None:
@@ -124,7 +150,8 @@ def _add_ops_routes(app: FastAPI, state: ServerState, metrics: ServerMetrics) ->
         ready = state.ready
         if ready is None or not ready.engine.alive:
             status = state.status if ready is None else "engine_stopped"
-            return JSONResponse({"status": status, "error": state.error}, status_code=503)
+            # Only the kind of failure: its message may name files; the server log has the whole of it.
+            return JSONResponse({"status": status, "error": state.error_kind}, status_code=503)
         s = ready.engine.state
         return JSONResponse({"status": "ok", "model": ready.model_name, "running": s.running, "waiting": s.waiting,
                              "kv_blocks": {"total": s.blocks_total, "used": s.blocks_used,

@@ -198,11 +198,16 @@ class AsyncEngine:
         live = self._live.get(output.request_id)
         if live is None:  # failed or released already
             return
-        try:
-            self.observer.on_output(live, output, now)
-        except Exception:
-            log.exception("metrics observer failed")
-        live.sink.put(output)
+        if output.finish_reason == "error":  # its own processing failed; the rest of the batch went on
+            error = EngineFault(output.error or "the request failed")
+            self._notify_failed(live, error)
+            live.sink.put(Failed(output.request_id, error))
+        else:
+            try:
+                self.observer.on_output(live, output, now)
+            except Exception:
+                log.exception("metrics observer failed")
+            live.sink.put(output)
         if output.finished:
             del self._live[output.request_id]
             self.engine.release(output.request_id)

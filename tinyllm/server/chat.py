@@ -13,7 +13,7 @@ from .logprobs import TokenTexts, chat_logprobs
 from .prompts import chat_prompt_ids
 from .protocol import (AssistantMessage, ChatChoice, ChatCompletionChunk, ChatCompletionRequest,
                        ChatCompletionResponse, ChatStreamChoice, Delta)
-from .sampling import chat_params, fresh_seed, per_choice
+from .sampling import chat_params, fresh_seed, per_choice, prepare_stops
 from .serving import (Choice, ClientGone, StreamShaper, client_gone_response, collect, owned, start_group,
                       stream, usage_of)
 from .state import Ready
@@ -35,11 +35,12 @@ class ChatShaper(StreamShaper):
 
     def on_output(self, choice: Choice, output):
         lps = chat_logprobs(self.texts, output.logprobs) if self.logprobs and output.logprobs else None
-        if not output.text and lps is None and not output.finished:
-            return
-        reason = output.finish_reason if output.finished else None
-        yield self._chunk([ChatStreamChoice(index=choice.index, delta=Delta(content=output.text or None),
-                                            logprobs=lps, finish_reason=reason)])
+        if output.text or lps is not None:
+            yield self._chunk([ChatStreamChoice(index=choice.index, delta=Delta(content=output.text or None),
+                                                logprobs=lps)])
+        if output.finished:  # as OpenAI's: the finish reason comes alone, with an empty delta
+            yield self._chunk([ChatStreamChoice(index=choice.index, delta=Delta(),
+                                                finish_reason=output.finish_reason)])
 
     def finish(self, choices: list[Choice]):
         if self.include_usage:
@@ -48,14 +49,21 @@ class ChatShaper(StreamShaper):
 
 async def chat_completion(body: ChatCompletionRequest, request: Request, ctx: Ready) -> Response:
     ctx.check_model(body.model)
-    # Off the event loop: a long conversation takes a while to render and encode.
-    ids = await run_in_threadpool(chat_prompt_ids, ctx.tokenizer, body.messages)
     values, names = chat_params(body)
+    ctx.limits.check_messages(body.messages)  # before rendering: counts and sizes against the context
+    # Off the event loop and the engine thread: rendering, encoding and the stop strings' automaton.
+    ids = await run_in_threadpool(_prepare, ctx.tokenizer, body.messages, values)
+    ctx.limits.check_room(len(ids), values["max_tokens"], PROMPT_PARAM)
     seed = body.seed if body.seed is not None else fresh_seed()
     params = per_choice(values, names, seed, body.n or 1)
     group = RequestGroup(ctx.engine, len(params))
     await start_group(group, [(ids, p) for p in params], PROMPT_PARAM)
     return await owned(group, _answer(body, request, ctx, group, len(ids), seed))
+
+
+def _prepare(tokenizer, messages, values: dict) -> list[int]:
+    prepare_stops(values)
+    return chat_prompt_ids(tokenizer, messages)
 
 
 async def _answer(body: ChatCompletionRequest, request: Request, ctx: Ready, group: RequestGroup,

@@ -23,7 +23,16 @@ def add_serve_command(subparsers) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=None,
                    help=f"require 'Authorization: Bearer KEY' on /v1/* (default: ${API_KEY_ENV} if set, else none)")
-    p.add_argument("--served-model-name", default=None, help="the model id clients send (default: the file name)")
+    p.add_argument("--served-model-name", default=None,
+                   help="the model id clients send (default: the file name, with or without .gguf)")
+    p.add_argument("--allowed-origins", nargs="+", default=None,
+                   help="browser origins allowed by CORS, e.g. http://localhost:3000 or * (default: CORS off)")
+    p.add_argument("--header-timeout", type=float, default=10.0,
+                   help="seconds a connection may take to send its request headers (default 10)")
+    p.add_argument("--body-timeout", type=float, default=30.0,
+                   help="seconds a request body may pause between parts (default 30)")
+    p.add_argument("--max-connections", type=int, default=256,
+                   help="open connections (and running requests) before new ones get 503 (default 256)")
     p.add_argument("--max-num-seqs", type=int, default=32, help="sequences batched together (default 32)")
     p.add_argument("--max-num-batched-tokens", type=int, default=256, help="tokens per engine step (default 256)")
     p.add_argument("--kv-memory-gb", type=float, default=1.0, help="KV cache pool size in GiB (default 1)")
@@ -56,10 +65,24 @@ def engine_options(args) -> dict:
     return options
 
 
+def connection_limits(args):
+    from .slow_clients import ConnectionLimits
+
+    try:
+        return ConnectionLimits(header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout,
+                                max_connections=args.max_connections)
+    except ValueError as exc:
+        name, _, rest = str(exc).partition(" ")
+        flag = {"header_timeout_s": "--header-timeout", "body_timeout_s": "--body-timeout",
+                "max_connections": "--max-connections"}.get(name, name)
+        raise TinyLLMError(f"{flag} {rest}") from None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise TinyLLMError(f"--port must be in 1..65535, got {args.port}")
     options = engine_options(args)
+    limits = connection_limits(args)
     try:
         import uvicorn
 
@@ -79,7 +102,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return LLM(args.model, dtype=args.dtype, device=args.device)
 
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
-    app = create_app(load, served_model_name=args.served_model_name, api_key=api_key, **options)
+    app = create_app(load, served_model_name=args.served_model_name, api_key=api_key,
+                     allowed_origins=args.allowed_origins, limits=limits, **options)
+    from .slow_clients import uvicorn_options
+
     # On Ctrl-C, streams still open get a few seconds to end; then they are cut (and their requests aborted).
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5,
+                **uvicorn_options(limits))
     return 0

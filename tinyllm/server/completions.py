@@ -13,9 +13,9 @@ from fastapi.responses import Response
 
 from .group import RequestGroup
 from .logprobs import TokenTexts, completion_logprobs
-from .prompts import completion_prompt_ids
+from .prompts import check_prompts, completion_prompt_ids, split_prompts
 from .protocol import CompletionChoice, CompletionChunk, CompletionRequest, CompletionResponse
-from .sampling import completion_params, fresh_seed, per_choice
+from .sampling import completion_params, fresh_seed, per_choice, prepare_stops
 from .serving import (Choice, ClientGone, StreamShaper, client_gone_response, collect, owned, start_group,
                       stream, usage_of)
 from .state import Ready
@@ -31,11 +31,12 @@ class CompletionShaper(StreamShaper):
         lps = None
         if self.logprobs and output.logprobs:
             lps, choice.text_offset = completion_logprobs(self.texts, output.logprobs, choice.text_offset)
-        if not output.text and lps is None and not output.finished:
-            return
-        reason = output.finish_reason if output.finished else None
-        yield CompletionChunk(**self.meta, choices=[
-            CompletionChoice(index=choice.index, text=output.text, logprobs=lps, finish_reason=reason)])
+        if output.text or lps is not None:
+            yield CompletionChunk(**self.meta, choices=[
+                CompletionChoice(index=choice.index, text=output.text, logprobs=lps)])
+        if output.finished:  # the finish reason comes alone, with empty text
+            yield CompletionChunk(**self.meta, choices=[
+                CompletionChoice(index=choice.index, text="", finish_reason=output.finish_reason)])
 
     def finish(self, choices: list[Choice]):
         if self.include_usage:
@@ -45,9 +46,13 @@ class CompletionShaper(StreamShaper):
 async def completion(body: CompletionRequest, request: Request, ctx: Ready) -> Response:
     ctx.check_model(body.model)
     n = body.n or 1
-    # Off the event loop: a long prompt takes a while to encode.
-    prompts = await run_in_threadpool(completion_prompt_ids, ctx.tokenizer, body.prompt, n)
     values, names = completion_params(body)
+    texts = split_prompts(body.prompt)
+    check_prompts(texts, n, ctx.limits)  # before any tokenizing: sizes against the context
+    # Off the event loop and the engine thread: encoding and the stop strings' automaton.
+    prompts = await run_in_threadpool(_prepare, ctx.tokenizer, texts, values)
+    for ids in prompts:
+        ctx.limits.check_room(len(ids), values["max_tokens"], PROMPT_PARAM)
     seed = body.seed if body.seed is not None else fresh_seed()
     params = per_choice(values, names, seed, n)
     jobs = [(ids, p) for ids in prompts for p in params]
@@ -55,6 +60,11 @@ async def completion(body: CompletionRequest, request: Request, ctx: Ready) -> R
     await start_group(group, jobs, PROMPT_PARAM)
     choices = [Choice(i, i // n, len(prompts[i // n])) for i in range(len(jobs))]
     return await owned(group, _answer(body, request, ctx, group, choices, seed))
+
+
+def _prepare(tokenizer, texts: list, values: dict) -> list[list[int]]:
+    prepare_stops(values)
+    return completion_prompt_ids(tokenizer, texts)
 
 
 async def _answer(body: CompletionRequest, request: Request, ctx: Ready, group: RequestGroup,

@@ -55,11 +55,21 @@ class TokenTexts:
         return list(text.encode("utf-8"))
 
 
+def _top_with_sampled(lp) -> list[tuple[int, float]]:
+    """The top alternatives, plus the sampled token when it is not among them (as vLLM reports it), so a
+    client always finds the chosen token in top_logprobs."""
+    top = list(lp.top)
+    if top and all(i != lp.token for i, _ in top):
+        top.append((lp.token, lp.logprob))
+    return top
+
+
 def chat_logprobs(texts: TokenTexts, logprobs: list) -> ChatLogprobs:
     content = []
     for lp in logprobs:
         text, raw = texts.get(lp.token)
-        top = [TopLogprob(token=texts.get(i)[0], logprob=_finite(v), bytes=texts.get(i)[1]) for i, v in lp.top]
+        top = [TopLogprob(token=texts.get(i)[0], logprob=_finite(v), bytes=texts.get(i)[1])
+               for i, v in _top_with_sampled(lp)]
         content.append(ChatTokenLogprob(token=text, logprob=_finite(lp.logprob), bytes=raw, top_logprobs=top))
     return ChatLogprobs(content=content)
 
@@ -71,7 +81,7 @@ def completion_logprobs(texts: TokenTexts, logprobs: list, offset: int) -> tuple
         text = texts.get(lp.token)[0]
         out.tokens.append(text)
         out.token_logprobs.append(_finite(lp.logprob))
-        out.top_logprobs.append({texts.get(i)[0]: _finite(v) for i, v in lp.top})
+        out.top_logprobs.append({texts.get(i)[0]: _finite(v) for i, v in _top_with_sampled(lp)})
         out.text_offset.append(offset)
         offset += len(text)
     return out, offset

@@ -3,6 +3,7 @@ four shapes of a completions prompt (text, texts, ids, lists of ids)."""
 from __future__ import annotations
 
 from ..errors import TinyLLMError
+from .admission import PromptLimits, replace_lone_surrogates
 from .errors import bad_request
 from .protocol import ChatMessage
 
@@ -35,27 +36,42 @@ def chat_prompt_text(tokenizer, messages: list[ChatMessage], add_generation_prom
                           "messages") from None
 
 
+def encode_text(tokenizer, text: str, add_special_tokens: bool = True) -> list[int]:
+    """Token ids of request text; lone surrogates (which no encoding holds) become U+FFFD first."""
+    return tokenizer.encode(replace_lone_surrogates(text), add_special_tokens=add_special_tokens)
+
+
 def chat_prompt_ids(tokenizer, messages: list[ChatMessage]) -> list[int]:
     # The template writes any BOS itself: encoding must not add a second one.
-    return tokenizer.encode(chat_prompt_text(tokenizer, messages), add_special_tokens=False)
+    return encode_text(tokenizer, chat_prompt_text(tokenizer, messages), add_special_tokens=False)
 
 
-def completion_prompt_ids(tokenizer, prompt, n: int) -> list[list[int]]:
-    """One id list per prompt. Ids are checked against the vocabulary by the engine."""
+def split_prompts(prompt) -> list:
+    """The prompts of a completions request: text, ids, or a list of either."""
     if isinstance(prompt, str):
-        prompts = [prompt]
-    elif prompt and all(isinstance(p, int) for p in prompt):
-        prompts = [list(prompt)]
-    else:
-        prompts = list(prompt)
+        return [prompt]
+    if prompt and isinstance(prompt[0], int):  # the schema allows only lists of one kind
+        return [prompt]
+    return list(prompt)
+
+
+def check_prompts(prompts: list, n: int, limits: PromptLimits) -> None:
+    """Everything that can be refused without tokenizing: counts, sizes against the context."""
     if not prompts:
         raise bad_request("prompt is empty; expected text, token ids, or a list of them", "prompt")
     if len(prompts) * n > MAX_PROMPTS:
         raise bad_request(f"{len(prompts)} prompts x n={n} is {len(prompts) * n} sequences, more than the "
                           f"{MAX_PROMPTS} one request may ask for", "prompt")
-    out = []
     for p in prompts:
-        if isinstance(p, str) and not p:
+        if not p:
             raise bad_request("prompt is empty; expected at least one character or token id", "prompt")
-        out.append(tokenizer.encode(p) if isinstance(p, str) else list(p))
-    return out
+        if isinstance(p, str):
+            limits.check_text(len(p), "prompt")
+        else:
+            limits.check_ids(len(p), "prompt")
+
+
+def completion_prompt_ids(tokenizer, prompts: list) -> list[list[int]]:
+    """One id list per prompt (checked first with check_prompts). Ids are checked against the vocabulary
+    by the engine."""
+    return [encode_text(tokenizer, p) if isinstance(p, str) else list(p) for p in prompts]

@@ -12,8 +12,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
+from .. import __version__
+
 MAX_N = 16          # choices per request: each is a sequence in the engine's batch
 MAX_TOP_LOGPROBS = 20
+# Names the code that produced an answer; OpenAI's clients read it from every response and chunk.
+SYSTEM_FINGERPRINT = f"tinyllm-{__version__}"
 
 
 class _Body(BaseModel):
@@ -141,6 +145,7 @@ class _Response(BaseModel):
     created: int = Field(default_factory=_now)
     model: str
     seed: int  # not in OpenAI's schema: sending it back reproduces the answer (see docs of `seed`)
+    system_fingerprint: str = SYSTEM_FINGERPRINT
 
 
 class ChatCompletionResponse(_Response):

@@ -14,6 +14,8 @@ import urllib.request
 
 import uvicorn
 
+from .slow_clients import ConnectionLimits, uvicorn_options
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -22,10 +24,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class ServerThread:
-    def __init__(self, app, host: str = "127.0.0.1", port: int | None = None, log_level: str = "warning"):
+    def __init__(self, app, host: str = "127.0.0.1", port: int | None = None, log_level: str = "warning",
+                 limits: ConnectionLimits | None = None):
         self.host, self.port = host, port or free_port(host)
         config = uvicorn.Config(app, host=self.host, port=self.port, log_level=log_level, lifespan="on",
-                                timeout_graceful_shutdown=5)
+                                timeout_graceful_shutdown=5, **uvicorn_options(limits or ConnectionLimits()))
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, name="tinyllm-uvicorn", daemon=True)
 

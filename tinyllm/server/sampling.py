@@ -1,7 +1,7 @@
 """From an API request to the engine's SamplingParams, one per choice.
 
-Defaults follow OpenAI: temperature 1, and without max_tokens a choice may run to the end of the
-context. A request without a seed gets a fresh random one here, at the boundary, and the response
+Defaults follow OpenAI: temperature 1; without max_tokens a completion gets 16 tokens and a chat
+choice may run to the end of the context. A request without a seed gets a fresh random one here, at the boundary, and the response
 returns it, so any answer can be reproduced by sending that seed back. Choice i of a prompt samples
 with seed + i, so the n choices of one request differ while each stays reproducible.
 """
@@ -12,11 +12,14 @@ from dataclasses import fields
 
 from ..errors import TinyLLMError
 from ..sampling.params import SamplingParams
+from ..text.stop_automaton import compile_stops
+from .admission import check_stops
 from .errors import APIError, bad_request
 from .protocol import ChatCompletionRequest, CompletionRequest
 
 # Fresh seeds stay below 2**31: exact in every JSON parser, and seed + i stays a valid seed.
 FRESH_SEED_LIMIT = 2**31
+COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's and vLLM's default for /v1/completions
 _PARAM_FIELDS = {f.name for f in fields(SamplingParams)}
 
 
@@ -25,12 +28,21 @@ def fresh_seed() -> int:
 
 
 def _common(req) -> dict:
+    if req.stream_options is not None and not req.stream:
+        raise bad_request("stream_options is only allowed when stream is true", "stream_options")
     values = dict(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, min_p=req.min_p,
                   repetition_penalty=req.repetition_penalty, presence_penalty=req.presence_penalty,
                   frequency_penalty=req.frequency_penalty, stop=req.stop, stop_token_ids=req.stop_token_ids,
                   ignore_eos=req.ignore_eos)
+    values["stop"] = check_stops(req.stop) if req.stop is not None else None
     # None means "not set": leave SamplingParams' default (which matches OpenAI's) in place.
     return {k: v for k, v in values.items() if v is not None}
+
+
+def prepare_stops(values: dict) -> None:
+    """Build the stop strings' automaton now (in a worker thread), not on the engine thread."""
+    if values.get("stop"):
+        compile_stops(tuple(dict.fromkeys(values["stop"])))
 
 
 def chat_params(req: ChatCompletionRequest) -> tuple[dict, dict]:
@@ -48,7 +60,7 @@ def chat_params(req: ChatCompletionRequest) -> tuple[dict, dict]:
 
 def completion_params(req: CompletionRequest) -> tuple[dict, dict]:
     values = _common(req)
-    values["max_tokens"] = req.max_tokens
+    values["max_tokens"] = COMPLETION_DEFAULT_MAX_TOKENS if req.max_tokens is None else req.max_tokens
     values["logprobs"] = req.logprobs
     return values, {}
 

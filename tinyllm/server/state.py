@@ -7,6 +7,7 @@ import os
 import threading
 from dataclasses import dataclass
 
+from .admission import PromptLimits, max_token_chars
 from .async_engine import AsyncEngine
 from .errors import APIError
 from .logprobs import TokenTexts
@@ -21,6 +22,8 @@ class Ready:
     engine: AsyncEngine
     texts: TokenTexts
     model_name: str
+    limits: PromptLimits
+    aliases: frozenset = frozenset()  # other names clients may send for the model (its file name)
 
     @property
     def tokenizer(self):
@@ -32,9 +35,16 @@ class Ready:
 
     def check_model(self, model: str | None) -> None:
         # A request may leave `model` out; one that names another model gets OpenAI's 404.
-        if model is not None and model != self.model_name:
+        if model is not None and model != self.model_name and model not in self.aliases:
             raise APIError(404, f"the model {model!r} does not exist; this server serves {self.model_name!r}",
                            param="model", code="model_not_found")
+
+
+def model_aliases(llm) -> frozenset:
+    """The model's file name with and without its extension: clients copy either from the file system."""
+    path = str(getattr(llm, "path", "") or "")
+    name = os.path.basename(path.rstrip("/\\"))
+    return frozenset(n for n in (name, os.path.splitext(name)[0]) if n)
 
 
 def default_model_name(llm) -> str:
@@ -50,6 +60,7 @@ class ServerState:
         self._source, self._options = llm_or_loader, engine_options
         self.served_model_name, self.metrics = served_model_name, metrics
         self.status, self.error = "loading", None
+        self.error_kind: str | None = None
         self.ready: Ready | None = None
         self._thread: threading.Thread | None = None
         self._stopped = False
@@ -66,17 +77,20 @@ class ServerState:
             name = self.served_model_name or default_model_name(llm)
             if self._stopped:  # shut down while loading: do not start a thread nobody will stop
                 return
-            self.ready = Ready(llm, engine.start(), TokenTexts(llm.tokenizer), name)
+            limits = PromptLimits(llm.config.context_length, max_token_chars(llm.tokenizer))
+            aliases = model_aliases(llm) if self.served_model_name is None else frozenset()
+            self.ready = Ready(llm, engine.start(), TokenTexts(llm.tokenizer), name, limits, aliases)
             self.status = "ready"
             log.info("model %s is ready", name)
         except BaseException as exc:
             log.exception("loading the model failed")
             self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
+            self.error_kind = f"{type(exc).__name__} while loading the model (see the server log)"
 
     def require(self) -> Ready:
         """The ready model, or a 503 that says why not."""
         if self.ready is None:
-            why = f"the model failed to load ({self.error})" if self.status == "failed" else "the model is loading"
+            why = f"the model failed to load ({self.error_kind})" if self.status == "failed" else "the model is loading"
             raise APIError(503, why, code="model_not_ready")
         if not self.ready.engine.alive:
             raise APIError(503, "the engine is not running", code="engine_stopped")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import NamedTuple, Sequence
 
+from .stop_automaton import compile_stops
+
 
 class StopResult(NamedTuple):
     """What one push made safe to show, and whether a stop string has ended the text."""
@@ -26,6 +28,9 @@ class StopMatcher:
     Every emitted piece is final: the pieces so far are always a prefix of the cut text, and the
     pieces plus the last result's text (on a stop) or plus flush() (otherwise) equal it exactly.
     After a stop, push returns StopResult("", True) and flush returns "": the text has ended.
+
+    The state is one node of a shared Aho–Corasick automaton (stop_automaton.py) plus the held text, so
+    a request's memory and per-character time are linear in the stop strings' total length.
     """
 
     def __init__(self, stops: Sequence[str]):
@@ -34,10 +39,8 @@ class StopMatcher:
         for stop in stops:
             if not isinstance(stop, str) or not stop:
                 raise ValueError(f"a stop string must be a non-empty str, got {stop!r}")
-        self._stops = tuple(dict.fromkeys(stops))
-        # Every proper prefix of a stop string, for the held-back tail.
-        self._prefixes = frozenset(s[:k] for s in self._stops for k in range(1, len(s)))
-        self._longest_prefix = max((len(s) - 1 for s in self._stops), default=0)
+        self._automaton = compile_stops(tuple(dict.fromkeys(stops)))
+        self._node = 0  # the automaton's state after all text pushed: the held text's node
         self._held = ""
         self._stopped = False
 
@@ -51,29 +54,25 @@ class StopMatcher:
             raise ValueError(f"text must be a str, got {text!r}")
         if self._stopped:
             return StopResult("", True)
-        # A stop string completed by this text starts inside held + text: one starting earlier would
-        # make a longer suffix of the earlier text a proper prefix of it than the held one.
+        # A stop string completed by this text ends inside it; it may start inside the held text (the node
+        # is the longest suffix that could still become a stop string, so no earlier start is possible).
+        # Every stop ending in this push counts: the earliest start wins, as one push is one piece of text.
+        automaton, node, earliest = self._automaton, self._node, None
+        for j, ch in enumerate(text):
+            node = automaton.step(node, ch)
+            length = automaton.match[node]
+            if length:
+                start = len(self._held) + j + 1 - length
+                earliest = start if earliest is None else min(earliest, start)
         region = self._held + text
-        start = self._earliest_stop(region)
-        if start is not None:
-            self._held, self._stopped = "", True
-            return StopResult(region[:start], True)
-        keep = self._held_length(region)
-        self._held = region[len(region) - keep:]
+        if earliest is not None:
+            self._held, self._node, self._stopped = "", 0, True
+            return StopResult(region[:earliest], True)
+        keep = automaton.depth[node]
+        self._node, self._held = node, region[len(region) - keep:] if keep else ""
         return StopResult(region[:len(region) - keep], False)
 
     def flush(self) -> str:
         """At the end of generation (no stop string): releases the held-back tail."""
-        held, self._held = self._held, ""
+        held, self._held, self._node = self._held, "", 0
         return held
-
-    def _earliest_stop(self, region: str) -> int | None:
-        starts = [i for i in (region.find(s) for s in self._stops) if i >= 0]
-        return min(starts) if starts else None
-
-    def _held_length(self, region: str) -> int:
-        # Longest first; a suffix longer than every stop string's proper prefixes cannot be held.
-        for k in range(min(len(region), self._longest_prefix), 0, -1):
-            if region[len(region) - k:] in self._prefixes:
-                return k
-        return 0

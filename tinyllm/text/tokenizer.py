@@ -119,7 +119,8 @@ class Tokenizer:
         and transformers drop it."""
         if not isinstance(text, str):
             raise TinyLLMError(f"text is a {type(text).__name__}, expected a str")
-        ids = self.hf.encode(text, add_special_tokens=False).ids
+        # encode_batch releases the GIL while it works (encode does not): other threads keep running.
+        ids = self.hf.encode_batch([text], add_special_tokens=False)[0].ids
         if add_special_tokens and self.add_bos:
             ids.insert(0, self.bos_id)
         return ids

@@ -14,7 +14,8 @@ BAD_VALUES = [
     ("min_p", -0.1), ("min_p", 1.01), ("min_p", math.nan), ("min_p", True),
     ("repetition_penalty", 0.0), ("repetition_penalty", -1.0),
     ("repetition_penalty", math.nan), ("repetition_penalty", math.inf),
-    ("repetition_penalty", True),
+    ("repetition_penalty", True), ("repetition_penalty", 1e-50), ("repetition_penalty", 1e-4),
+    ("repetition_penalty", 1e4),
     ("presence_penalty", 2.01), ("presence_penalty", -2.5), ("presence_penalty", math.nan),
     ("presence_penalty", True),
     ("frequency_penalty", 2.5), ("frequency_penalty", -2.01), ("frequency_penalty", math.nan),
@@ -84,10 +85,11 @@ def test_integers_are_accepted_as_floats():
     assert isinstance(p.presence_penalty, float)
 
 
-def test_is_greedy_only_at_temperature_zero():
+def test_is_greedy_below_the_greedy_temperature():
     assert SamplingParams(temperature=0).is_greedy
     assert SamplingParams(temperature=0.0, top_k=5, seed=3).is_greedy
-    assert not SamplingParams(temperature=1e-6).is_greedy
+    assert SamplingParams(temperature=1e-50).is_greedy and SamplingParams(temperature=9.9e-6).is_greedy
+    assert not SamplingParams(temperature=1e-5).is_greedy
 
 
 def test_replace_changes_one_field_and_validates_again():

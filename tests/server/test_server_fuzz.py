@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tinyllm import LLM
 from tinyllm.server import create_app
 from tinyllm.server.runner import ServerThread
-from tiny_models import tiny_llama
+from helpers.tiny_models import tiny_llama
 
 CONTEXT = 192  # a short context bounds every generation, however large the max_tokens drawn
 

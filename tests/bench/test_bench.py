@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from model_files import random_tiny_llama, write_hf_folder
+from helpers.model_files import random_tiny_llama, write_hf_folder
 from tinyllm.cli import main
 
 HAS_REFERENCE = importlib.util.find_spec("transformers") is not None

@@ -8,7 +8,7 @@ from safetensors.torch import save_file
 
 from tinyllm import LLM, TinyLLMError
 from tinyllm.loading.loader import load
-from model_files import random_tiny_llama, write_gguf, write_hf_folder
+from helpers.model_files import random_tiny_llama, write_gguf, write_hf_folder
 
 IDS = torch.tensor([[5, 80, 200, 7, 33, 150, 9, 260, 1, 44]])
 

@@ -4,7 +4,7 @@ import pytest
 from tinyllm import LLM, SamplingParams
 from tinyllm.engine.engine import Engine
 from tinyllm.speculative.proposer import SpeculativeConfig
-from tiny_models import tiny_llama
+from helpers.tiny_models import tiny_llama
 
 
 @pytest.fixture(scope="module")

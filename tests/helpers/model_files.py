@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from tiny_models import tiny_llama
+from helpers.tiny_models import tiny_llama
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

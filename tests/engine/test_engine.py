@@ -6,7 +6,7 @@ import torch
 
 from tinyllm import LLM, SamplingParams, TinyLLMError, generate
 from tinyllm.engine.engine import Engine
-from tiny_models import tiny_llama
+from helpers.tiny_models import tiny_llama
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
 
@@ -142,3 +142,21 @@ def test_llm_generate_list_goes_through_the_engine(llm):
     ps = prompts(3, seed=8)
     gens = llm.generate(ps, temperature=0, max_tokens=5, ignore_eos=True)
     assert [g.ids for g in gens] == [alone(llm, p, GREEDY.replace(max_tokens=5)).ids for p in ps]
+
+
+def test_keys_read_in_place_equal_keys_gathered_from_scattered_blocks(llm):
+    """A fresh pool hands out consecutive blocks, which attention reads in place; a shuffled free list makes
+    the runner gather the same keys by slot. Both must give the same tokens and logprobs."""
+    p = SamplingParams(temperature=0.9, seed=4, max_tokens=20, ignore_eos=True, logprobs=2)
+    ps = prompts(3, seed=8, lo=20, hi=40)
+    in_place = [Engine(llm, block_size=8, num_blocks=64).generate([x], p)[0] for x in ps]
+    scattered_engine = Engine(llm, block_size=8, num_blocks=64)
+    pool = scattered_engine.pool
+    taken = [pool.allocate() for _ in range(pool.num_blocks)]
+    for b in random.Random(1).sample(taken, len(taken)):
+        pool.release(b)
+    for x, ref in zip(ps, in_place):
+        g = scattered_engine.generate([x], p)[0]
+        assert g.ids == ref.ids
+        for a, b in zip(g.logprobs, ref.logprobs):
+            assert abs(a.logprob - b.logprob) <= 1e-5

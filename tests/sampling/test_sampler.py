@@ -345,3 +345,19 @@ def test_sample_batch_checks_lengths():
     with pytest.raises(ValueError, match="positions"):
         sample_batch(torch.zeros(2, 3), [SamplingParams()] * 2, [[]] * 2, [[]] * 2,
                      [request_rng(0)] * 2, [0])
+
+
+# -- tiny temperatures and broken distributions ----------------------------------------
+
+def test_a_temperature_below_the_greedy_line_is_greedy():
+    logits = flat_logits(seed=4) * 20
+    tiny, greedy = draw(logits, SamplingParams(temperature=1e-50, logprobs=2)), draw(logits, SamplingParams(temperature=0, logprobs=2))
+    assert tiny == greedy and tiny.token == int(torch.argmax(logits)) and math.isfinite(tiny.logprob)
+
+
+def test_a_row_whose_distribution_is_nan_is_an_error_not_a_token():
+    from tinyllm.sampling.sampler import InvalidDistribution
+
+    row = torch.tensor([0.0, float("inf"), 1.0])  # inf - inf = NaN once shifted by the row max
+    with pytest.raises(InvalidDistribution):
+        draw(row, SamplingParams(temperature=1.0))

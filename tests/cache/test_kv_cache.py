@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 from tinyllm import KVCache
 from tinyllm.cache.fill import offset_causal_mask
 from tinyllm.reference import cache_dims
-from tiny_models import tiny_llama
+from helpers.tiny_models import tiny_llama
 
 
 def make_cache(model, max_len=128, dtype=torch.float32, batch=1):

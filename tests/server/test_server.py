@@ -10,7 +10,7 @@ import pytest
 from tinyllm import LLM
 from tinyllm.server import create_app
 from tinyllm.server.runner import ServerThread
-from tiny_models import tiny_llama
+from helpers.tiny_models import tiny_llama
 
 MODEL = "tiny"
 KEY = "test-key"
@@ -98,8 +98,10 @@ def test_chat_logprobs(client):
     content = r.choices[0].logprobs.content
     assert len(content) == r.usage.completion_tokens
     for item in content:
-        assert item.logprob <= 0 and len(item.top_logprobs) == 3
-        assert item.top_logprobs[0].logprob >= item.top_logprobs[-1].logprob
+        # the top 3, and the sampled token after them when it is not one of them
+        top = item.top_logprobs
+        assert item.logprob <= 0 and (len(top) == 3 or (len(top) == 4 and top[3].token == item.token))
+        assert item.token in [t.token for t in top] and top[0].logprob >= top[2].logprob >= top[-1].logprob
     if r.choices[0].finish_reason == "length":  # every token's bytes together are the text
         assert bytes(b for item in content for b in item.bytes).decode() == r.choices[0].message.content
 
@@ -109,7 +111,8 @@ def test_completion_logprobs(client):
     lp = r.choices[0].logprobs
     n = r.usage.completion_tokens
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == n
-    assert all(len(top) <= 2 for top in lp.top_logprobs) and lp.text_offset[0] == 0
+    assert all(len(top) <= 3 for top in lp.top_logprobs) and lp.text_offset[0] == 0
+    assert all(token in top for token, top in zip(lp.tokens, lp.top_logprobs))  # the sampled one is always there
 
 
 def test_n_choices_differ_and_follow_seed_plus_i(client):
@@ -196,7 +199,10 @@ def test_bodies_that_are_not_json_objects(server):
 
 
 def test_openapi_and_unknown_route(server):
-    spec = httpx.get(f"{server.url}/openapi.json").json()
+    assert httpx.get(f"{server.url}/openapi.json").status_code == 401  # behind the key, as /v1 is
+    assert httpx.get(f"{server.url}/docs").status_code == 401
+    assert httpx.get(f"{server.url}/docs", headers=auth()).status_code == 200
+    spec = httpx.get(f"{server.url}/openapi.json", headers=auth()).json()
     assert "/v1/chat/completions" in spec["paths"] and "/v1/completions" in spec["paths"]
     missing = httpx.get(f"{server.url}/v1/nothing-here", headers=auth())
     assert missing.status_code == 404 and "error" in missing.json()

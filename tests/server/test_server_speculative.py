@@ -5,7 +5,7 @@ from tinyllm import LLM
 from tinyllm.server import create_app
 from tinyllm.server.runner import ServerThread
 from tinyllm.speculative.proposer import SpeculativeConfig
-from tiny_models import tiny_llama
+from helpers.tiny_models import tiny_llama
 
 PROMPT = "one two three one two three one two"
 

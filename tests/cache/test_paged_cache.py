@@ -1,13 +1,15 @@
 """PagedKVCache honours the KVCache contract: same returns as contiguous storage, rollback, copy-on-write."""
 import pytest
 import torch
+
+from tinyllm.cache.block_table import blocks_for
 from hypothesis import given, settings, strategies as st
 
 from tinyllm import KVCache
 from tinyllm.cache.block_pool import BlockPool
 from tinyllm.cache.paged_cache import PagedKVCache, PagedStorage
 from tinyllm.reference import cache_dims
-from tiny_models import tiny_llama
+from helpers.tiny_models import tiny_llama
 
 
 def paged_for(model, max_len=64, block_size=4, dtype=torch.float32, num_blocks=None):
@@ -93,4 +95,4 @@ def test_paged_equals_contiguous_under_appends_and_rollbacks(ops):
             assert torch.equal(ra[0], rb[0]) and torch.equal(ra[1], rb[1])
         n = max(0, a.seq_len() - back)
         a.truncate(n), b.truncate(n)
-        assert len(b.block_table) == -(-n // 3)
+        assert len(b.block_table) == blocks_for(n, 3)

@@ -4,6 +4,8 @@ import math
 import pytest
 import torch
 
+from tinyllm.cache.block_table import blocks_for
+
 from tinyllm import KVCache, SamplingParams, TinyLLMError, generate
 from tinyllm.cache.paged_cache import PagedKVCache
 from tinyllm.reference import cache_dims
@@ -11,7 +13,7 @@ from tinyllm.sampling.filters import process_logits
 from tinyllm.speculative.draft_model import DraftModelProposer, self_draft
 from tinyllm.speculative.ngram import NgramProposer
 from tinyllm.speculative.proposer import SpeculativeConfig
-from tiny_models import ScriptedModel, tiny_llama
+from helpers.tiny_models import ScriptedModel, tiny_llama
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
 
@@ -79,7 +81,7 @@ def test_caches_after_a_speculative_run_equal_a_plain_run(model, smollm_tokenize
             kb = b.update(layer, torch.zeros(1, dims[1], 0, dims[2]), torch.zeros(1, dims[1], 0, dims[2]))[0]
             assert ka.shape[2] == n and torch.allclose(ka, kb, atol=1e-5, rtol=0)
         if isinstance(b, PagedKVCache):
-            assert len(b.block_table) == -(-n // 4)  # rejected drafts' blocks were released
+            assert len(b.block_table) == blocks_for(n, 4)  # rejected drafts' blocks were released
 
 
 def test_seeded_speculative_sampling_is_reproducible_and_equals_plain(model, smollm_tokenizer):

@@ -1,0 +1,57 @@
+"""BlockTable: reserve (allocate + copy-on-write pairs), truncate, slots, and the in-place slot range."""
+import torch
+
+from tinyllm.cache.block_pool import BlockPool
+from tinyllm.cache.block_table import BlockTable, blocks_for
+
+
+def test_blocks_for_is_a_ceiling_division():
+    assert [blocks_for(n, 4) for n in (0, 1, 4, 5, 8, 9)] == [0, 1, 1, 2, 2, 3]
+
+
+def test_reserve_allocates_missing_blocks_and_numbers_slots():
+    pool = BlockPool(8, 4)
+    t = BlockTable(pool)
+    assert t.reserve(0, 6) == [] and len(t) == 2
+    expected = [t.blocks[p // 4] * 4 + p % 4 for p in range(6)]
+    assert t.slots(0, 6).tolist() == expected and t.slots(2, 5).tolist() == expected[2:5]
+
+
+def test_reserve_copies_a_shared_block_before_writing_into_it():
+    pool = BlockPool(8, 4)
+    a = BlockTable(pool)
+    a.reserve(0, 8)
+    pool.acquire(a.blocks[1])
+    b = BlockTable(pool, list(a.blocks))  # b shares both blocks (one extra reference on block 1 only here)
+    pool.acquire(a.blocks[0])
+    copies = b.reserve(5, 6)
+    assert copies == [(a.blocks[1], b.blocks[1])] and b.blocks[1] != a.blocks[1] and b.blocks[0] == a.blocks[0]
+
+
+def test_reserve_changes_nothing_when_the_pool_runs_out():
+    pool = BlockPool(2, 4)
+    t = BlockTable(pool)
+    t.reserve(0, 8)
+    assert t.reserve(8, 9) is None and len(t) == 2 and pool.num_free == 0
+
+
+def test_truncate_releases_whole_blocks_tail_first():
+    pool = BlockPool(8, 4)
+    t = BlockTable(pool)
+    t.reserve(0, 12)
+    kept = t.blocks[:2]
+    t.truncate(5)
+    assert t.blocks == kept and pool.num_free == 6
+    t.release()
+    assert len(t) == 0 and pool.num_free == 8
+
+
+def test_slot_range_only_for_consecutive_blocks():
+    pool = BlockPool(8, 4)
+    t = BlockTable(pool)
+    t.reserve(0, 10)  # a fresh pool hands out 0, 1, 2
+    r = t.slot_range(10)
+    assert isinstance(r, slice) and list(range(r.start, r.stop)) == t.slots(0, 10).tolist()
+    t.blocks[1], t.blocks[2] = t.blocks[2], t.blocks[1]
+    assert t.slot_range(10) is None and t.slot_range(4) == slice(0, 4)
+    assert torch.equal(t.slots(0, 4), torch.arange(4))

@@ -1,0 +1,93 @@
+"""Cheap checks that run before a request costs anything: sizes against the context before tokenizing,
+stop strings against their caps, and prompt + max_tokens against the context after.
+
+A prompt's characters are bounded without tokenizing it: every token stands for at most
+`max_token_chars` characters (the longest vocabulary entry), so a text longer than
+context_length x max_token_chars cannot fit and is refused before the tokenizer sees it.
+Lone UTF-16 surrogates (JSON accepts "\\ud800") become U+FFFD before tokenizing: no encoding can hold them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import APIError
+
+MAX_STOP_STRINGS = 16
+MAX_STOP_CHARS = 1024   # per stop string
+CONTEXT_CODE = "context_length_exceeded"
+
+
+def context_error(message: str, param: str | None) -> APIError:
+    return APIError(400, message, param=param, code=CONTEXT_CODE)
+
+
+def replace_lone_surrogates(text: str) -> str:
+    """text with every unpaired surrogate code point replaced by U+FFFD (pairs become their character)."""
+    try:
+        text.encode("utf-8")
+        return text  # the common case: nothing to replace
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def max_token_chars(tokenizer) -> int:
+    """The most characters one token can stand for: the longest vocabulary entry (a byte-level entry has
+    one character per byte, never fewer than the text it decodes to)."""
+    hf = getattr(tokenizer, "hf", None)
+    vocab = hf.get_vocab(with_added_tokens=True) if hf is not None else {}
+    return max((len(piece) for piece in vocab), default=64)
+
+
+@dataclass(frozen=True)
+class PromptLimits:
+    context_length: int
+    max_token_chars: int
+
+    @property
+    def max_chars(self) -> int:
+        return self.context_length * self.max_token_chars
+
+    def check_text(self, num_chars: int, param: str) -> None:
+        if num_chars > self.max_chars:
+            raise context_error(f"{param} has {num_chars} characters, more than any prompt that fits the "
+                                f"{self.context_length}-token context can have ({self.max_chars})", param)
+
+    def check_ids(self, num_ids: int, param: str) -> None:
+        if num_ids >= self.context_length:
+            raise context_error(f"{param} has {num_ids} tokens, but the model's context holds "
+                                f"{self.context_length} (at most {self.context_length - 1} leave room for one "
+                                f"new token)", param)
+
+    def check_messages(self, messages: list) -> None:
+        if len(messages) > self.context_length:
+            raise context_error(f"messages has {len(messages)} entries, more than the {self.context_length} "
+                                f"tokens of the context can hold", "messages")
+        self.check_text(sum(_content_chars(m.content) for m in messages), "messages")
+
+    def check_room(self, num_prompt: int, max_tokens: int | None, param: str) -> None:
+        """The prompt must leave room for max_tokens (or at least one token) in the context."""
+        self.check_ids(num_prompt, param)
+        if max_tokens is not None and num_prompt + max_tokens > self.context_length:
+            raise context_error(f"the prompt has {num_prompt} tokens and max_tokens is {max_tokens}, more than "
+                                f"the model's context of {self.context_length} tokens", "max_tokens")
+
+
+def _content_chars(content) -> int:
+    if content is None:
+        return 0
+    if isinstance(content, str):
+        return len(content)
+    return sum(len(p.text or "") for p in content)
+
+
+def check_stops(stop) -> tuple[str, ...]:
+    """The stop strings, within the caps (a 400 naming the limit otherwise)."""
+    stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+    if len(stops) > MAX_STOP_STRINGS:
+        raise APIError(400, f"stop has {len(stops)} strings, more than the limit of {MAX_STOP_STRINGS}",
+                       param="stop")
+    long = next((s for s in stops if len(s) > MAX_STOP_CHARS), None)
+    if long is not None:
+        raise APIError(400, f"a stop string has {len(long)} characters, more than the limit of {MAX_STOP_CHARS}",
+                       param="stop")
+    return tuple(replace_lone_surrogates(s) for s in stops)
