@@ -106,3 +106,14 @@ def test_kv_dtype_defaults_to_the_model_dtype_on_both_paths(smollm_tokenizer):
     assert llm._engine.storage.dtype == torch.bfloat16
     ref = llm.generate("Hi", cache="contiguous", **GREEDY)
     assert ref.ids == g.ids
+
+
+def test_a_stream_dropped_before_its_first_piece_frees_its_request(llm):
+    import gc
+
+    it = llm.stream("Never read", temperature=0, max_tokens=50, ignore_eos=True)
+    engine = llm._engine
+    assert engine.has_unfinished()
+    del it
+    gc.collect()
+    assert not engine.has_unfinished() and engine.pool_stats().used == 0 and not llm._pending

@@ -158,15 +158,7 @@ class LLM:
         engine = self._shared_engine(kv_dtype, prefill_chunk)
         rid = engine.add_request(prompt, p, speculative=spec)  # validated now, not at the first next()
         self._pending[rid] = deque()  # from now on its outputs are kept, whoever steps the engine
-        return self._stream_outputs(engine, rid)
-
-    def _stream_outputs(self, engine: Engine, rid: str) -> Iterator[str]:
-        try:
-            for out in self._outputs(engine, [rid]):
-                if out.text:
-                    yield out.text
-        finally:
-            self._close(engine, [rid])
+        return TextStream(self, engine, rid)
 
     def _outputs(self, engine: Engine, rids: list[str]) -> Iterator[RequestOutput]:
         """Step the engine until every request in rids has finished, yielding their outputs; outputs of
@@ -226,3 +218,38 @@ class LLM:
             "weight_types": self.weight_types, "kv_bytes_per_token": c.kv_bytes_per_token(4),
             "tokenizer": self.tokenizer.kind, "eos_ids": list(self.eos_ids),
         }
+
+
+class TextStream:
+    """The text pieces of one request on an LLM's engine. Closing it (or dropping it, even before the first
+    piece) aborts the request and frees its KV blocks."""
+
+    def __init__(self, llm: LLM, engine: Engine, request_id: str):
+        self._llm, self._engine, self.request_id = llm, engine, request_id
+        self._outputs = llm._outputs(engine, [request_id])
+        self._closed = False
+
+    def __iter__(self) -> "TextStream":
+        return self
+
+    def __next__(self) -> str:
+        if self._closed:
+            raise StopIteration
+        try:
+            for out in self._outputs:
+                if out.text:
+                    return out.text
+        except BaseException:
+            self.close()
+            raise
+        self.close()
+        raise StopIteration
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._outputs.close()
+            self._llm._close(self._engine, [self.request_id])
+
+    def __del__(self) -> None:
+        self.close()
