@@ -77,8 +77,9 @@ def probe(url: str, name: str, raw: bytes) -> None:
     for t in threads:
         t.join()
     end = time.perf_counter()
+    window = (start - 0.5, end)
     print(f"{name}: {len(raw) / 1e6:.1f} MB -> {r.status_code} in {answered - start:.2f} s; longest gap: "
-          f"/health {longest_gap(health, start - 0.5, end):.3f} s, stream {longest_gap(chunks, start - 0.5, end):.3f} s")
+          f"/health {longest_gap(health, *window):.3f} s, stream {longest_gap(chunks, *window):.3f} s")
 
 
 def main() -> None:

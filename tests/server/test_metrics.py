@@ -4,10 +4,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from helpers.tiny_models import tiny_llama
 from tinyllm import LLM
 from tinyllm.server import create_app
 from tinyllm.server.runner import ServerThread
-from helpers.tiny_models import tiny_llama
 
 PHASES = ("tinyllm_e2e_request_latency_seconds", "tinyllm_request_queue_time_seconds",
           "tinyllm_request_prefill_time_seconds", "tinyllm_request_decode_time_seconds")

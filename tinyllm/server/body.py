@@ -12,7 +12,8 @@ Routes that parse this way declare their body for the OpenAPI schema with `reque
 from __future__ import annotations
 
 import json
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
