@@ -58,10 +58,13 @@ class PromptLimits:
                                 f"{self.context_length} (at most {self.context_length - 1} leave room for one "
                                 f"new token)", param)
 
-    def check_messages(self, messages: list) -> None:
-        if len(messages) > self.context_length:
-            raise context_error(f"messages has {len(messages)} entries, more than the {self.context_length} "
+    def check_message_count(self, num_messages: int) -> None:
+        if num_messages > self.context_length:
+            raise context_error(f"messages has {num_messages} entries, more than the {self.context_length} "
                                 f"tokens of the context can hold", "messages")
+
+    def check_messages(self, messages: list) -> None:
+        self.check_message_count(len(messages))
         self.check_text(sum(_content_chars(m.content) for m in messages), "messages")
 
     def check_room(self, num_prompt: int, max_tokens: int | None, param: str) -> None:

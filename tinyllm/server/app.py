@@ -18,6 +18,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from .. import __version__
 from ..errors import TinyLLMError
+from .body import add_body_schemas, chat_counts, completion_counts, parse_body, request_body_doc
 from .chat import chat_completion
 from .completions import completion
 from .errors import APIError, bad_request, install_error_handlers
@@ -83,6 +84,7 @@ def create_app(llm_or_loader, *, served_model_name: str | None = None, api_key: 
     _add_generation_routes(app, auth, ready)
     _add_model_routes(app, auth, ready)
     _add_ops_routes(app, state, metrics)
+    add_body_schemas(app, [ChatCompletionRequest, CompletionRequest, TokenizeRequest, DetokenizeRequest])
     return app
 
 
@@ -97,15 +99,20 @@ def _add_docs_routes(app: FastAPI, auth: list) -> None:
 
 
 def _add_generation_routes(app: FastAPI, auth: list, ready) -> None:
+    # Bodies are parsed off the event loop, counts checked before validation (body.py).
     @app.post("/v1/chat/completions", dependencies=auth, response_model=ChatCompletionResponse,
+              openapi_extra=request_body_doc(ChatCompletionRequest),
               responses={200: {"content": {"text/event-stream": {"schema": ChatCompletionChunk.model_json_schema()}}}})
-    async def chat(body: ChatCompletionRequest, request: Request, ctx: Ready = Depends(ready)) -> Response:
+    async def chat(request: Request, ctx: Ready = Depends(ready)) -> Response:
         """Chat completion. Without max_tokens a choice may run to the end of the context."""
+        body = await parse_body(request, ChatCompletionRequest, chat_counts(ctx.limits))
         return await chat_completion(body, request, ctx)
 
-    @app.post("/v1/completions", dependencies=auth, response_model=CompletionResponse)
-    async def complete(body: CompletionRequest, request: Request, ctx: Ready = Depends(ready)) -> Response:
+    @app.post("/v1/completions", dependencies=auth, response_model=CompletionResponse,
+              openapi_extra=request_body_doc(CompletionRequest))
+    async def complete(request: Request, ctx: Ready = Depends(ready)) -> Response:
         """Text completion of a prompt (text, ids, or a list of either)."""
+        body = await parse_body(request, CompletionRequest, completion_counts(ctx.limits))
         return await completion(body, request, ctx)
 
 
@@ -114,9 +121,11 @@ def _add_model_routes(app: FastAPI, auth: list, ready) -> None:
     async def models(ctx: Ready = Depends(ready)) -> ModelList:
         return ModelList(data=[ModelCard(id=ctx.model_name, max_model_len=ctx.context_length)])
 
-    @app.post("/tokenize", dependencies=auth, response_model=TokenizeResponse)
-    async def tokenize(body: TokenizeRequest, ctx: Ready = Depends(ready)) -> TokenizeResponse:
+    @app.post("/tokenize", dependencies=auth, response_model=TokenizeResponse,
+              openapi_extra=request_body_doc(TokenizeRequest))
+    async def tokenize(request: Request, ctx: Ready = Depends(ready)) -> TokenizeResponse:
         """Token ids of a prompt, or of messages rendered with the chat template (as chat would send)."""
+        body = await parse_body(request, TokenizeRequest, chat_counts(ctx.limits))
         ctx.check_model(body.model)
         if body.messages is None:
             ctx.limits.check_text(len(body.prompt), "prompt")
@@ -125,8 +134,10 @@ def _add_model_routes(app: FastAPI, auth: list, ready) -> None:
         ids = await run_in_threadpool(_token_ids, ctx.tokenizer, body)
         return TokenizeResponse(tokens=ids, count=len(ids), max_model_len=ctx.context_length)
 
-    @app.post("/detokenize", dependencies=auth, response_model=DetokenizeResponse)
-    async def detokenize(body: DetokenizeRequest, ctx: Ready = Depends(ready)) -> DetokenizeResponse:
+    @app.post("/detokenize", dependencies=auth, response_model=DetokenizeResponse,
+              openapi_extra=request_body_doc(DetokenizeRequest))
+    async def detokenize(request: Request, ctx: Ready = Depends(ready)) -> DetokenizeResponse:
+        body = await parse_body(request, DetokenizeRequest)
         ctx.check_model(body.model)
         try:
             return DetokenizeResponse(prompt=ctx.tokenizer.decode(body.tokens))

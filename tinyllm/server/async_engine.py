@@ -63,9 +63,12 @@ class Sink:
 
 @dataclass
 class Live:
-    """The engine thread's record of a request it serves; metrics read the times."""
+    """The engine thread's record of a request it serves; metrics read the times. `arrival` is when the
+    handler handed the request over; `times` is the engine's RequestTimes (first scheduled, first token,
+    finished), updated in place by the engine."""
     sink: Sink
     arrival: float
+    times: Any = None
     first_output: float | None = None
     last_token: float | None = None
 
@@ -178,7 +181,8 @@ class AsyncEngine:
             log.exception("adding request %s failed", command.request_id)
             command.sink.put(Failed(command.request_id, EngineFault(f"adding the request failed: {exc}")))
             return
-        self._live[command.request_id] = Live(command.sink, command.arrival)
+        times = self.engine.requests[command.request_id].times
+        self._live[command.request_id] = Live(command.sink, command.arrival, times)
         command.sink.put(Accepted(command.request_id))
 
     def _step(self) -> None:

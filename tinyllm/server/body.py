@@ -1,0 +1,108 @@
+"""JSON request bodies parsed and validated in a worker thread, with counts checked before validation.
+
+FastAPI parses and validates a declared body on the event loop: 400,000 chat messages cost seconds of
+validation there (one model per message), and /health and every running stream freeze for all of it even
+though the request ends in a 400. Here the raw bytes are parsed in a worker thread; a cheap check of the
+counts (messages, prompts, token ids) against the context refuses an oversized body before validation
+builds anything; validation then runs in the thread too. json.loads still holds the GIL while it runs
+(tens of milliseconds per MB), which the body size cap bounds.
+
+Routes that parse this way declare their body for the OpenAPI schema with `request_body_doc`.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
+from pydantic.json_schema import models_json_schema
+
+from .admission import PromptLimits
+from .errors import bad_request
+from .prompts import MAX_PROMPTS
+
+Model = TypeVar("Model", bound=BaseModel)
+CountCheck = Callable[[dict], None]
+_REF = "#/components/schemas/{model}"
+
+
+async def parse_body(request: Request, model: type[Model], check_counts: CountCheck | None = None) -> Model:
+    """The request's body as `model`; 400 for a body that is not a JSON object or fails validation."""
+    _check_content_type(request.headers.get("content-type"))
+    raw = await request.body()
+    return await run_in_threadpool(_parse, raw, model, check_counts)
+
+
+def _check_content_type(content_type: str | None) -> None:
+    # As FastAPI: no content type is read as JSON; any other type than JSON is refused.
+    kind = (content_type or "application/json").split(";")[0].strip().lower()
+    if kind != "application/json" and not kind.endswith("+json"):
+        raise bad_request(f"the request body must be a JSON object sent as application/json, got content "
+                          f"type {content_type!r}")
+
+
+def _parse(raw: bytes, model: type[Model], check_counts: CountCheck | None) -> Model:
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:  # JSONDecodeError, and UnicodeDecodeError for bytes that are not UTF-8
+        raise bad_request(f"the request body is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise bad_request(f"the request body must be a JSON object, got a JSON {type(data).__name__}")
+    if check_counts is not None:
+        check_counts(data)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:  # answered as FastAPI's own validation errors are
+        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None
+
+
+# ---- count checks on the parsed, not yet validated body (wrong types are left to validation)
+def chat_counts(limits: PromptLimits) -> CountCheck:
+    def check(data: dict) -> None:
+        messages = data.get("messages")
+        if isinstance(messages, list):
+            limits.check_message_count(len(messages))
+    return check
+
+
+def completion_counts(limits: PromptLimits) -> CountCheck:
+    def check(data: dict) -> None:
+        prompt = data.get("prompt")
+        if not isinstance(prompt, list) or not prompt:
+            return
+        if isinstance(prompt[0], int):  # one prompt of token ids
+            limits.check_ids(len(prompt), "prompt")
+            return
+        if len(prompt) > MAX_PROMPTS:
+            raise bad_request(f"prompt is a list of {len(prompt)} prompts, more than the {MAX_PROMPTS} one "
+                              f"request may ask for", "prompt")
+        for p in prompt:
+            if isinstance(p, list):
+                limits.check_ids(len(p), "prompt")
+    return check
+
+
+# ---- the OpenAPI schema of bodies FastAPI does not parse itself
+def request_body_doc(model: type[BaseModel]) -> dict:
+    """openapi_extra for a route whose body is `model` (its schema is added by add_body_schemas)."""
+    ref = {"$ref": _REF.format(model=model.__name__)}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
+
+
+def add_body_schemas(app: FastAPI, models: list[type[BaseModel]]) -> None:
+    """Put the models' schemas into the app's OpenAPI components, where request_body_doc points."""
+    build = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = build()
+            _, defs = models_json_schema([(m, "validation") for m in models], ref_template=_REF)
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            for name, value in defs.get("$defs", {}).items():
+                components.setdefault(name, value)
+        return app.openapi_schema
+    app.openapi = openapi
