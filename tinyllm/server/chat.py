@@ -17,6 +17,7 @@ from .sampling import chat_params, fresh_seed, per_choice, prepare_stops
 from .serving import (Choice, ClientGone, StreamShaper, client_gone_response, collect, owned, start_group,
                       stream, usage_of)
 from .state import Ready
+from .unsupported import CHAT_FIELDS, check_supported
 
 PROMPT_PARAM = "messages"
 
@@ -49,6 +50,7 @@ class ChatShaper(StreamShaper):
 
 async def chat_completion(body: ChatCompletionRequest, request: Request, ctx: Ready) -> Response:
     ctx.check_model(body.model)
+    check_supported(body, CHAT_FIELDS)
     values, names = chat_params(body)
     ctx.limits.check_messages(body.messages)  # before rendering: counts and sizes against the context
     # Off the event loop and the engine thread: rendering, encoding and the stop strings' automaton.

@@ -19,6 +19,7 @@ from .sampling import completion_params, fresh_seed, per_choice, prepare_stops
 from .serving import (Choice, ClientGone, StreamShaper, client_gone_response, collect, owned, start_group,
                       stream, usage_of)
 from .state import Ready
+from .unsupported import COMPLETION_FIELDS, check_supported
 
 PROMPT_PARAM = "prompt"
 
@@ -45,6 +46,7 @@ class CompletionShaper(StreamShaper):
 
 async def completion(body: CompletionRequest, request: Request, ctx: Ready) -> Response:
     ctx.check_model(body.model)
+    check_supported(body, COMPLETION_FIELDS)
     n = body.n or 1
     values, names = completion_params(body)
     texts = split_prompts(body.prompt)

@@ -1,7 +1,8 @@
 """The HTTP API's request and response bodies, in OpenAI's shapes (plus /tokenize and /detokenize).
 
-Requests are strict (a string where a number belongs is a 400, not a silent conversion) and ignore
-unknown fields, because OpenAI clients send extras that an older server does not know. Ranges of
+Requests are strict (a string where a number belongs is a 400, not a silent conversion). Generation
+requests and chat messages keep their undeclared fields, so that unsupported.py can refuse those that
+ask for something this server does not do; other unknown extras are ignored. Ranges of
 sampling fields are checked by SamplingParams, so the rules live in one place; every field is
 optional and nullable, since clients send `null` for "not set".
 """
@@ -24,6 +25,10 @@ class _Body(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
 
 
+class _OpenBody(_Body):
+    model_config = ConfigDict(strict=True, extra="allow")  # extras kept for unsupported.py to judge
+
+
 class StreamOptions(_Body):
     include_usage: bool | None = None
 
@@ -33,13 +38,13 @@ class ContentPart(_Body):
     text: str | None = None
 
 
-class ChatMessage(_Body):
+class ChatMessage(_OpenBody):
     role: str
     content: str | list[ContentPart] | None = None
     name: str | None = None
 
 
-class _GenerationRequest(_Body):
+class _GenerationRequest(_OpenBody):
     model: str | None = None
     max_tokens: int | None = None
     temperature: float | None = None
