@@ -14,6 +14,7 @@ from ..cache.paged_cache import PagedStorage
 from ..config import parse_dtype
 from ..errors import TinyLLMError
 from ..outputs import Generation, RequestOutput
+from ..sampling.logit_bias import check_logit_bias_ids
 from ..sampling.params import SamplingParams
 from ..speculative.factory import DraftModels, make_proposer
 from ..speculative.proposer import SpeculativeConfig
@@ -89,6 +90,7 @@ class Engine:
         ids = prompt_ids_of(self.tokenizer, prompt)
         max_len = self.model_config.context_length
         check_prompt(ids, self.model_config.vocab_size, max_len)
+        check_logit_bias_ids(params.logit_bias, self.model_config.vocab_size)
         if blocks_for(len(ids) + 1, self.pool.block_size) > self.pool.num_blocks:
             raise TinyLLMError(f"prompt has {len(ids)} tokens, more than the KV pool holds "
                                f"({self.pool.num_blocks} blocks of {self.pool.block_size})")

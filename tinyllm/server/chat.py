@@ -13,7 +13,7 @@ from .logprobs import TokenTexts, chat_logprobs
 from .prompts import chat_prompt_ids
 from .protocol import (AssistantMessage, ChatChoice, ChatCompletionChunk, ChatCompletionRequest,
                        ChatCompletionResponse, ChatStreamChoice, Delta)
-from .sampling import chat_params, fresh_seed, per_choice, prepare_stops
+from .sampling import check_vocab, chat_params, fresh_seed, per_choice, prepare_stops
 from .serving import (Choice, ClientGone, StreamShaper, client_gone_response, collect, owned, start_group,
                       stream, usage_of)
 from .state import Ready
@@ -58,6 +58,7 @@ async def chat_completion(body: ChatCompletionRequest, request: Request, ctx: Re
     ctx.limits.check_room(len(ids), values["max_tokens"], PROMPT_PARAM)
     seed = body.seed if body.seed is not None else fresh_seed()
     params = per_choice(values, names, seed, body.n or 1)
+    check_vocab(params, ctx.llm.config.vocab_size)
     group = RequestGroup(ctx.engine, len(params))
     await start_group(group, [(ids, p) for p in params], PROMPT_PARAM)
     return await owned(group, _answer(body, request, ctx, group, len(ids), seed))

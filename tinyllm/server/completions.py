@@ -15,7 +15,7 @@ from .group import RequestGroup
 from .logprobs import TokenTexts, completion_logprobs
 from .prompts import check_prompts, completion_prompt_ids, split_prompts
 from .protocol import CompletionChoice, CompletionChunk, CompletionRequest, CompletionResponse
-from .sampling import completion_params, fresh_seed, per_choice, prepare_stops
+from .sampling import check_vocab, completion_params, fresh_seed, per_choice, prepare_stops
 from .serving import (Choice, ClientGone, StreamShaper, client_gone_response, collect, owned, start_group,
                       stream, usage_of)
 from .state import Ready
@@ -57,6 +57,7 @@ async def completion(body: CompletionRequest, request: Request, ctx: Ready) -> R
         ctx.limits.check_room(len(ids), values["max_tokens"], PROMPT_PARAM)
     seed = body.seed if body.seed is not None else fresh_seed()
     params = per_choice(values, names, seed, n)
+    check_vocab(params, ctx.llm.config.vocab_size)
     jobs = [(ids, p) for ids in prompts for p in params]
     group = RequestGroup(ctx.engine, len(jobs))
     await start_group(group, jobs, PROMPT_PARAM)

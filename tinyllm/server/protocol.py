@@ -62,6 +62,7 @@ class _GenerationRequest(_OpenBody):
     stream_options: StreamOptions | None = None
     n: int | None = Field(None, ge=1, le=MAX_N)
     user: str | None = None
+    logit_bias: dict[str, float] | None = None  # token id (a JSON key, so a string) -> bias in [-100, 100]
 
 
 class ChatCompletionRequest(_GenerationRequest):

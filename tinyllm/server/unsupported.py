@@ -9,8 +9,9 @@ unknown extras, which are ignored.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .errors import bad_request
 
@@ -45,7 +46,6 @@ def _table(*entries: tuple[str, Callable, str]) -> dict[str, Unsupported]:
 
 # Both endpoints: OpenAI fields, then other servers' extras that would change the answer.
 _COMMON = _table(
-    ("logit_bias", _is({}), "an empty object"),
     ("store", _is(False), "false"),
     ("service_tier", _is("auto", "default"), '"auto" or "default"'),
     ("prompt_cache_retention", _is("in-memory", "in_memory"), '"in-memory"'),
