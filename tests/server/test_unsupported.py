@@ -59,7 +59,7 @@ def test_other_servers_extras_that_change_the_answer_are_400(client, field, valu
 
 
 @pytest.mark.parametrize("field, value", [
-    ("suffix", " and lakes."), ("best_of", 3), ("echo", True),
+    ("suffix", " and lakes."), ("best_of", 3),
 ])
 def test_completion_fields_not_honoured_are_400(client, field, value):
     with pytest.raises(openai.BadRequestError) as info:

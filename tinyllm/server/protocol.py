@@ -75,6 +75,8 @@ class ChatCompletionRequest(_GenerationRequest):
 class CompletionRequest(_GenerationRequest):
     prompt: str | list[str] | list[int] | list[list[int]]
     logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    echo: bool | None = None  # the prompt comes back before the completion (with its logprobs if asked)
+    prompt_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)  # not OpenAI's: vLLM's extra field
 
 
 class TokenizeRequest(_Body):
@@ -129,8 +131,8 @@ class ChatLogprobs(BaseModel):
 
 class CompletionLogprobs(BaseModel):
     tokens: list[str] = Field(default_factory=list)
-    token_logprobs: list[float] = Field(default_factory=list)
-    top_logprobs: list[dict[str, float]] = Field(default_factory=list)
+    token_logprobs: list[float | None] = Field(default_factory=list)  # None: an echoed prompt's first token
+    top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
     text_offset: list[int] = Field(default_factory=list)
 
 
@@ -183,11 +185,18 @@ class ChatCompletionChunk(_Response):
     usage: Usage | None = None
 
 
+class PromptTokenLogprob(BaseModel):
+    logprob: float
+    decoded_token: str
+
+
 class CompletionChoice(BaseModel):
     index: int
     text: str
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
+    # Only with the prompt_logprobs extra (as vLLM): per prompt token, None for the first, else token id -> logprob.
+    prompt_logprobs: list[dict[str, PromptTokenLogprob] | None] | None = None
 
 
 class CompletionResponse(_Response):

@@ -55,7 +55,7 @@ _COMMON = _table(
     ("json_schema", _never, "nothing"), ("grammar", _never, "nothing"), ("regex", _never, "nothing"),
     ("min_tokens", _is(0), "0"), ("use_beam_search", _is(False), "false"),
     ("include_stop_str_in_output", _is(False), "false"), ("skip_special_tokens", _is(True), "true"),
-    ("spaces_between_special_tokens", _is(True), "true"), ("prompt_logprobs", _never, "nothing"),
+    ("spaces_between_special_tokens", _is(True), "true"),
     ("allowed_token_ids", _never, "nothing"), ("bad_words", _is([]), "an empty list"),
     ("logits_processors", _is([]), "an empty list"), ("truncate_prompt_tokens", _never, "nothing"),
     ("return_tokens_as_token_ids", _is(False), "false"), ("typical_p", _is(1.0, 1), "1"),
@@ -75,6 +75,7 @@ CHAT_FIELDS = {**_COMMON, **_table(
     ("verbosity", _never, "nothing"),
     ("web_search_options", _never, "nothing"),
     ("echo", _is(False), "false"),
+    ("prompt_logprobs", _never, "nothing (it is a /v1/completions field here)"),
     ("add_generation_prompt", _is(True), "true"),
     ("continue_final_message", _is(False), "false"),
     ("chat_template", _never, "nothing (the model's own template is used)"),
@@ -84,7 +85,6 @@ CHAT_FIELDS = {**_COMMON, **_table(
 
 COMPLETION_FIELDS = {**_COMMON, **_table(
     ("best_of", _best_of_is_n, "a value equal to n"),
-    ("echo", _is(False), "false"),
     ("suffix", _is(""), "an empty string"),
 )}
 
