@@ -70,3 +70,13 @@ class RequestOutput:
     completion_tokens: int = 0
     error: str | None = None  # finish_reason "error": what failed
     prompt_logprobs: list | None = None  # on a request's first output, when asked: [None, TokenLogprob, ...]
+
+
+@dataclass
+class Score:
+    """How likely a continuation is after a prompt: the sum of its tokens' logprobs, and whether each of
+    them was the model's most likely token (lm-eval's loglikelihood pair)."""
+
+    logprob: float
+    is_greedy: bool
+    num_tokens: int
