@@ -15,9 +15,10 @@ import torch
 
 from .config import parse_dtype
 from .engine.engine import Engine, EngineConfig
+from .engine.prompt import prompt_ids_of
 from .errors import TinyLLMError
 from .loading.loader import load
-from .outputs import Generation, RequestOutput
+from .outputs import Generation, RequestOutput, Score
 from .reference import iter_generate
 from .sampling.params import SamplingParams
 from .speculative.factory import DraftModels, make_proposer
@@ -125,6 +126,26 @@ class LLM:
         prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
         ids = self.tokenizer.encode(prompt, add_special_tokens=False)
         return self.stream(ids, **kwargs) if stream else self.generate(ids, **kwargs)
+
+    # ---- scoring
+    def logprobs(self, text: str | Sequence[int]) -> list:
+        """Each token's logprob after the tokens before it ([None, TokenLogprob, ...]; the first has none)."""
+        ids = prompt_ids_of(self.tokenizer, text)
+        return self._prompt_logprobs(ids, 0)
+
+    def score(self, prompt: str | Sequence[int], continuation: str | Sequence[int]) -> Score:
+        """The logprob of `continuation` after `prompt`, each encoded on its own and joined (as lm-eval does)."""
+        head = prompt_ids_of(self.tokenizer, prompt)
+        tail = (self.tokenizer.encode(continuation, add_special_tokens=False) if isinstance(continuation, str)
+                else list(continuation))
+        if not tail:
+            raise TinyLLMError("continuation must have at least one token, got none")
+        scored = self._prompt_logprobs(head + tail, 1)[len(head):]
+        return Score(sum(lp.logprob for lp in scored), all(lp.top[0][0] == lp.token for lp in scored), len(tail))
+
+    def _prompt_logprobs(self, ids: list[int], top_n: int) -> list:
+        p = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True, prompt_logprobs=top_n)
+        return self._engine_generate([ids], p, None, None, None)[0].prompt_logprobs
 
     # ---- the engine path
     def _shared_engine(self, kv_dtype, prefill_chunk) -> Engine:

@@ -47,6 +47,7 @@ class Generation:
     stats: dict  # keys: STATS_KEYS
     finish_reason: str = FinishReason.LENGTH.value
     prompt_ids: list[int] = field(default_factory=list)
+    prompt_logprobs: list | None = None  # [None, TokenLogprob, ...] per prompt token, when asked
 
     @property
     def usage(self) -> dict:
@@ -68,3 +69,14 @@ class RequestOutput:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     error: str | None = None  # finish_reason "error": what failed
+    prompt_logprobs: list | None = None  # on a request's first output, when asked: [None, TokenLogprob, ...]
+
+
+@dataclass
+class Score:
+    """How likely a continuation is after a prompt: the sum of its tokens' logprobs, and whether each of
+    them was the model's most likely token (lm-eval's loglikelihood pair)."""
+
+    logprob: float
+    is_greedy: bool
+    num_tokens: int

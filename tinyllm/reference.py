@@ -20,6 +20,7 @@ from .engine.prompt import check_prompt, prompt_ids_of, token_budget
 from .engine.request import Request, accept_tokens, make_generation
 from .errors import TinyLLMError
 from .outputs import Generation
+from .sampling.logit_bias import check_logit_bias_ids
 from .sampling.params import SamplingParams
 from .sampling.sampler import SampleResult, sample
 from .speculative.verify import verify_drafts
@@ -151,6 +152,7 @@ def _setup(model, tok, prompt, p, cache, kv_dtype, eos_ids, prefill_chunk) -> tu
     prompt_ids = prompt_ids_of(tok, prompt)
     _, _, _, max_len = cache_dims(model)
     check_prompt(prompt_ids, getattr(model.config, "vocab_size", None), max_len)
+    check_logit_bias_ids(p.logit_bias, getattr(model.config, "vocab_size", None))
     budget = token_budget(len(prompt_ids), p.max_tokens, max_len)
     kv = make_cache(model, cache, len(prompt_ids) + budget, kv_dtype)
     return Request.create("reference", prompt_ids, p, budget, tok, eos_ids), SequenceState(model, kv)

@@ -300,3 +300,32 @@ def test_health_is_503_while_loading(smollm_tokenizer, one_thread):
         srv.wait_ready(30)
         body = httpx.get(f"{srv.url}/health").json()
         assert body["status"] == "ok" and body["kv_blocks"]["total"] == 32 and body["running"] == 0
+
+
+def test_logit_bias_forces_and_bans_tokens(client, smollm_tokenizer):
+    forced = client.completions.create(model=MODEL, prompt="Rivers", max_tokens=4, temperature=0,
+                                       logit_bias={"1234": 100}, extra_body={"ignore_eos": True})
+    assert forced.choices[0].text == smollm_tokenizer.decode([1234] * 4)
+    plain = client.completions.create(model=MODEL, prompt="Rivers", max_tokens=1, temperature=0, logprobs=0)
+    first = smollm_tokenizer.encode(plain.choices[0].text, add_special_tokens=False)[0]
+    again = client.completions.create(model=MODEL, prompt="Rivers", max_tokens=1, temperature=0,
+                                      logit_bias={str(first): -100})
+    assert again.choices[0].text != plain.choices[0].text
+
+
+@pytest.mark.parametrize("bias, words", [
+    ({"x": 1}, "decimal integers"), ({"5": 101}, "[-100, 100]"), ({"49152": 1}, "vocabulary"),
+    ({str(i): 1 for i in range(301)}, "at most 300"),
+])
+def test_bad_logit_bias_is_400_naming_it(client, bias, words):
+    with pytest.raises(openai.BadRequestError) as info:
+        chat(client, logit_bias=bias)
+    assert info.value.body["param"] == "logit_bias" and words in info.value.body["message"]
+
+
+def test_models_by_id(client):
+    card = client.models.retrieve(MODEL)
+    assert card.id == MODEL and card.object == "model"
+    with pytest.raises(openai.NotFoundError) as info:
+        client.models.retrieve("other-model")
+    assert info.value.body["code"] == "model_not_found"

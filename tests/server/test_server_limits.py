@@ -152,6 +152,8 @@ def test_a_fault_in_one_request_is_a_500_for_it_alone(server, monkeypatch):
 def test_openai_conformance_details(server):
     for name in ("Tiny-Model.Q4_1.gguf", "Tiny-Model.Q4_1"):
         assert post(server, "/v1/chat/completions", {"model": name, "messages": CHAT, "max_tokens": 1}).status_code == 200
+        card = httpx.get(f"{server.url}/v1/models/{name}")
+        assert card.status_code == 200 and card.json()["id"] == "tinyllm"  # the served name
     r = post(server, "/v1/completions", {"prompt": "x", "ignore_eos": True}).json()
     assert r["usage"]["completion_tokens"] == 16 and r["system_fingerprint"].startswith("tinyllm-")
     bad = post(server, "/v1/completions", {"prompt": "x", "stream_options": {"include_usage": True}})

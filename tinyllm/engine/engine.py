@@ -14,12 +14,14 @@ from ..cache.paged_cache import PagedStorage
 from ..config import parse_dtype
 from ..errors import TinyLLMError
 from ..outputs import Generation, RequestOutput
+from ..sampling.logit_bias import check_logit_bias_ids
 from ..sampling.params import SamplingParams
 from ..speculative.factory import DraftModels, make_proposer
 from ..speculative.proposer import SpeculativeConfig
 from ..speculative.verify import verify_drafts
 from .isolation import describe, draw_rows, isolated
 from .kv_manager import KVManager
+from .prompt_logprobs import record as record_prompt_logprobs
 from .prompt import check_prompt, prompt_ids_of, token_budget
 from .request import Request, RequestStatus, accept_tokens, make_generation
 from .runner import ModelRunner
@@ -89,6 +91,7 @@ class Engine:
         ids = prompt_ids_of(self.tokenizer, prompt)
         max_len = self.model_config.context_length
         check_prompt(ids, self.model_config.vocab_size, max_len)
+        check_logit_bias_ids(params.logit_bias, self.model_config.vocab_size)
         if blocks_for(len(ids) + 1, self.pool.block_size) > self.pool.num_blocks:
             raise TinyLLMError(f"prompt has {len(ids)} tokens, more than the KV pool holds "
                                f"({self.pool.num_blocks} blocks of {self.pool.block_size})")
@@ -128,7 +131,9 @@ class Engine:
         now = time.perf_counter()
         for chunk in plan.chunks:
             chunk.request.times.first_scheduled = chunk.request.times.first_scheduled or now
-        sampling, logits = self.runner.run(plan, self.kv.tables)
+        sampling, logits, prompt_rows = self.runner.run(plan, self.kv.tables)
+        for rows in prompt_rows:
+            record_prompt_logprobs(rows)
         for chunk in plan.chunks:
             chunk.request.num_computed += chunk.num_tokens
         if sampling:
@@ -193,9 +198,12 @@ class Engine:
 
     def _output(self, req: Request, text: str, n_new: int) -> RequestOutput:
         new = req.output_ids[len(req.output_ids) - n_new:] if n_new else []
+        # The prompt's logprobs travel once, on the request's first output.
+        first = len(req.output_ids) == n_new and (n_new > 0 or req.status.is_finished)
         return RequestOutput(req.request_id, text, new, req.out.logprobs[len(req.output_ids) - n_new:] if n_new else [],
                              req.status.is_finished, req.finish_reason, req.num_cached_tokens,
-                             len(req.prompt_ids), len(req.output_ids))
+                             len(req.prompt_ids), len(req.output_ids),
+                             prompt_logprobs=list(req.prompt_logprobs) if first and req.prompt_logprobs else None)
 
     # ---- conveniences
     def pool_stats(self):

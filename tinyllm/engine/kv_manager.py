@@ -29,8 +29,8 @@ class KVManager:
         prompt of exactly k full cached blocks reuses k - 1 of them."""
         table, keys = self._table(req), self.keys[req.request_id]
         assert not table.blocks, "prefix matching happens before any block is allocated"
-        if not self.enable_prefix_caching:
-            return 0
+        if not self.enable_prefix_caching or req.params.prompt_logprobs is not None:
+            return 0  # prompt logprobs need the logits of every prompt position: compute them all
         parent = None
         for i in range((req.num_tokens - 1) // self.block_size):
             hit = self.pool.lookup(parent, req.tokens(i * self.block_size, (i + 1) * self.block_size))

@@ -74,6 +74,7 @@ class Request:
     num_drafted: int = 0
     num_accepted: int = 0
     num_sampling_forwards: int = 0
+    prompt_logprobs: list = field(default_factory=list)  # [None, TokenLogprob, ...] (prompt_logprobs.py)
     times: RequestTimes = field(default_factory=RequestTimes)
 
     @classmethod
@@ -81,8 +82,11 @@ class Request:
                eos_ids=()) -> "Request":
         """The EOS ids end the request unless params.ignore_eos; params.stop_token_ids always do."""
         stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else frozenset(eos_ids))
-        return cls(request_id, prompt_ids, params, max_new, OutputStream.create(tok, params.stop),
-                   request_rng(params.seed), stop_ids)
+        req = cls(request_id, prompt_ids, params, max_new, OutputStream.create(tok, params.stop),
+                  request_rng(params.seed), stop_ids)
+        if params.prompt_logprobs is not None:
+            req.prompt_logprobs.append(None)  # the first token has nothing before it
+        return req
 
     @property
     def output_ids(self) -> list[int]:
@@ -167,4 +171,4 @@ def make_generation(req: Request) -> Generation:
     assert tuple(stats) == STATS_KEYS
     reason = req.finish_reason or FinishReason.LENGTH.value
     return Generation(req.out.text, list(req.output_ids), list(req.out.logprobs), timings, stats, reason,
-                      list(req.prompt_ids))
+                      list(req.prompt_ids), list(req.prompt_logprobs) if req.prompt_logprobs else None)

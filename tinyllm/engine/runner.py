@@ -11,6 +11,7 @@ from ..cache.block_table import BlockTable
 from ..cache.fill import offset_causal_mask
 from ..cache.paged_cache import PagedStorage
 from ..model.ragged_attention import PrefillSlice, RaggedLayout, ragged_attention
+from .prompt_logprobs import PromptRows, missing_positions
 from .scheduler import ScheduledChunk, SchedulerOutput
 
 
@@ -41,14 +42,16 @@ class ModelRunner:
         self.device = storage.device
 
     @torch.inference_mode()
-    def run(self, step: SchedulerOutput, tables: dict[str, BlockTable]) -> tuple[list[ScheduledChunk], torch.Tensor]:
+    def run(self, step: SchedulerOutput, tables: dict[str, BlockTable]
+            ) -> tuple[list[ScheduledChunk], torch.Tensor, list[PromptRows]]:
         """Run the step; return the chunks that sample and their logits [n, V], in that order (a chunk
-        with k drafts has k + 1 rows)."""
+        with k drafts has k + 1 rows), and the prompt rows of requests that want prompt logprobs."""
         for src, dst in step.block_copies:
             self.storage.copy_block(src, dst)
         decodes = [c for c in step.chunks if c.num_tokens == 1]
         prefills = [c for c in step.chunks if c.num_tokens > 1]
         ids, positions, slot_mapping, rows, sampling = [], [], [], [], []
+        extra: list[tuple[ScheduledChunk, range, int]] = []  # prompt-logprob positions and their first row
         layout = RaggedLayout(len(decodes), None, None, [])
         if decodes:
             layout.decode_slots, layout.decode_mask = self._decode_keys(decodes, tables)
@@ -59,6 +62,9 @@ class ModelRunner:
                 kv_slots = table.slot_range(stop) or table.slots(0, stop, self.device)  # [S] or a slice
                 layout.prefills.append(PrefillSlice(len(ids), c.num_tokens, kv_slots,
                                                     offset_causal_mask(c.num_tokens, c.start, self.device)))
+            wanted = missing_positions(c.request, c.start, stop)
+            if wanted:
+                extra.append((c, wanted, len(ids) + wanted.start - c.start))
             ids += c.request.tokens(c.start, stop)
             positions.append(torch.arange(c.start, stop))
             slot_mapping.append(table.slots(c.start, stop, self.device))
@@ -67,9 +73,16 @@ class ModelRunner:
                 rows += range(first, len(ids))
                 sampling.append(c)
         batch = PagedBatch(self.storage, torch.cat(slot_mapping), torch.cat(positions).to(self.device), layout)
+        num_sampled = len(rows)
+        for _, wanted, first_row in extra:
+            rows += range(first_row, first_row + len(wanted))
         x = torch.tensor([ids], device=self.device)  # [1, N]
-        logits = self.model(x, cache=batch, rows=torch.tensor(rows, dtype=torch.long, device=self.device))
-        return sampling, logits[0]  # [n, V]
+        logits = self.model(x, cache=batch, rows=torch.tensor(rows, dtype=torch.long, device=self.device))[0]
+        prompt_rows, at = [], num_sampled
+        for c, wanted, _ in extra:
+            prompt_rows.append(PromptRows(c.request, wanted.start, logits[at:at + len(wanted)]))  # [k, V]
+            at += len(wanted)
+        return sampling, logits[:num_sampled], prompt_rows  # [n, V]
 
     def _decode_keys(self, decodes: list[ScheduledChunk], tables: dict[str, BlockTable]):
         """Slots of every decode query's keys, padded to the longest, and the mask of real keys. One decode

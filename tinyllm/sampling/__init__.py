@@ -1,6 +1,6 @@
 """The sampling stack: SamplingParams, the logits pipeline, seeded draws.
 
-Order of operations (see filters.py and sampler.py): repetition penalty (prompt +
+Order of operations (see filters.py and sampler.py): logit bias -> repetition penalty (prompt +
 generated ids) -> presence / frequency penalties (generated ids only) -> temperature ->
 top-k -> top-p -> min-p -> inverse-CDF draw with the uniform for (seed, position).
 Temperature 0 is greedy: the argmax of the penalised logits, lowest index on ties.

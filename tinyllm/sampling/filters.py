@@ -1,5 +1,6 @@
 """The logits pipeline of the sampling stack, applied in this order:
 
+0. logit_bias: each listed token's bias added to its raw logit (logit_bias.py);
 1. repetition penalty, over the prompt AND the generated ids: a seen token's logit is
    divided by the penalty when positive, multiplied when negative (CTRL / HF rule);
 2. presence and frequency penalties, over the generated ids only: subtract
@@ -25,6 +26,7 @@ import torch
 from torch import Tensor
 
 from tinyllm.errors import TinyLLMError
+from tinyllm.sampling.logit_bias import apply_logit_bias
 from tinyllm.sampling.params import SamplingParams
 
 # Probabilities carry float32 rounding (~1e-7), so a mass or ratio that equals p only up
@@ -171,8 +173,9 @@ def process_logits(logits: Tensor, params: SamplingParams, prompt_ids: Sequence[
                    generated_ids: Sequence[int] | Tensor) -> Tensor:
     """The distribution a token is drawn from, as float32 logits with -inf where dropped.
 
-    For greedy params this is the penalised logits (the argmax is taken from them).
+    For greedy params this is the biased, penalised logits (the argmax is taken from them).
     """
     _check_logits(logits, dims=(1,))
-    out = apply_penalties(logits.float(), params, prompt_ids, generated_ids)
+    biased = apply_logit_bias(logits.float(), params.logit_bias)  # [V]
+    out = apply_penalties(biased, params, prompt_ids, generated_ids)
     return out if params.is_greedy else apply_filters(out, params)

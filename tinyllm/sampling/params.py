@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from tinyllm.errors import TinyLLMError
+from tinyllm.sampling.logit_bias import LogitBias, normalise_logit_bias
 
 MAX_LOGPROBS = 20
 _SEED_LIMIT = 2**63
@@ -41,6 +42,8 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()  # ids >= 0
     ignore_eos: bool = False
     logprobs: int | None = None  # None = no alternatives; else 0..20
+    prompt_logprobs: int | None = None  # None = off; else the prompt tokens' logprobs with 0..20 alternatives
+    logit_bias: LogitBias = ()  # token id -> bias in [-100, 100] (a dict is normalised to sorted pairs)
 
     def __post_init__(self) -> None:
         for name, value in _validated_fields(self).items():
@@ -84,6 +87,9 @@ def _validated_fields(p: SamplingParams) -> dict[str, Any]:
         "ignore_eos": _bool("ignore_eos", p.ignore_eos),
         "logprobs": _optional_int("logprobs", p.logprobs, lambda v: 0 <= v <= MAX_LOGPROBS,
                                   f"None or an integer in [0, {MAX_LOGPROBS}]"),
+        "prompt_logprobs": _optional_int("prompt_logprobs", p.prompt_logprobs, lambda v: 0 <= v <= MAX_LOGPROBS,
+                                         f"None or an integer in [0, {MAX_LOGPROBS}]"),
+        "logit_bias": normalise_logit_bias(p.logit_bias),
     }
 
 

@@ -1,6 +1,6 @@
 """Drawing the next token from processed logits, and what is reported about the draw.
 
-`sample` runs `process_logits` (penalties -> temperature -> top-k -> top-p -> min-p, see
+`sample` runs `process_logits` (logit bias -> penalties -> temperature -> top-k -> top-p -> min-p, see
 filters.py), then either takes the argmax (temperature 0: lowest index on ties, seed
 ignored) or draws by inverse CDF with ONE uniform u = rng.uniform(position): the token is
 the first index, in vocab order, whose cumulative probability exceeds u * total. The
@@ -114,7 +114,8 @@ def sample(logits: Tensor, params: SamplingParams, *, prompt_ids: Sequence[int] 
 
 def _is_plain_greedy(params: SamplingParams) -> bool:
     """Greedy with nothing per-request to do: one argmax over the batch serves it."""
-    return (params.is_greedy and params.logprobs is None and params.repetition_penalty == 1.0
+    return (params.is_greedy and params.logprobs is None and not params.logit_bias
+            and params.repetition_penalty == 1.0
             and params.presence_penalty == 0.0 and params.frequency_penalty == 0.0)
 
 

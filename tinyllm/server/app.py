@@ -121,6 +121,12 @@ def _add_model_routes(app: FastAPI, auth: list, ready) -> None:
     async def models(ctx: Ready = Depends(ready)) -> ModelList:
         return ModelList(data=[ModelCard(id=ctx.model_name, max_model_len=ctx.context_length)])
 
+    @app.get("/v1/models/{model_id:path}", dependencies=auth, response_model=ModelCard)
+    async def model(model_id: str, ctx: Ready = Depends(ready)) -> ModelCard:
+        """The served model by its name or an alias (its file name); any other name is a 404."""
+        ctx.check_model(model_id)
+        return ModelCard(id=ctx.model_name, max_model_len=ctx.context_length)
+
     @app.post("/tokenize", dependencies=auth, response_model=TokenizeResponse,
               openapi_extra=request_body_doc(TokenizeRequest))
     async def tokenize(request: Request, ctx: Ready = Depends(ready)) -> TokenizeResponse:

@@ -13,10 +13,11 @@ from .logprobs import TokenTexts, chat_logprobs
 from .prompts import chat_prompt_ids
 from .protocol import (AssistantMessage, ChatChoice, ChatCompletionChunk, ChatCompletionRequest,
                        ChatCompletionResponse, ChatStreamChoice, Delta)
-from .sampling import chat_params, fresh_seed, per_choice, prepare_stops
+from .sampling import check_vocab, chat_params, fresh_seed, per_choice, prepare_stops
 from .serving import (Choice, ClientGone, StreamShaper, client_gone_response, collect, owned, start_group,
                       stream, usage_of)
 from .state import Ready
+from .unsupported import CHAT_FIELDS, check_supported
 
 PROMPT_PARAM = "messages"
 
@@ -49,6 +50,7 @@ class ChatShaper(StreamShaper):
 
 async def chat_completion(body: ChatCompletionRequest, request: Request, ctx: Ready) -> Response:
     ctx.check_model(body.model)
+    check_supported(body, CHAT_FIELDS)
     values, names = chat_params(body)
     ctx.limits.check_messages(body.messages)  # before rendering: counts and sizes against the context
     # Off the event loop and the engine thread: rendering, encoding and the stop strings' automaton.
@@ -56,6 +58,7 @@ async def chat_completion(body: ChatCompletionRequest, request: Request, ctx: Re
     ctx.limits.check_room(len(ids), values["max_tokens"], PROMPT_PARAM)
     seed = body.seed if body.seed is not None else fresh_seed()
     params = per_choice(values, names, seed, body.n or 1)
+    check_vocab(params, ctx.llm.config.vocab_size)
     group = RequestGroup(ctx.engine, len(params))
     await start_group(group, [(ids, p) for p in params], PROMPT_PARAM)
     return await owned(group, _answer(body, request, ctx, group, len(ids), seed))

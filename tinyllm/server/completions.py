@@ -11,14 +11,16 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
+from .echo import echo_logprobs, echo_text, prompt_logprobs_field
 from .group import RequestGroup
 from .logprobs import TokenTexts, completion_logprobs
 from .prompts import check_prompts, completion_prompt_ids, split_prompts
 from .protocol import CompletionChoice, CompletionChunk, CompletionRequest, CompletionResponse
-from .sampling import completion_params, fresh_seed, per_choice, prepare_stops
+from .sampling import check_vocab, completion_params, fresh_seed, per_choice, prepare_stops
 from .serving import (Choice, ClientGone, StreamShaper, client_gone_response, collect, owned, start_group,
                       stream, usage_of)
 from .state import Ready
+from .unsupported import COMPLETION_FIELDS, check_supported
 
 PROMPT_PARAM = "prompt"
 
@@ -45,6 +47,7 @@ class CompletionShaper(StreamShaper):
 
 async def completion(body: CompletionRequest, request: Request, ctx: Ready) -> Response:
     ctx.check_model(body.model)
+    check_supported(body, COMPLETION_FIELDS)
     n = body.n or 1
     values, names = completion_params(body)
     texts = split_prompts(body.prompt)
@@ -55,11 +58,12 @@ async def completion(body: CompletionRequest, request: Request, ctx: Ready) -> R
         ctx.limits.check_room(len(ids), values["max_tokens"], PROMPT_PARAM)
     seed = body.seed if body.seed is not None else fresh_seed()
     params = per_choice(values, names, seed, n)
+    check_vocab(params, ctx.llm.config.vocab_size)
     jobs = [(ids, p) for ids in prompts for p in params]
     group = RequestGroup(ctx.engine, len(jobs))
     await start_group(group, jobs, PROMPT_PARAM)
     choices = [Choice(i, i // n, len(prompts[i // n])) for i in range(len(jobs))]
-    return await owned(group, _answer(body, request, ctx, group, choices, seed))
+    return await owned(group, _answer(body, request, ctx, group, choices, seed, prompts))
 
 
 def _prepare(tokenizer, texts: list, values: dict) -> list[list[int]]:
@@ -68,7 +72,7 @@ def _prepare(tokenizer, texts: list, values: dict) -> list[list[int]]:
 
 
 async def _answer(body: CompletionRequest, request: Request, ctx: Ready, group: RequestGroup,
-                  choices: list[Choice], seed: int) -> Response:
+                  choices: list[Choice], seed: int, prompt_ids: list[list[int]]) -> Response:
     meta = dict(id=f"cmpl-{group.ids[0].rsplit('-', 1)[0]}", model=ctx.model_name, seed=seed,
                 created=int(time.time()))  # one timestamp for every chunk
     want_logprobs = body.logprobs is not None
@@ -79,8 +83,25 @@ async def _answer(body: CompletionRequest, request: Request, ctx: Ready, group: 
         await collect(request, group, choices, PROMPT_PARAM)
     except ClientGone:
         return client_gone_response()
-    answer = CompletionResponse(**meta, usage=usage_of(choices), choices=[
-        CompletionChoice(index=c.index, text=c.text, finish_reason=c.finish_reason,
-                         logprobs=completion_logprobs(ctx.texts, c.logprobs, 0)[0] if want_logprobs else None)
-        for c in choices])
+    prompts = split_prompts(body.prompt)
+    answers = [_choice(body, ctx, c, prompts[c.prompt], prompt_ids[c.prompt]) for c in choices]
+    answer = CompletionResponse(**meta, usage=usage_of(choices), choices=answers)  # after _choice's counts
     return Response(answer.model_dump_json(), media_type="application/json")
+
+
+def _choice(body: CompletionRequest, ctx: Ready, c: Choice, prompt, ids: list[int]) -> CompletionChoice:
+    """One finished choice; with echo the prompt's text (and logprobs) come first. max_tokens=0 with echo
+    scores the prompt only: the one token drawn to end the request is dropped."""
+    score_only = bool(body.echo) and body.max_tokens == 0
+    text, lps, gen_lps = ("" if score_only else c.text), None, ([] if score_only else c.logprobs)
+    if score_only:
+        c.completion_tokens, c.finish_reason = 0, "length"
+    if body.echo:
+        text = echo_text(ctx.tokenizer, prompt) + text
+    if body.logprobs is not None:
+        lps = (echo_logprobs(ctx.texts, ids, c.prompt_logprobs, gen_lps, body.logprobs) if body.echo
+               else completion_logprobs(ctx.texts, gen_lps, 0)[0])
+    prompt_lps = (prompt_logprobs_field(ctx.texts, c.prompt_logprobs, body.prompt_logprobs)
+                  if body.prompt_logprobs is not None else None)
+    return CompletionChoice(index=c.index, text=text, finish_reason=c.finish_reason, logprobs=lps,
+                            prompt_logprobs=prompt_lps)

@@ -1,7 +1,8 @@
 """The HTTP API's request and response bodies, in OpenAI's shapes (plus /tokenize and /detokenize).
 
-Requests are strict (a string where a number belongs is a 400, not a silent conversion) and ignore
-unknown fields, because OpenAI clients send extras that an older server does not know. Ranges of
+Requests are strict (a string where a number belongs is a 400, not a silent conversion). Generation
+requests and chat messages keep their undeclared fields, so that unsupported.py can refuse those that
+ask for something this server does not do; other unknown extras are ignored. Ranges of
 sampling fields are checked by SamplingParams, so the rules live in one place; every field is
 optional and nullable, since clients send `null` for "not set".
 """
@@ -24,6 +25,10 @@ class _Body(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
 
 
+class _OpenBody(_Body):
+    model_config = ConfigDict(strict=True, extra="allow")  # extras kept for unsupported.py to judge
+
+
 class StreamOptions(_Body):
     include_usage: bool | None = None
 
@@ -33,13 +38,13 @@ class ContentPart(_Body):
     text: str | None = None
 
 
-class ChatMessage(_Body):
+class ChatMessage(_OpenBody):
     role: str
     content: str | list[ContentPart] | None = None
     name: str | None = None
 
 
-class _GenerationRequest(_Body):
+class _GenerationRequest(_OpenBody):
     model: str | None = None
     max_tokens: int | None = None
     temperature: float | None = None
@@ -57,6 +62,7 @@ class _GenerationRequest(_Body):
     stream_options: StreamOptions | None = None
     n: int | None = Field(None, ge=1, le=MAX_N)
     user: str | None = None
+    logit_bias: dict[str, float] | None = None  # token id (a JSON key, so a string) -> bias in [-100, 100]
 
 
 class ChatCompletionRequest(_GenerationRequest):
@@ -69,6 +75,8 @@ class ChatCompletionRequest(_GenerationRequest):
 class CompletionRequest(_GenerationRequest):
     prompt: str | list[str] | list[int] | list[list[int]]
     logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    echo: bool | None = None  # the prompt comes back before the completion (with its logprobs if asked)
+    prompt_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)  # not OpenAI's: vLLM's extra field
 
 
 class TokenizeRequest(_Body):
@@ -123,8 +131,8 @@ class ChatLogprobs(BaseModel):
 
 class CompletionLogprobs(BaseModel):
     tokens: list[str] = Field(default_factory=list)
-    token_logprobs: list[float] = Field(default_factory=list)
-    top_logprobs: list[dict[str, float]] = Field(default_factory=list)
+    token_logprobs: list[float | None] = Field(default_factory=list)  # None: an echoed prompt's first token
+    top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
     text_offset: list[int] = Field(default_factory=list)
 
 
@@ -177,11 +185,18 @@ class ChatCompletionChunk(_Response):
     usage: Usage | None = None
 
 
+class PromptTokenLogprob(BaseModel):
+    logprob: float
+    decoded_token: str
+
+
 class CompletionChoice(BaseModel):
     index: int
     text: str
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
+    # Only with the prompt_logprobs extra (as vLLM): per prompt token, None for the first, else token id -> logprob.
+    prompt_logprobs: list[dict[str, PromptTokenLogprob] | None] | None = None
 
 
 class CompletionResponse(_Response):

@@ -11,6 +11,7 @@ import secrets
 from dataclasses import fields
 
 from ..errors import TinyLLMError
+from ..sampling.logit_bias import check_logit_bias_ids
 from ..sampling.params import SamplingParams
 from ..text.stop_automaton import compile_stops
 from .admission import check_stops
@@ -35,8 +36,28 @@ def _common(req) -> dict:
                   frequency_penalty=req.frequency_penalty, stop=req.stop, stop_token_ids=req.stop_token_ids,
                   ignore_eos=req.ignore_eos)
     values["stop"] = check_stops(req.stop) if req.stop is not None else None
+    values["logit_bias"] = _logit_bias(req.logit_bias) if req.logit_bias else None
     # None means "not set": leave SamplingParams' default (which matches OpenAI's) in place.
     return {k: v for k, v in values.items() if v is not None}
+
+
+def _logit_bias(bias: dict[str, float]) -> dict[int, float]:
+    """JSON keys are strings: each must spell a token id."""
+    ids = {}
+    for key, value in bias.items():
+        if not (key.isascii() and key.isdigit()):
+            raise bad_request(f"logit_bias keys must be token ids written as decimal integers, got {key!r}",
+                              "logit_bias")
+        ids[int(key)] = value
+    return ids
+
+
+def check_vocab(params: list[SamplingParams], vocab_size: int) -> None:
+    """Biased ids must be tokens of the model: checked here so the 400 names logit_bias."""
+    try:
+        check_logit_bias_ids(params[0].logit_bias, vocab_size)
+    except TinyLLMError as exc:
+        raise bad_request(str(exc), "logit_bias") from None
 
 
 def prepare_stops(values: dict) -> None:
@@ -59,9 +80,17 @@ def chat_params(req: ChatCompletionRequest) -> tuple[dict, dict]:
 
 
 def completion_params(req: CompletionRequest) -> tuple[dict, dict]:
+    """With echo, max_tokens=0 scores the prompt alone: the engine draws one token that is not returned."""
+    for name in ("echo", "prompt_logprobs"):  # the prompt's part of a stream is not implemented
+        if getattr(req, name) is not None and getattr(req, name) is not False and req.stream:
+            raise bad_request(f"{name} is not supported together with stream; send stream false", name)
     values = _common(req)
     values["max_tokens"] = COMPLETION_DEFAULT_MAX_TOKENS if req.max_tokens is None else req.max_tokens
+    if values["max_tokens"] == 0 and req.echo:
+        values["max_tokens"] = 1
     values["logprobs"] = req.logprobs
+    wanted = [n for n in (req.prompt_logprobs, req.logprobs if req.echo else None) if n is not None]
+    values["prompt_logprobs"] = max(wanted) if wanted else None
     return values, {}
 
 

@@ -33,11 +33,14 @@ class Choice:
     completion_tokens: int = 0
     cached_tokens: int = 0
     text_offset: int = 0  # completions logprobs: where the next streamed token starts
+    prompt_logprobs: list | None = None  # [None, TokenLogprob, ...] when the request asked for them
 
     def update(self, output) -> None:
         if output.text:
             self.pieces.append(output.text)
         self.logprobs.extend(output.logprobs)
+        if output.prompt_logprobs is not None:
+            self.prompt_logprobs = output.prompt_logprobs
         self.completion_tokens = output.completion_tokens
         self.cached_tokens = output.num_cached_tokens
         if output.finished:

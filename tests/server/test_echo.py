@@ -1,0 +1,79 @@
+"""/v1/completions echo and prompt_logprobs through the official openai client: the prompt's logprobs equal the
+log-softmax of the model's own full-forward logits at each position."""
+import openai
+import pytest
+import torch
+
+from tinyllm import LLM
+from tinyllm.server import create_app
+from tinyllm.server.runner import ServerThread
+from helpers.tiny_models import tiny_llama
+
+MODEL = "tiny"
+PROMPT = "The river runs to the sea, and the sea"
+
+
+@pytest.fixture(scope="module")
+def llm(smollm_tokenizer):
+    return LLM.from_parts(tiny_llama(4, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=256),
+                          smollm_tokenizer)
+
+
+@pytest.fixture(scope="module")
+def client(llm, one_thread):
+    with ServerThread(create_app(llm, served_model_name=MODEL, num_blocks=64)) as srv:
+        yield openai.OpenAI(base_url=f"{srv.wait_ready().url}/v1", api_key="x", max_retries=0, timeout=60)
+
+
+def reference(llm, ids):
+    with torch.no_grad():
+        logp = torch.log_softmax(llm.model(torch.tensor([ids]))[0].float(), dim=-1)  # [T, V]
+    return [logp[i, ids[i + 1]].item() for i in range(len(ids) - 1)], logp
+
+
+def test_echo_with_max_tokens_0_scores_the_prompt(client, llm):
+    ids = llm.tokenizer.encode(PROMPT)
+    r = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=0, echo=True, logprobs=2)
+    choice, want = r.choices[0], reference(llm, ids)[0]
+    assert choice.text == PROMPT and r.usage.completion_tokens == 0 and r.usage.prompt_tokens == len(ids)
+    lps = choice.logprobs
+    assert lps.token_logprobs[0] is None and lps.top_logprobs[0] is None
+    assert lps.token_logprobs[1:] == pytest.approx(want, abs=1e-5)
+    assert lps.tokens == [llm.tokenizer.token_text(i) for i in ids]
+    assert all(len(top) >= 2 for top in lps.top_logprobs[1:])
+    assert lps.text_offset[0] == 0 and lps.text_offset == sorted(lps.text_offset)
+
+
+def test_echo_then_completion(client, llm):
+    ids = llm.tokenizer.encode(PROMPT)
+    plain = client.completions.create(model=MODEL, prompt=ids, max_tokens=3, temperature=0, logprobs=0,
+                                      extra_body={"ignore_eos": True})
+    echoed = client.completions.create(model=MODEL, prompt=ids, max_tokens=3, temperature=0, logprobs=0, echo=True,
+                                       extra_body={"ignore_eos": True})
+    text = echoed.choices[0].text
+    assert text == llm.tokenizer.decode(ids) + plain.choices[0].text
+    lps = echoed.choices[0].logprobs
+    assert len(lps.tokens) == len(ids) + 3
+    assert lps.token_logprobs[len(ids):] == pytest.approx(plain.choices[0].logprobs.token_logprobs, abs=1e-6)
+
+
+def test_prompt_logprobs_extra_field(client, llm):
+    ids = llm.tokenizer.encode(PROMPT)
+    r = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=1, extra_body={"prompt_logprobs": 1})
+    got = r.choices[0].model_extra["prompt_logprobs"]  # not in the SDK's types: kept as an extra
+    want, logp = reference(llm, ids)
+    assert got[0] is None and len(got) == len(ids)
+    for i, entry in enumerate(got[1:]):
+        assert entry[str(ids[i + 1])]["logprob"] == pytest.approx(want[i], abs=1e-5)
+        top = int(torch.argmax(logp[i]))
+        assert str(top) in entry
+
+
+def test_echo_and_prompt_logprobs_refuse_streaming_and_max_tokens_0_needs_echo(client):
+    for extra in ({"echo": True}, {"prompt_logprobs": 0}):
+        with pytest.raises(openai.BadRequestError) as info:
+            client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=2, stream=True, extra_body=extra)
+        assert info.value.body["param"] in extra
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=0)
+    assert info.value.body["param"] == "max_tokens"

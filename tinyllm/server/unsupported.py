@@ -1,0 +1,120 @@
+"""Request fields this server does not honour: a 400 naming the field, never a silent default.
+
+A client that sends `tools` or `response_format={"type": "json_object"}` relies on the answer obeying
+it; answering 200 with ordinary prose would look right and be wrong. Each entry below names a field of
+OpenAI's API (or a well-known extra of other OpenAI-compatible servers that changes the answer) and the
+values that mean "nothing asked" and are therefore accepted. Fields that change nothing about the
+answer (`user`, `metadata`, `prompt_cache_key`, ...) are accepted and listed in the README, as are
+unknown extras, which are ignored.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import bad_request
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """A field tinyllm does not honour; `is_neutral(value, body)` is True for the values that ask for
+    nothing (null always does, since clients send null for "not set")."""
+
+    name: str
+    is_neutral: Callable[[Any, dict], bool]
+    accepted: str  # what may be sent instead, for the error message
+
+
+def _is(*neutral: Any) -> Callable[[Any, dict], bool]:
+    # type as well as value: True == 1 and False == 0 in Python, but not in a request.
+    return lambda value, _: any(type(value) is type(n) and value == n for n in neutral)
+
+
+def _never(value: Any, _: dict) -> bool:
+    return False
+
+
+def _best_of_is_n(value: Any, body: dict) -> bool:
+    n = body.get("n")
+    return type(value) is int and value == (n if type(n) is int else 1)
+
+
+def _table(*entries: tuple[str, Callable, str]) -> dict[str, Unsupported]:
+    return {name: Unsupported(name, ok, accepted) for name, ok, accepted in entries}
+
+
+# Both endpoints: OpenAI fields, then other servers' extras that would change the answer.
+_COMMON = _table(
+    ("store", _is(False), "false"),
+    ("service_tier", _is("auto", "default"), '"auto" or "default"'),
+    ("prompt_cache_retention", _is("in-memory", "in_memory"), '"in-memory"'),
+    ("guided_json", _never, "nothing"), ("guided_regex", _never, "nothing"),
+    ("guided_choice", _never, "nothing"), ("guided_grammar", _never, "nothing"),
+    ("guided_decoding_backend", _never, "nothing"), ("structured_outputs", _never, "nothing"),
+    ("json_schema", _never, "nothing"), ("grammar", _never, "nothing"), ("regex", _never, "nothing"),
+    ("min_tokens", _is(0), "0"), ("use_beam_search", _is(False), "false"),
+    ("include_stop_str_in_output", _is(False), "false"), ("skip_special_tokens", _is(True), "true"),
+    ("spaces_between_special_tokens", _is(True), "true"),
+    ("allowed_token_ids", _never, "nothing"), ("bad_words", _is([]), "an empty list"),
+    ("logits_processors", _is([]), "an empty list"), ("truncate_prompt_tokens", _never, "nothing"),
+    ("return_tokens_as_token_ids", _is(False), "false"), ("typical_p", _is(1.0, 1), "1"),
+    ("mirostat", _is(0), "0"), ("tfs_z", _is(1.0, 1), "1"), ("n_probs", _is(0), "0"),
+)
+
+CHAT_FIELDS = {**_COMMON, **_table(
+    ("tools", _is([]), "an empty list"),
+    ("tool_choice", _is("none"), '"none"'),
+    ("functions", _is([]), "an empty list"),
+    ("function_call", _is("none"), '"none"'),
+    ("response_format", _is({"type": "text"}), '{"type": "text"}'),
+    ("audio", _never, "nothing"),
+    ("modalities", _is(["text"]), '["text"]'),
+    ("prediction", _never, "nothing"),
+    ("reasoning_effort", _never, "nothing (this model does not reason)"),
+    ("verbosity", _never, "nothing"),
+    ("web_search_options", _never, "nothing"),
+    ("echo", _is(False), "false"),
+    ("prompt_logprobs", _never, "nothing (it is a /v1/completions field here)"),
+    ("add_generation_prompt", _is(True), "true"),
+    ("continue_final_message", _is(False), "false"),
+    ("chat_template", _never, "nothing (the model's own template is used)"),
+    ("chat_template_kwargs", _is({}), "an empty object"),
+    ("documents", _is([]), "an empty list"),
+)}
+
+COMPLETION_FIELDS = {**_COMMON, **_table(
+    ("best_of", _best_of_is_n, "a value equal to n"),
+    ("suffix", _is(""), "an empty string"),
+)}
+
+MESSAGE_FIELDS = _table(
+    ("tool_calls", _is([]), "an empty list"),
+    ("tool_call_id", _never, "nothing"),
+    ("function_call", _never, "nothing"),
+    ("audio", _never, "nothing"),
+)
+
+
+def _first_unsupported(sent: dict, table: dict[str, Unsupported], body: dict) -> Unsupported | None:
+    for name, value in sent.items():
+        entry = table.get(name)
+        if entry is not None and value is not None and not entry.is_neutral(value, body):
+            return entry
+    return None
+
+
+def check_supported(body, table: dict[str, Unsupported]) -> None:
+    """Raise a 400 for the first field of a parsed request body that asks for something this server does
+    not do, then the same for each chat message. Undeclared fields come from pydantic's extras."""
+    sent = {**(body.model_extra or {}), **{k: getattr(body, k) for k in type(body).model_fields}}
+    entry = _first_unsupported(sent, table, sent)
+    if entry is not None:
+        raise bad_request(f"{entry.name} is not supported by this server (it would be ignored); "
+                          f"send {entry.accepted} or leave it out", entry.name)
+    for i, message in enumerate(getattr(body, "messages", None) or ()):
+        extra = message.model_extra or {}
+        entry = _first_unsupported(extra, MESSAGE_FIELDS, extra)
+        if entry is not None:
+            raise bad_request(f"messages[{i}].{entry.name} is not supported by this server (tool calling "
+                              f"is not implemented); send {entry.accepted} or leave it out", "messages")
