@@ -113,26 +113,27 @@ def reset() -> None:
     _state.clear()
 
 
-def _row_stride(w: QuantWeight) -> tuple[torch.Tensor, int]:
-    data = w.data if w.data.stride(1) == 1 else w.data.contiguous()
-    return data, data.stride(0)
+def _weight_args(w: QuantWeight) -> tuple:
+    """(type id, data pointer, row stride) of the weight, kept on it: a decode step calls this ~200 times."""
+    args = w.__dict__.get("_native_args")
+    if args is None or args[3] is not w.data:
+        data = w.data if w.data.stride(1) == 1 else w.data.contiguous()
+        args = (FORMATS[w.fmt].ggml_type, data.data_ptr(), data.stride(0), w.data, data)
+        w.__dict__["_native_args"] = args
+    return args
 
 
-def matmul(lib, x: torch.Tensor, w: QuantWeight) -> torch.Tensor:
-    """x float32 [M, K] contiguous -> [M, N] float32."""
-    data, stride = _row_stride(w)
-    n, k = w.shape
-    y = torch.empty(x.shape[0], n, dtype=torch.float32)  # [M, N]
-    lib.tl_qmatmul(FORMATS[w.fmt].ggml_type, x.data_ptr(), x.shape[0], k, data.data_ptr(), n, stride,
-                   y.data_ptr(), torch.get_num_threads())
-    return y
+def matmul_into(lib, x: torch.Tensor, m: int, w: QuantWeight, y: torch.Tensor) -> None:
+    """y [M, N] = x [M, K] @ W^T; x and y float32 and contiguous."""
+    fmt_id, ptr, stride = _weight_args(w)[:3]
+    lib.tl_qmatmul(fmt_id, x.data_ptr(), m, w.shape[1], ptr, w.shape[0], stride, y.data_ptr(),
+                   torch.get_num_threads())
 
 
 def dequantize_rows(lib, w: QuantWeight, n0: int, n1: int, out: torch.Tensor | None = None) -> torch.Tensor:
     """Rows n0..n1 of the weight as float32 [n1 - n0, K], decoded by the native kernels."""
-    data, stride = _row_stride(w)
+    fmt_id, ptr, stride = _weight_args(w)[:3]
     k = w.shape[1]
     out = torch.empty(n1 - n0, k, dtype=torch.float32) if out is None else out  # [R, K]
-    lib.tl_dequantize(FORMATS[w.fmt].ggml_type, data.data_ptr() + n0 * stride, n1 - n0, k, stride,
-                      out.data_ptr(), torch.get_num_threads())
+    lib.tl_dequantize(fmt_id, ptr + n0 * stride, n1 - n0, k, stride, out.data_ptr(), torch.get_num_threads())
     return out
