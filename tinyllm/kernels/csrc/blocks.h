@@ -1,12 +1,13 @@
-// Decoding one 32-element sub-block of each GGUF format into float32, in the same arithmetic order as the
-// reference (scale products first, then d * q (+ m | - dm)); an FMA may fuse the last step (one rounding
-// instead of two), which stays inside the float32 bound the tests check.
+// Decoding one 32-element sub-block of each GGUF format into float32 with exactly the reference's operations
+// in its order (scale products first, then d * q, then + m or - dm; built with -ffp-contract=off so nothing is
+// fused): every decoded weight is bit-identical to the reference, and a matmul differs from dequantize +
+// F.linear only in the order its float32 products are summed.
 #pragma once
 #include <cstdint>
 #include <cstring>
 #include <cmath>
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(TL_SCALAR)
 #define TL_AVX2 1
 #include <immintrin.h>
 #endif
@@ -138,7 +139,7 @@ template <int F> static inline void decode32(const uint8_t* b, int sub, __m256* 
         }
         if constexpr (has_min) {
             const __m256 m = _mm256_set1_ps(f16(b + 2));
-            for (int g = 0; g < 4; ++g) w[g] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q[g]), m);
+            for (int g = 0; g < 4; ++g) w[g] = _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(q[g])), m);
         } else {
             const __m256i off = _mm256_set1_epi32(five ? 16 : 8);
             for (int g = 0; g < 4; ++g) w[g] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(q[g], off)));
@@ -150,7 +151,7 @@ template <int F> static inline void decode32(const uint8_t* b, int sub, __m256* 
     } else if constexpr (F == Q4_K || F == Q5_K) {
         int sc, mn;
         k_scale_min(b + 4, sub, &sc, &mn);
-        const __m256 dl = _mm256_set1_ps(f16(b) * (float)sc), nml = _mm256_set1_ps(-(f16(b + 2) * (float)mn));
+        const __m256 dl = _mm256_set1_ps(f16(b) * (float)sc), ml = _mm256_set1_ps(f16(b + 2) * (float)mn);
         const uint8_t* qs = b + (F == Q4_K ? 16 : 48) + (sub / 2) * 32;
         const __m128i shift = _mm_cvtsi32_si128(4 * (sub & 1));
         for (int g = 0; g < 4; ++g) {
@@ -159,7 +160,7 @@ template <int F> static inline void decode32(const uint8_t* b, int sub, __m256* 
                 const __m256i h = _mm256_srl_epi32(bytes8(b + 16 + 8 * g), _mm_cvtsi32_si128(sub));
                 q = _mm256_or_si256(q, _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(1)), 4));
             }
-            w[g] = _mm256_fmadd_ps(dl, _mm256_cvtepi32_ps(q), nml);
+            w[g] = _mm256_sub_ps(_mm256_mul_ps(dl, _mm256_cvtepi32_ps(q)), ml);
         }
     } else {  // Q6_K
         const int h = sub / 4, j = sub % 4;
