@@ -8,6 +8,10 @@
 
 namespace tl {
 
+#ifndef FUSED_MAX_M
+#define FUSED_MAX_M 64 // up to this M, blocks are decoded in registers per tile of 4 rows, not into a buffer
+#endif
+
 struct Weight {
     const uint8_t* data;
     int64_t n, k, stride;  // rows, columns, bytes between rows
@@ -66,6 +70,41 @@ template <int F> static float dot_row(const uint8_t* row, int64_t num_blocks, co
 #endif
 }
 
+#ifdef TL_AVX2
+// One weight row against MT activation rows (x leading dim k, y leading dim ldy): each block is decoded in
+// registers once and used MT times; two accumulators per activation row split the FMA chains.
+template <int F, int MT>
+static void dot_row_m(const uint8_t* row, int64_t num_blocks, const float* x, int64_t k, float* y, int64_t ldy) {
+    using T = Traits<F>;
+    __m256 acc[MT][2];
+    for (int m = 0; m < MT; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < num_blocks; ++b)
+        for (int s = 0; s < T::block / 32; ++s, x += 32) {
+            __m256 v[4];
+            decode32<F>(row + b * T::bytes, s, v);
+            for (int m = 0; m < MT; ++m)
+                for (int g = 0; g < 4; ++g)
+                    acc[m][g & 1] = _mm256_fmadd_ps(v[g], _mm256_loadu_ps(x + m * k + 8 * g), acc[m][g & 1]);
+        }
+    for (int m = 0; m < MT; ++m) y[m * ldy] = hsum(_mm256_add_ps(acc[m][0], acc[m][1]));
+}
+
+template <int F>
+static void rows_fused(const Weight& w, const float* x, int64_t m, float* y, int64_t n0, int64_t n1) {
+    const int64_t num_blocks = w.k / Traits<F>::block;
+    for (int64_t n = n0; n < n1; ++n) {
+        const uint8_t* row = w.data + n * w.stride;
+        int64_t m0 = 0;
+        for (; m0 + 4 <= m; m0 += 4) dot_row_m<F, 4>(row, num_blocks, x + m0 * w.k, w.k, y + m0 * w.n + n, w.n);
+        switch (m - m0) {
+            case 3: dot_row_m<F, 3>(row, num_blocks, x + m0 * w.k, w.k, y + m0 * w.n + n, w.n); break;
+            case 2: dot_row_m<F, 2>(row, num_blocks, x + m0 * w.k, w.k, y + m0 * w.n + n, w.n); break;
+            case 1: dot_row_m<F, 1>(row, num_blocks, x + m0 * w.k, w.k, y + m0 * w.n + n, w.n); break;
+        }
+    }
+}
+#endif
+
 // R decoded weight rows (buf, leading dim k) times MT activation rows -> y[MT, R] (leading dim ldy).
 template <int R, int MT> static void tile(const float* buf, const float* x, int64_t k, float* y, int64_t ldy) {
 #ifdef TL_AVX2
@@ -104,9 +143,13 @@ template <int R> static void tile_m(const float* buf, const float* x, int64_t m,
 
 template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t m, float* y, int64_t n0, int64_t n1) {
     if (m == 1) {
-        for (int64_t n = n0; n < n1; ++n) y[n] = dot_row<F>(w.data + n * w.stride, w.k / Traits<F>::block, x);
+        const int64_t num_blocks = w.k / Traits<F>::block;
+        for (int64_t n = n0; n < n1; ++n) y[n] = dot_row<F>(w.data + n * w.stride, num_blocks, x);
         return;
     }
+#ifdef TL_AVX2
+    if (m <= FUSED_MAX_M) return rows_fused<F>(w, x, m, y, n0, n1);
+#endif
     thread_local std::vector<float> buf;
     buf.resize(2 * w.k);
     for (int64_t n = n0; n < n1; n += 2) {
@@ -117,29 +160,24 @@ template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t
     }
 }
 
-// Contiguous chunks of rows, a multiple of 8 rows each so threads never share a cache line of y.
-static void split(int64_t n, int threads, int t, int64_t* n0, int64_t* n1) {
-    int64_t chunk = ((n + threads - 1) / threads + 7) / 8 * 8;
-    *n0 = std::min<int64_t>(n, chunk * t);
-    *n1 = std::min<int64_t>(n, *n0 + chunk);
+// Rows go to threads in chunks of a multiple of 16 rows (no two threads write one cache line of y), about four
+// chunks per thread taken dynamically, so a thread the OS delays does not hold up the others.
+static int64_t chunk_rows(int64_t n, int threads) {
+    const int64_t per = (n + 4 * threads - 1) / (4 * threads);
+    return std::max<int64_t>(16, (per + 15) / 16 * 16);
 }
 
 template <int F> static void matmul(const Weight& w, const float* x, int64_t m, float* y, int threads) {
-#pragma omp parallel for schedule(static, 1) num_threads(threads)
-    for (int t = 0; t < threads; ++t) {
-        int64_t n0, n1;
-        split(w.n, threads, t, &n0, &n1);
-        if (n0 < n1) rows_chunk<F>(w, x, m, y, n0, n1);
-    }
+    const int64_t chunk = chunk_rows(w.n, threads), num_chunks = (w.n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (num_chunks > 1 && threads > 1)
+    for (int64_t c = 0; c < num_chunks; ++c) rows_chunk<F>(w, x, m, y, c * chunk, std::min(w.n, (c + 1) * chunk));
 }
 
 template <int F> static void dequantize(const Weight& w, float* out, int threads) {
-#pragma omp parallel for schedule(static, 1) num_threads(threads)
-    for (int t = 0; t < threads; ++t) {
-        int64_t n0, n1;
-        split(w.n, threads, t, &n0, &n1);
-        if (n0 < n1) decode_rows<F>(w, n0, n1, out + n0 * w.k, w.k);
-    }
+    const int64_t chunk = chunk_rows(w.n, threads), num_chunks = (w.n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (num_chunks > 1 && threads > 1)
+    for (int64_t c = 0; c < num_chunks; ++c)
+        decode_rows<F>(w, c * chunk, std::min(w.n, (c + 1) * chunk), out + c * chunk * w.k, w.k);
 }
 
 #define TL_DISPATCH(fmt, call)            \
