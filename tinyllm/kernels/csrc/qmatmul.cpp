@@ -1,16 +1,12 @@
 // y[M, N] = x[M, K] @ W[N, K]^T with W kept as GGUF blocks, dequantized on the fly with float32 activations.
-// M = 1: one fused decode + FMA pass per weight row. M > 1: each row pair is decoded once into an L1 buffer and
-// reused for tiles of four activation rows. Threads split the output rows N into contiguous chunks.
+// Each 32-weight sub-block is decoded once in registers and FMA'd with one activation row (M = 1, four
+// accumulators) or a tile of up to four (M > 1); threads take chunks of output rows. Large M is the caller's
+// BLAS path on rows decoded by tl_dequantize.
 #include "blocks.h"
 
 #include <algorithm>
-#include <vector>
 
 namespace tl {
-
-#ifndef FUSED_MAX_M
-#define FUSED_MAX_M 64 // up to this M, blocks are decoded in registers per tile of 4 rows, not into a buffer
-#endif
 
 struct Weight {
     const uint8_t* data;
@@ -45,6 +41,7 @@ template <int F> static void decode_rows(const Weight& w, int64_t n0, int64_t n1
     }
 }
 
+// One weight row against one activation row.
 template <int F> static float dot_row(const uint8_t* row, int64_t num_blocks, const float* x) {
     using T = Traits<F>;
 #ifdef TL_AVX2
@@ -70,12 +67,12 @@ template <int F> static float dot_row(const uint8_t* row, int64_t num_blocks, co
 #endif
 }
 
-#ifdef TL_AVX2
-// One weight row against MT activation rows (x leading dim k, y leading dim ldy): each block is decoded in
-// registers once and used MT times; two accumulators per activation row split the FMA chains.
+// One weight row against MT activation rows (x leading dim k, y leading dim ldy): each sub-block is decoded
+// once and used MT times; two accumulators per activation row split the FMA chains.
 template <int F, int MT>
 static void dot_row_m(const uint8_t* row, int64_t num_blocks, const float* x, int64_t k, float* y, int64_t ldy) {
     using T = Traits<F>;
+#ifdef TL_AVX2
     __m256 acc[MT][2];
     for (int m = 0; m < MT; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < num_blocks; ++b)
@@ -87,76 +84,40 @@ static void dot_row_m(const uint8_t* row, int64_t num_blocks, const float* x, in
                     acc[m][g & 1] = _mm256_fmadd_ps(v[g], _mm256_loadu_ps(x + m * k + 8 * g), acc[m][g & 1]);
         }
     for (int m = 0; m < MT; ++m) y[m * ldy] = hsum(_mm256_add_ps(acc[m][0], acc[m][1]));
-}
-
-template <int F>
-static void rows_fused(const Weight& w, const float* x, int64_t m, float* y, int64_t n0, int64_t n1) {
-    const int64_t num_blocks = w.k / Traits<F>::block;
-    for (int64_t n = n0; n < n1; ++n) {
-        const uint8_t* row = w.data + n * w.stride;
-        int64_t m0 = 0;
-        for (; m0 + 4 <= m; m0 += 4) dot_row_m<F, 4>(row, num_blocks, x + m0 * w.k, w.k, y + m0 * w.n + n, w.n);
-        switch (m - m0) {
-            case 3: dot_row_m<F, 3>(row, num_blocks, x + m0 * w.k, w.k, y + m0 * w.n + n, w.n); break;
-            case 2: dot_row_m<F, 2>(row, num_blocks, x + m0 * w.k, w.k, y + m0 * w.n + n, w.n); break;
-            case 1: dot_row_m<F, 1>(row, num_blocks, x + m0 * w.k, w.k, y + m0 * w.n + n, w.n); break;
-        }
-    }
-}
-#endif
-
-// R decoded weight rows (buf, leading dim k) times MT activation rows -> y[MT, R] (leading dim ldy).
-template <int R, int MT> static void tile(const float* buf, const float* x, int64_t k, float* y, int64_t ldy) {
-#ifdef TL_AVX2
-    __m256 acc[R][MT];
-    for (int r = 0; r < R; ++r)
-        for (int m = 0; m < MT; ++m) acc[r][m] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < k; i += 8) {
-        __m256 wv[R];
-        for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_ps(buf + r * k + i);
-        for (int m = 0; m < MT; ++m) {
-            const __m256 xv = _mm256_loadu_ps(x + m * k + i);
-            for (int r = 0; r < R; ++r) acc[r][m] = _mm256_fmadd_ps(wv[r], xv, acc[r][m]);
-        }
-    }
-    for (int r = 0; r < R; ++r)
-        for (int m = 0; m < MT; ++m) y[m * ldy + r] = hsum(acc[r][m]);
 #else
-    for (int r = 0; r < R; ++r)
-        for (int m = 0; m < MT; ++m) {
-            float acc[8] = {0};
-            for (int64_t i = 0; i < k; ++i) acc[i & 7] += buf[r * k + i] * x[m * k + i];
-            y[m * ldy + r] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    float acc[MT][8] = {};
+    float v[32];
+    for (int64_t b = 0; b < num_blocks; ++b)
+        for (int s = 0; s < T::block / 32; ++s, x += 32) {
+            decode32_scalar<F>(row + b * T::bytes, s, v);
+            for (int m = 0; m < MT; ++m)
+                for (int l = 0; l < 32; ++l) acc[m][l & 7] += v[l] * x[m * k + l];
         }
-#endif
-}
-
-template <int R> static void tile_m(const float* buf, const float* x, int64_t m, int64_t k, float* y, int64_t ldy) {
-    int64_t m0 = 0;
-    for (; m0 + 4 <= m; m0 += 4) tile<R, 4>(buf, x + m0 * k, k, y + m0 * ldy, ldy);
-    switch (m - m0) {
-        case 3: tile<R, 3>(buf, x + m0 * k, k, y + m0 * ldy, ldy); break;
-        case 2: tile<R, 2>(buf, x + m0 * k, k, y + m0 * ldy, ldy); break;
-        case 1: tile<R, 1>(buf, x + m0 * k, k, y + m0 * ldy, ldy); break;
+    for (int m = 0; m < MT; ++m) {
+        const float* a = acc[m];
+        y[m * ldy] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
     }
+#endif
 }
 
 template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t m, float* y, int64_t n0, int64_t n1) {
-    if (m == 1) {
-        const int64_t num_blocks = w.k / Traits<F>::block;
-        for (int64_t n = n0; n < n1; ++n) y[n] = dot_row<F>(w.data + n * w.stride, num_blocks, x);
-        return;
-    }
-#ifdef TL_AVX2
-    if (m <= FUSED_MAX_M) return rows_fused<F>(w, x, m, y, n0, n1);
-#endif
-    thread_local std::vector<float> buf;
-    buf.resize(2 * w.k);
-    for (int64_t n = n0; n < n1; n += 2) {
-        const int64_t rows = std::min<int64_t>(2, n1 - n);
-        decode_rows<F>(w, n, n + rows, buf.data(), w.k);
-        if (rows == 2) tile_m<2>(buf.data(), x, m, w.k, y + n, w.n);
-        else tile_m<1>(buf.data(), x, m, w.k, y + n, w.n);
+    const int64_t num_blocks = w.k / Traits<F>::block;
+    for (int64_t n = n0; n < n1; ++n) {
+        const uint8_t* row = w.data + n * w.stride;
+        if (m == 1) {
+            y[n] = dot_row<F>(row, num_blocks, x);
+            continue;
+        }
+        for (int64_t m0 = 0; m0 < m; m0 += 4) {
+            const float* xm = x + m0 * w.k;
+            float* ym = y + m0 * w.n + n;
+            switch (std::min<int64_t>(4, m - m0)) {
+                case 4: dot_row_m<F, 4>(row, num_blocks, xm, w.k, ym, w.n); break;
+                case 3: dot_row_m<F, 3>(row, num_blocks, xm, w.k, ym, w.n); break;
+                case 2: dot_row_m<F, 2>(row, num_blocks, xm, w.k, ym, w.n); break;
+                default: dot_row_m<F, 1>(row, num_blocks, xm, w.k, ym, w.n); break;
+            }
+        }
     }
 }
 
