@@ -2,7 +2,7 @@
 
 The library is a plain C++ file without torch headers (a ~2 s build), compiled with the machine's compiler
 (`$CXX`, else g++, c++ or clang++) with `-O3 -march=native -ffp-contract=off` (decoded weights stay bit-identical
-to the reference) and OpenMP, and cached under
+to the reference) and its own small thread pool, and cached under
 `~/.cache/tinyllm/kernels/<hash>/` keyed by the sources, the compiler's version and the flags. A build goes
 into a temporary folder renamed into place, so two processes building at once both end with a whole library.
 Without a compiler, after a failed build, or with TINYLLM_NATIVE=0, `library()` is None and one warning says why.
@@ -25,8 +25,8 @@ from .formats import FORMATS
 from .qweight import QuantWeight
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ["blocks.h", "qmatmul.cpp"]
-FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-fPIC", "-shared", "-fopenmp"]
+SOURCES = ["blocks.h", "pool.h", "qmatmul.cpp"]
+FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-fPIC", "-shared", "-pthread"]
 LIB_NAME = "libtinyllm_kernels.so"
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 

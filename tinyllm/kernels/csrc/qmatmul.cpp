@@ -3,6 +3,7 @@
 // accumulators) or a tile of up to four (M > 1); threads take chunks of output rows. Large M is the caller's
 // BLAS path on rows decoded by tl_dequantize.
 #include "blocks.h"
+#include "pool.h"
 
 #include <algorithm>
 
@@ -122,23 +123,43 @@ template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t
 }
 
 // Rows go to threads in chunks of a multiple of 16 rows (no two threads write one cache line of y), about four
-// chunks per thread taken dynamically, so a thread the OS delays does not hold up the others.
+// chunks per thread, claimed as threads come, so a thread the OS delays does not hold up the others.
 static int64_t chunk_rows(int64_t n, int threads) {
     const int64_t per = (n + 4 * threads - 1) / (4 * threads);
     return std::max<int64_t>(16, (per + 15) / 16 * 16);
 }
 
+static Pool& pool() {
+    static Pool* p = new Pool();  // never destroyed: see Pool
+    return *p;
+}
+
+struct Job {
+    const Weight* w;
+    const float* x;
+    int64_t m, chunk;
+    float* y;
+};
+
+template <int F> static void matmul_chunk(void* ctx, int64_t c) {
+    const Job& j = *static_cast<const Job*>(ctx);
+    rows_chunk<F>(*j.w, j.x, j.m, j.y, c * j.chunk, std::min(j.w->n, (c + 1) * j.chunk));
+}
+
+template <int F> static void dequantize_chunk(void* ctx, int64_t c) {
+    const Job& j = *static_cast<const Job*>(ctx);
+    const int64_t n0 = c * j.chunk;
+    decode_rows<F>(*j.w, n0, std::min(j.w->n, n0 + j.chunk), j.y + n0 * j.w->k, j.w->k);
+}
+
 template <int F> static void matmul(const Weight& w, const float* x, int64_t m, float* y, int threads) {
-    const int64_t chunk = chunk_rows(w.n, threads), num_chunks = (w.n + chunk - 1) / chunk;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (num_chunks > 1 && threads > 1)
-    for (int64_t c = 0; c < num_chunks; ++c) rows_chunk<F>(w, x, m, y, c * chunk, std::min(w.n, (c + 1) * chunk));
+    Job job{&w, x, m, chunk_rows(w.n, threads), y};
+    pool().run(matmul_chunk<F>, &job, (w.n + job.chunk - 1) / job.chunk, threads);
 }
 
 template <int F> static void dequantize(const Weight& w, float* out, int threads) {
-    const int64_t chunk = chunk_rows(w.n, threads), num_chunks = (w.n + chunk - 1) / chunk;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (num_chunks > 1 && threads > 1)
-    for (int64_t c = 0; c < num_chunks; ++c)
-        decode_rows<F>(w, c * chunk, std::min(w.n, (c + 1) * chunk), out + c * chunk * w.k, w.k);
+    Job job{&w, nullptr, 0, chunk_rows(w.n, threads), out};
+    pool().run(dequantize_chunk<F>, &job, (w.n + job.chunk - 1) / job.chunk, threads);
 }
 
 #define TL_DISPATCH(fmt, call)            \
