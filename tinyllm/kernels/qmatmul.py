@@ -30,12 +30,12 @@ def qmatmul(x: torch.Tensor, w: QuantWeight) -> torch.Tensor:
     if x.dtype is not torch.float32 or not x.is_contiguous():
         return qmatmul(x.float().contiguous(), w).to(x.dtype)
     m = x.numel() // k
-    y = torch.empty(x.shape[:-1] + (n,), dtype=torch.float32)  # [..., N]
+    y = torch.empty(m, n)  # [M, N]; sizes as ints: building it from a torch.Size costs several times more
     if m >= BLAS_MIN_M:
-        blas_matmul(lib, x.view(m, k), w, y.view(m, n))
+        blas_matmul(lib, x.view(m, k), w, y)
     elif m > 0:
         native.matmul_into(lib, x, m, w, y)
-    return y
+    return y if x.dim() == 2 else y.view(x.shape[:-1] + (n,))  # [..., N]
 
 
 def blas_matmul(lib, x: torch.Tensor, w: QuantWeight, y: torch.Tensor) -> None:
