@@ -162,17 +162,18 @@ template <int F> static void dequantize(const Weight& w, float* out, int threads
     pool().run(dequantize_chunk<F>, &job, (w.n + job.chunk - 1) / job.chunk, threads);
 }
 
-#define TL_DISPATCH(fmt, call)            \
-    switch (fmt) {                        \
-        case tl::Q4_0: call(Q4_0); return 0;  \
-        case tl::Q4_1: call(Q4_1); return 0;  \
-        case tl::Q5_0: call(Q5_0); return 0;  \
-        case tl::Q5_1: call(Q5_1); return 0;  \
-        case tl::Q8_0: call(Q8_0); return 0;  \
-        case tl::Q4_K: call(Q4_K); return 0;  \
-        case tl::Q5_K: call(Q5_K); return 0;  \
-        case tl::Q6_K: call(Q6_K); return 0;  \
-        default: return -1;               \
+// Runs call(F) for the format id and returns 0, or returns -1 for an unknown id.
+#define TL_DISPATCH(fmt, call)                   \
+    switch (fmt) {                               \
+        case tl::Q4_0: call(Q4_0); return 0;     \
+        case tl::Q4_1: call(Q4_1); return 0;     \
+        case tl::Q5_0: call(Q5_0); return 0;     \
+        case tl::Q5_1: call(Q5_1); return 0;     \
+        case tl::Q8_0: call(Q8_0); return 0;     \
+        case tl::Q4_K: call(Q4_K); return 0;     \
+        case tl::Q5_K: call(Q5_K); return 0;     \
+        case tl::Q6_K: call(Q6_K); return 0;     \
+        default: return -1;                      \
     }
 
 }  // namespace tl
