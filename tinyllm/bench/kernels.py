@@ -27,12 +27,12 @@ def random_weight(fmt: str, n: int, k: int, seed: int):
     import torch
 
     from ..kernels import FORMATS, QuantWeight
-    from ..kernels.reference import scale_offsets
+    from ..kernels.reference import SCALE_OFFSETS
 
     f = FORMATS[fmt]
     g = torch.Generator().manual_seed(seed)
     data = torch.randint(0, 256, (n * k // f.block_size, f.type_size), dtype=torch.uint8, generator=g)
-    for off in scale_offsets(fmt):
+    for off in SCALE_OFFSETS[fmt]:
         scale = (torch.rand(data.shape[0], 1, generator=g) * 0.01).to(torch.float16)
         data[:, off:off + 2] = scale.view(torch.uint8)
     return QuantWeight(data.reshape(n, -1), fmt, (n, k))
