@@ -1,6 +1,6 @@
 // y[M, N] = x[M, K] @ W[N, K]^T with W kept as GGUF blocks, dequantized on the fly with float32 activations.
 // Each 32-weight sub-block is decoded once in registers and FMA'd with one activation row (M = 1, four
-// accumulators) or a tile of up to four (M > 1); threads take chunks of output rows. Large M is the caller's
+// accumulators) or a tile of up to six (M > 1); threads take chunks of output rows. Large M is the caller's
 // BLAS path on rows decoded by tl_dequantize.
 #include "blocks.h"
 #include "pool.h"
@@ -74,17 +74,19 @@ template <int F, int MT>
 static void dot_row_m(const uint8_t* row, int64_t num_blocks, const float* x, int64_t k, float* y, int64_t ldy) {
     using T = Traits<F>;
 #ifdef TL_AVX2
-    __m256 acc[MT][2];
-    for (int m = 0; m < MT; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    constexpr int A = MT > 6 ? 1 : 2;  // accumulators per activation row: enough chains, few enough registers
+    __m256 acc[MT][A];
+    for (int m = 0; m < MT; ++m)
+        for (int a = 0; a < A; ++a) acc[m][a] = _mm256_setzero_ps();
     for (int64_t b = 0; b < num_blocks; ++b)
         for (int s = 0; s < T::block / 32; ++s, x += 32) {
             __m256 v[4];
             decode32<F>(row + b * T::bytes, s, v);
             for (int m = 0; m < MT; ++m)
                 for (int g = 0; g < 4; ++g)
-                    acc[m][g & 1] = _mm256_fmadd_ps(v[g], _mm256_loadu_ps(x + m * k + 8 * g), acc[m][g & 1]);
+                    acc[m][g % A] = _mm256_fmadd_ps(v[g], _mm256_loadu_ps(x + m * k + 8 * g), acc[m][g % A]);
         }
-    for (int m = 0; m < MT; ++m) y[m * ldy] = hsum(_mm256_add_ps(acc[m][0], acc[m][1]));
+    for (int m = 0; m < MT; ++m) y[m * ldy] = hsum(A == 1 ? acc[m][0] : _mm256_add_ps(acc[m][0], acc[m][A - 1]));
 #else
     float acc[MT][8] = {};
     float v[32];
@@ -109,10 +111,13 @@ template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t
             y[n] = dot_row<F>(row, num_blocks, x);
             continue;
         }
-        for (int64_t m0 = 0; m0 < m; m0 += 4) {
+        for (int64_t m0 = 0; m0 < m;) {
             const float* xm = x + m0 * w.k;
             float* ym = y + m0 * w.n + n;
-            switch (std::min<int64_t>(4, m - m0)) {
+            const int64_t tile = m - m0 >= 6 ? 6 : std::min<int64_t>(4, m - m0);
+            m0 += tile;
+            switch (tile) {
+                case 6: dot_row_m<F, 6>(row, num_blocks, xm, w.k, ym, w.n); break;
                 case 4: dot_row_m<F, 4>(row, num_blocks, xm, w.k, ym, w.n); break;
                 case 3: dot_row_m<F, 3>(row, num_blocks, xm, w.k, ym, w.n); break;
                 case 2: dot_row_m<F, 2>(row, num_blocks, xm, w.k, ym, w.n); break;
