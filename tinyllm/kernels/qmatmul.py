@@ -11,7 +11,8 @@ from .qweight import QuantWeight
 from .reference import dequantize
 
 # From this many activation rows on, a tile of weight rows is dequantized to float32 and multiplied by the BLAS
-# (torch.mm), which reuses each loaded value across many rows better than the native M-tiled kernel.
+# (torch.mm), which reuses each loaded value across many rows better than the native M-tiled kernel. Measured on
+# a 2-core AVX2 machine (Q4_1, default model shapes, one thread): the two are level at M = 16.
 BLAS_MIN_M = 16
 TILE_BYTES = 8 << 20  # float32 bytes of one dequantized tile: stays in the last-level cache
 
