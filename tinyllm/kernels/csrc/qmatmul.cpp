@@ -1,0 +1,213 @@
+// y[M, N] = x[M, K] @ W[N, K]^T with W kept as GGUF blocks, dequantized on the fly with float32 activations.
+// Each 32-weight sub-block is decoded once in registers and FMA'd with one activation row (M = 1, four
+// accumulators) or a tile of up to six (M > 1); threads take chunks of output rows. Large M is the caller's
+// BLAS path on rows decoded by tl_dequantize.
+#include "blocks.h"
+#include "pool.h"
+
+#include <algorithm>
+
+namespace tl {
+
+struct Weight {
+    const uint8_t* data;
+    int64_t n, k, stride;  // rows, columns, bytes between rows
+};
+
+#ifdef TL_AVX2
+static inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#endif
+
+template <int F> static void decode_rows(const Weight& w, int64_t n0, int64_t n1, float* out, int64_t ld) {
+    using T = Traits<F>;
+    const int64_t num_blocks = w.k / T::block;
+    for (int64_t n = n0; n < n1; ++n) {
+        const uint8_t* row = w.data + n * w.stride;
+        float* o = out + (n - n0) * ld;
+        for (int64_t b = 0; b < num_blocks; ++b)
+            for (int s = 0; s < T::block / 32; ++s, o += 32) {
+#ifdef TL_AVX2
+                __m256 v[4];
+                decode32<F>(row + b * T::bytes, s, v);
+                for (int g = 0; g < 4; ++g) _mm256_storeu_ps(o + 8 * g, v[g]);
+#else
+                decode32_scalar<F>(row + b * T::bytes, s, o);
+#endif
+            }
+    }
+}
+
+// One weight row against one activation row.
+template <int F> static float dot_row(const uint8_t* row, int64_t num_blocks, const float* x) {
+    using T = Traits<F>;
+#ifdef TL_AVX2
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < num_blocks; ++b) {
+        const uint8_t* blk = row + b * T::bytes;
+        for (int s = 0; s < T::block / 32; ++s, x += 32) {
+            __m256 v[4];
+            decode32<F>(blk, s, v);
+            for (int g = 0; g < 4; ++g) acc[g] = _mm256_fmadd_ps(v[g], _mm256_loadu_ps(x + 8 * g), acc[g]);
+        }
+    }
+    return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+#else
+    float acc[8] = {0};
+    float v[32];
+    for (int64_t b = 0; b < num_blocks; ++b)
+        for (int s = 0; s < T::block / 32; ++s, x += 32) {
+            decode32_scalar<F>(row + b * T::bytes, s, v);
+            for (int l = 0; l < 32; ++l) acc[l & 7] += v[l] * x[l];
+        }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+#endif
+}
+
+// One weight row against MT activation rows (x leading dim k, y leading dim ldy): each sub-block is decoded
+// once and used MT times; two accumulators per activation row split the FMA chains.
+template <int F, int MT>
+static void dot_row_m(const uint8_t* row, int64_t num_blocks, const float* x, int64_t k, float* y, int64_t ldy) {
+    using T = Traits<F>;
+#ifdef TL_AVX2
+    constexpr int A = MT > 6 ? 1 : 2;  // accumulators per activation row: enough chains, few enough registers
+    __m256 acc[MT][A];
+    for (int m = 0; m < MT; ++m)
+        for (int a = 0; a < A; ++a) acc[m][a] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < num_blocks; ++b)
+        for (int s = 0; s < T::block / 32; ++s, x += 32) {
+            __m256 v[4];
+            decode32<F>(row + b * T::bytes, s, v);
+            for (int m = 0; m < MT; ++m)
+                for (int g = 0; g < 4; ++g)
+                    acc[m][g % A] = _mm256_fmadd_ps(v[g], _mm256_loadu_ps(x + m * k + 8 * g), acc[m][g % A]);
+        }
+    for (int m = 0; m < MT; ++m) y[m * ldy] = hsum(A == 1 ? acc[m][0] : _mm256_add_ps(acc[m][0], acc[m][A - 1]));
+#else
+    float acc[MT][8] = {};
+    float v[32];
+    for (int64_t b = 0; b < num_blocks; ++b)
+        for (int s = 0; s < T::block / 32; ++s, x += 32) {
+            decode32_scalar<F>(row + b * T::bytes, s, v);
+            for (int m = 0; m < MT; ++m)
+                for (int l = 0; l < 32; ++l) acc[m][l & 7] += v[l] * x[m * k + l];
+        }
+    for (int m = 0; m < MT; ++m) {
+        const float* a = acc[m];
+        y[m * ldy] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    }
+#endif
+}
+
+template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t m, float* y, int64_t n0, int64_t n1) {
+    const int64_t num_blocks = w.k / Traits<F>::block;
+    for (int64_t n = n0; n < n1; ++n) {
+        const uint8_t* row = w.data + n * w.stride;
+        if (m == 1) {
+            y[n] = dot_row<F>(row, num_blocks, x);
+            continue;
+        }
+        for (int64_t m0 = 0; m0 < m;) {
+            const float* xm = x + m0 * w.k;
+            float* ym = y + m0 * w.n + n;
+            const int64_t tile = m - m0 >= 6 ? 6 : std::min<int64_t>(4, m - m0);
+            m0 += tile;
+            switch (tile) {
+                case 6: dot_row_m<F, 6>(row, num_blocks, xm, w.k, ym, w.n); break;
+                case 4: dot_row_m<F, 4>(row, num_blocks, xm, w.k, ym, w.n); break;
+                case 3: dot_row_m<F, 3>(row, num_blocks, xm, w.k, ym, w.n); break;
+                case 2: dot_row_m<F, 2>(row, num_blocks, xm, w.k, ym, w.n); break;
+                default: dot_row_m<F, 1>(row, num_blocks, xm, w.k, ym, w.n); break;
+            }
+        }
+    }
+}
+
+// Rows go to threads in chunks of a multiple of 16 rows (no two threads write one cache line of y), about four
+// chunks per thread, claimed as threads come, so a thread the OS delays does not hold up the others.
+static int64_t chunk_rows(int64_t n, int threads) {
+    const int64_t per = (n + 4 * threads - 1) / (4 * threads);
+    return std::max<int64_t>(16, (per + 15) / 16 * 16);
+}
+
+static Pool& pool() {
+    static Pool* p = new Pool();  // never destroyed: see Pool
+    return *p;
+}
+
+struct Job {
+    const Weight* w;
+    const float* x;
+    int64_t m, chunk;
+    float* y;
+};
+
+template <int F> static void matmul_chunk(void* ctx, int64_t c) {
+    const Job& j = *static_cast<const Job*>(ctx);
+    rows_chunk<F>(*j.w, j.x, j.m, j.y, c * j.chunk, std::min(j.w->n, (c + 1) * j.chunk));
+}
+
+template <int F> static void dequantize_chunk(void* ctx, int64_t c) {
+    const Job& j = *static_cast<const Job*>(ctx);
+    const int64_t n0 = c * j.chunk;
+    decode_rows<F>(*j.w, n0, std::min(j.w->n, n0 + j.chunk), j.y + n0 * j.w->k, j.w->k);
+}
+
+template <int F> static void matmul(const Weight& w, const float* x, int64_t m, float* y, int threads) {
+    Job job{&w, x, m, chunk_rows(w.n, threads), y};
+    pool().run(matmul_chunk<F>, &job, (w.n + job.chunk - 1) / job.chunk, threads);
+}
+
+template <int F> static void dequantize(const Weight& w, float* out, int threads) {
+    Job job{&w, nullptr, 0, chunk_rows(w.n, threads), out};
+    pool().run(dequantize_chunk<F>, &job, (w.n + job.chunk - 1) / job.chunk, threads);
+}
+
+// Runs call(F) for the format id and returns 0, or returns -1 for an unknown id.
+#define TL_DISPATCH(fmt, call)                   \
+    switch (fmt) {                               \
+        case tl::Q4_0: call(Q4_0); return 0;     \
+        case tl::Q4_1: call(Q4_1); return 0;     \
+        case tl::Q5_0: call(Q5_0); return 0;     \
+        case tl::Q5_1: call(Q5_1); return 0;     \
+        case tl::Q8_0: call(Q8_0); return 0;     \
+        case tl::Q4_K: call(Q4_K); return 0;     \
+        case tl::Q5_K: call(Q5_K); return 0;     \
+        case tl::Q6_K: call(Q6_K); return 0;     \
+        default: return -1;                      \
+    }
+
+}  // namespace tl
+
+extern "C" {
+
+// y[m, n] = x[m, k] @ W^T. Returns 0, or -1 for an unknown format id.
+int tl_qmatmul(int fmt, const float* x, int64_t m, int64_t k, const uint8_t* data, int64_t n, int64_t stride,
+               float* y, int threads) {
+    const tl::Weight w{data, n, k, stride};
+#define TL_CALL(F) tl::matmul<tl::F>(w, x, m, y, threads)
+    TL_DISPATCH(fmt, TL_CALL)
+#undef TL_CALL
+}
+
+// out[n, k] = the weight dequantized to float32.
+int tl_dequantize(int fmt, const uint8_t* data, int64_t n, int64_t k, int64_t stride, float* out, int threads) {
+    const tl::Weight w{data, n, k, stride};
+#define TL_CALL(F) tl::dequantize<tl::F>(w, out, threads)
+    TL_DISPATCH(fmt, TL_CALL)
+#undef TL_CALL
+}
+
+// 1 when built with the AVX2/FMA kernels, 0 for the portable scalar path.
+int tl_simd() {
+#ifdef TL_AVX2
+    return 1;
+#else
+    return 0;
+#endif
+}
+}

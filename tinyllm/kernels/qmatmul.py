@@ -1,0 +1,67 @@
+"""qmatmul: x @ W^T with W kept as GGUF blocks. Native kernels when built, else dequantize + F.linear."""
+from __future__ import annotations
+
+import threading
+
+import torch
+import torch.nn.functional as F
+
+from . import native
+from .qweight import QuantWeight
+from .reference import dequantize
+
+# From this many activation rows on, a tile of weight rows is dequantized to float32 and multiplied by the BLAS
+# (torch.mm), which reuses each loaded value across many rows better than the native M-tiled kernel. Measured on
+# a 2-core AVX2 machine (Q4_1, default model shapes, one thread): the two are level at M = 16.
+BLAS_MIN_M = 16
+TILE_BYTES = 8 << 20  # float32 bytes of one dequantized tile: stays in the last-level cache
+
+
+def native_available() -> bool:
+    """Whether the compiled kernels are in use (False with TINYLLM_NATIVE=0 or when the build failed)."""
+    return native.library() is not None
+
+
+def qmatmul(x: torch.Tensor, w: QuantWeight) -> torch.Tensor:
+    """x [..., K] -> [..., N], equal to F.linear(x, dequantize(w)) up to float32 summation order."""
+    n, k = w.shape
+    if x.shape[-1] != k:
+        raise ValueError(f"x has {x.shape[-1]} features, expected K={k} for a weight of shape {w.shape}")
+    lib = native.library()
+    if lib is None:
+        return F.linear(x.float(), dequantize(w)).to(x.dtype)
+    if x.dtype is not torch.float32 or not x.is_contiguous():
+        return qmatmul(x.float().contiguous(), w).to(x.dtype)
+    m = x.numel() // k
+    y = torch.empty(m, n)  # [M, N]; sizes as ints: building it from a torch.Size costs several times more
+    if m >= BLAS_MIN_M:
+        blas_matmul(lib, x.view(m, k), w, y)
+    elif m > 0:
+        native.matmul_into(lib, x, m, w, y)
+    return y if x.dim() == 2 else y.view(x.shape[:-1] + (n,))  # [..., N]
+
+
+def blas_matmul(lib, x: torch.Tensor, w: QuantWeight, y: torch.Tensor) -> None:
+    """y [M, N] = x [M, K] @ W^T by tiles of weight rows: native dequantize, then torch.mm into y's columns."""
+    n, k = w.shape
+    rows = min(n, max(8, TILE_BYTES // (4 * k)))
+    tile = scratch(rows * k)
+    for n0 in range(0, n, rows):
+        n1 = min(n, n0 + rows)
+        wt = native.dequantize_rows(lib, w, n0, n1, tile[:(n1 - n0) * k].view(n1 - n0, k))  # [R, K]
+        if n1 - n0 == n:
+            torch.mm(x, wt.t(), out=y)
+        else:
+            y[:, n0:n1] = x @ wt.t()
+
+
+_local = threading.local()
+
+
+def scratch(numel: int) -> torch.Tensor:
+    """A float32 buffer of at least numel elements, kept per thread: a fresh multi-MB tensor per call costs more
+    in page faults than dequantizing into it."""
+    buf = getattr(_local, "tile", None)
+    if buf is None or buf.numel() < numel:
+        buf = _local.tile = torch.empty(numel)
+    return buf
