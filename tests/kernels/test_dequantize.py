@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType, quants
-from quant_blocks import quantized, random_blocks
+from helpers.quant_blocks import quantized, random_blocks
 
 from tinyllm.kernels import FORMATS, QuantWeight, check_blocks, dequantize, native
 from tinyllm.kernels.reference import SCALE_OFFSETS

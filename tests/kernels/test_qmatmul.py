@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
-from quant_blocks import weight
+from helpers.quant_blocks import weight
 
 from tinyllm.kernels import FORMATS, dequantize, native, qmatmul
 
@@ -115,7 +115,7 @@ def test_wrong_feature_count_names_both():
 def test_fallback_warns_once_with_the_reason():
     code = ("import warnings, torch\n"
             "from tinyllm.kernels import qmatmul, native_available\n"
-            "from tests.kernels.quant_blocks import weight\n"
+            "from tests.helpers.quant_blocks import weight\n"
             "with warnings.catch_warnings(record=True) as caught:\n"
             "    warnings.simplefilter('always')\n"
             "    w = weight('Q4_1', 4, 32)\n"
