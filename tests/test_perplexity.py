@@ -6,13 +6,14 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
+from test_cli import run
 
+from helpers.model_files import random_tiny_llama, write_hf_folder
 from tinyllm import LLM
 from tinyllm.errors import TinyLLMError
 from tinyllm.perplexity import make_windows, perplexity, window_size
-from helpers.model_files import random_tiny_llama, write_hf_folder
-from test_cli import run
 
 TEXT = ("The river runs to the sea, and yet the sea is never full; to the place the river comes from, "
         "there it returns again. ") * 5

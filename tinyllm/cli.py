@@ -176,7 +176,8 @@ class WindowBar:
         from tqdm import tqdm
 
         if self.bar is None:
-            self.bar = tqdm(total=num_windows, desc="scoring", unit="window", leave=False, disable=not sys.stderr.isatty())
+            self.bar = tqdm(total=num_windows, desc="scoring", unit="window", leave=False,
+                            disable=not sys.stderr.isatty())
         self.nll, self.count = self.nll + score.nll, self.count + score.window.num_scored
         self.bar.set_postfix(ppl=f"{math.exp(self.nll / self.count):.3f}", refresh=False)
         self.bar.update(1)

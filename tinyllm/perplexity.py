@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .errors import TinyLLMError
 from .sampling.params import SamplingParams

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from helpers.model_files import random_tiny_llama, write_hf_folder
 from tinyllm import LLM
 from tinyllm.server.runner import free_port
-from helpers.model_files import random_tiny_llama, write_hf_folder
 
 lm_eval = pytest.importorskip("lm_eval")
 
