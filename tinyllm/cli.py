@@ -132,6 +132,61 @@ def cmd_info(args) -> int:
     return 0
 
 
+def cmd_perplexity(args) -> int:
+    from .perplexity import perplexity
+
+    text = _read_text(args.file)
+    llm = _load(args)
+    ids = llm.tokenizer.encode(text)
+    with WindowBar() as bar:
+        result = perplexity(llm, ids, args.context, args.stride, on_window=bar)
+    print(f"perplexity: {result.perplexity:.4f} (mean NLL {result.mean_nll:.6f} over {result.num_scored} tokens, "
+          f"{len(result.windows)} windows of {result.context}, stride {result.stride}, {result.seconds:.1f} s)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result.to_json(), f, indent=1)
+    return 0
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise TinyLLMError(f"text file {path!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TinyLLMError(f"cannot read {path!r} as UTF-8 text: {exc}") from None
+    if not text.strip():
+        raise TinyLLMError(f"text file {path!r} is empty; expected some text to score")
+    return text
+
+
+class WindowBar:
+    """A tqdm bar over the scored windows on a terminal, with the running perplexity (silent elsewhere)."""
+
+    def __init__(self):
+        self.bar, self.nll, self.count = None, 0.0, 0
+
+    def __enter__(self):
+        return self
+
+    def __call__(self, score, num_windows: int) -> None:
+        import math
+
+        from tqdm import tqdm
+
+        if self.bar is None:
+            self.bar = tqdm(total=num_windows, desc="scoring", unit="window", leave=False,
+                            disable=not sys.stderr.isatty())
+        self.nll, self.count = self.nll + score.nll, self.count + score.window.num_scored
+        self.bar.set_postfix(ppl=f"{math.exp(self.nll / self.count):.3f}", refresh=False)
+        self.bar.update(1)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tinyllm", description="Run Llama-family models exactly, on your machine.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -150,6 +205,15 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true")
     _add_model_args(i)
     i.set_defaults(func=cmd_info)
+    pp = sub.add_parser("perplexity", help="the perplexity of a text file, scored in windows of N tokens")
+    pp.add_argument("file", help="a UTF-8 text file")
+    pp.add_argument("--context", type=int, default=None, help="tokens per window (default: min(512, the model's))")
+    pp.add_argument("--stride", type=int, default=None,
+                    help="tokens between window starts (default: the context); with a smaller stride each window's "
+                         "first context - stride tokens are context only")
+    pp.add_argument("--json", default=None, metavar="OUT", help="write the result (per-window NLL too) as JSON")
+    _add_model_args(pp)
+    pp.set_defaults(func=cmd_perplexity)
     _add_optional_commands(sub)
     return parser
 
