@@ -8,9 +8,9 @@ import re
 import jsonschema
 import pytest
 
+from helpers.tiny_models import tiny_llama
 from tinyllm import LLM, SamplingParams, SpeculativeConfig, StructuredOutput, generate
 from tinyllm.engine.engine import Engine
-from helpers.tiny_models import tiny_llama
 
 SCHEMAS = {
     "nested": {"type": "object", "properties": {
