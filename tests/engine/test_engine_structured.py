@@ -129,3 +129,37 @@ def test_speculative_constrained_equals_plain_constrained(llm, spec, temperature
     assert sum(g.stats["drafted"] - g.stats["accepted"] for g in fast) > 0  # some drafts were rolled back
     for prompt, p, g in zip(prompts, params, fast):
         assert reference(llm, prompt, p, proposer=None).ids == g.ids
+
+
+@pytest.fixture(scope="module")
+def default_llm(default_model_path, one_thread):
+    return LLM(default_model_path)
+
+
+def chat_prompt(llm, text):
+    return llm.tokenizer.encode(llm.tokenizer.apply_chat_template([{"role": "user", "content": text}]), False)
+
+
+@pytest.mark.slow
+def test_default_model_outputs_validate_and_speculation_changes_nothing(default_llm):
+    llm = default_llm
+    prompts = [chat_prompt(llm, f"Answer in JSON: a {name} example.") for name in sorted(SCHEMAS)]
+    params = [schema_params(name, seed=i, temperature=0.7) for i, name in enumerate(sorted(SCHEMAS))]
+    gens = llm.engine().generate(prompts, params)
+    for name, g in zip(sorted(SCHEMAS), gens):
+        assert g.finish_reason == "stop", g.text
+        jsonschema.validate(json.loads(g.text), SCHEMAS[name])
+    fast = Engine(llm, speculative=SpeculativeConfig("ngram", num_draft_tokens=4)).generate(prompts, params)
+    assert [g.ids for g in fast] == [g.ids for g in gens]
+    assert sum(g.stats["accepted"] for g in fast) > 0
+
+
+@pytest.mark.slow
+def test_default_model_regex_and_json_object(default_llm):
+    llm = default_llm
+    regex = SamplingParams(temperature=0.7, seed=1, max_tokens=40, structured=StructuredOutput.regex(REGEX))
+    g = llm.generate(chat_prompt(llm, "Write a name and a phone number."), params=regex)
+    assert g.finish_reason == "stop" and re.fullmatch(REGEX, g.text)
+    obj = SamplingParams(temperature=0, max_tokens=200, structured=StructuredOutput.json_object())
+    g = llm.generate(chat_prompt(llm, "Give the capital of France as a JSON object."), params=obj)
+    assert g.finish_reason == "stop" and isinstance(json.loads(g.text), dict)
