@@ -2,7 +2,8 @@
 
 Order of operations (see filters.py and sampler.py): grammar mask (constraint.py) ->
 logit bias -> repetition penalty (prompt + generated ids) -> presence / frequency penalties
-(generated ids only) -> temperature -> top-k -> top-p -> min-p -> inverse-CDF draw with the uniform for (seed, position).
+(generated ids only) -> temperature -> top-k -> top-p -> min-p -> inverse-CDF draw with the
+uniform for (seed, position).
 Temperature 0 is greedy: the argmax of the penalised logits, lowest index on ties.
 """
 from tinyllm.sampling.filters import (
