@@ -1,6 +1,7 @@
 """The `tinyllm` command, run as a user would: a subprocess, its stdout, stderr and exit code."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -101,3 +102,24 @@ def test_default_model_cache_modes_agree():
         assert r.returncode == 0, r.stderr
         texts.add(r.stdout)
     assert len(texts) == 1 and len(next(iter(texts)).strip()) > 10
+
+
+def test_structured_output_flags(tiny_gguf, tmp_path):
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99},
+                                               "ok": {"type": "boolean"}},
+              "required": ["n", "ok"], "additionalProperties": False}
+    (tmp_path / "s.json").write_text(json.dumps(schema))
+    (tmp_path / "g.gbnf").write_text('root ::= "tin" ("," "tin")*')
+    base = ["generate", "the tin", "--model", tiny_gguf, "--max-tokens", "40", "--json", "--temperature", "1",
+            "--seed", "3"]
+    out = json.loads(run(*base, "--json-schema", str(tmp_path / "s.json")).stdout)
+    value = json.loads(out["text"])
+    assert out["finish_reason"] == "stop" and set(value) == {"n", "ok"} and 0 <= value["n"] <= 99
+    out = json.loads(run(*base, "--regex", "[a-e]{3,5}").stdout)
+    assert out["finish_reason"] == "stop" and re.fullmatch("[a-e]{3,5}", out["text"])
+    out = json.loads(run(*base, "--grammar", str(tmp_path / "g.gbnf")).stdout)
+    assert re.fullmatch("tin(,tin)*", out["text"])
+    r = run(*base, "--regex", "a(")
+    assert r.returncode == 2 and "the regex cannot be compiled" in r.stderr and "Traceback" not in r.stderr
+    r = run(*base, "--json-schema", str(tmp_path / "missing.json"))
+    assert r.returncode == 2 and "--json-schema file" in r.stderr

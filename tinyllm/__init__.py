@@ -8,11 +8,13 @@ from .llm import LLM
 from .outputs import Generation, RequestOutput, TokenLogprob
 from .reference import cache_dims, generate
 from .sampling.params import SamplingParams
+from .sampling.structured import StructuredOutput
 from .speculative.proposer import SpeculativeConfig
 from .text.detokenizer import IncrementalDecoder
 from .text.stop import StopMatcher
 
 __all__ = ["LLM", "Engine", "EngineConfig", "RequestOutput", "SpeculativeConfig", "Generation", "TokenLogprob",
-           "SamplingParams", "KVCache", "LatentCache", "IncrementalDecoder", "StopMatcher", "ModelConfig",
+           "SamplingParams", "StructuredOutput",
+           "KVCache", "LatentCache", "IncrementalDecoder", "StopMatcher", "ModelConfig",
            "TinyLLMError", "generate", "cache_dims"]
 __version__ = "0.1.0"

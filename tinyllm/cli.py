@@ -38,6 +38,11 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-draft-tokens", type=int, default=4)
     p.add_argument("--draft-model", default=None, help="a smaller model sharing the tokenizer")
     p.add_argument("--draft-layers", type=int, default=None, help="self-draft from the target's first N layers")
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("--json-schema", metavar="FILE", default=None, help="the output is JSON matching this schema")
+    shape.add_argument("--grammar", metavar="FILE", default=None, help="the output follows this Lark or GBNF grammar")
+    shape.add_argument("--regex", metavar="PATTERN", default=None, help="the output fully matches this regex")
+    shape.add_argument("--json-object", action="store_true", help="the output is a JSON object")
 
 
 def _sampling(args, default_temperature: float) -> dict:
@@ -46,8 +51,28 @@ def _sampling(args, default_temperature: float) -> dict:
         temperature=default_temperature if args.temperature is None else args.temperature,
         top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
         presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty, seed=args.seed,
-        stop=tuple(args.stop), ignore_eos=args.ignore_eos, logprobs=args.logprobs,
+        stop=tuple(args.stop), ignore_eos=args.ignore_eos, logprobs=args.logprobs, structured=_structured(args),
     )
+
+
+def _structured(args):
+    """The constraint named by --json-schema / --grammar / --regex / --json-object, or None."""
+    from .sampling.structured import StructuredOutput
+
+    if args.json_object:
+        return StructuredOutput.json_object()
+    if args.regex is not None:
+        return StructuredOutput.regex(args.regex)
+    for flag, path, make in (("--json-schema", args.json_schema, StructuredOutput.json_schema),
+                             ("--grammar", args.grammar, StructuredOutput.grammar)):
+        if path is not None:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    text = f.read()
+            except OSError as exc:
+                raise TinyLLMError(f"{flag} file {path!r} cannot be read ({exc.strerror})") from None
+            return make(text)
+    return None
 
 
 def _engine_kwargs(args) -> dict:

@@ -20,6 +20,7 @@ from .errors import TinyLLMError
 from .loading.loader import load
 from .outputs import Generation, RequestOutput, Score
 from .reference import iter_generate
+from .sampling.constraint import Grammars
 from .sampling.params import SamplingParams
 from .speculative.factory import DraftModels, make_proposer
 from .speculative.proposer import SpeculativeConfig
@@ -91,6 +92,7 @@ class LLM:
         self._engine_key: tuple | None = None
         self._pending: dict[str, deque[RequestOutput]] = {}  # outputs of live requests, by id
         self._drafts = DraftModels(self.model, self.tokenizer)  # for the reference loop
+        self.grammars = Grammars(self.tokenizer, self.config.vocab_size, self.eos_ids)  # structured outputs
 
     def engine(self, **options) -> Engine:
         """A new continuous-batching Engine of your own over this model (options: see EngineConfig)."""
@@ -217,7 +219,7 @@ class LLM:
         dtype = self.model.dtype if kv_dtype is None else parse_dtype(kv_dtype, "kv_dtype")
         return iter_generate(self.model, self.tokenizer, prompt, p, cache=cache, kv_dtype=dtype,
                              eos_ids=self.eos_ids, prefill_chunk=prefill_chunk, proposer=proposer,
-                             num_draft_tokens=k)
+                             num_draft_tokens=k, grammars=self.grammars)
 
     def _reference_generate(self, prompt, p, cache, kv_dtype, prefill_chunk, spec) -> Generation:
         steps = self._reference_steps(prompt, p, cache, kv_dtype, prefill_chunk, spec)

@@ -20,6 +20,7 @@ from .engine.prompt import check_prompt, prompt_ids_of, token_budget
 from .engine.request import Request, accept_tokens, make_generation
 from .errors import TinyLLMError
 from .outputs import Generation
+from .sampling.constraint import Grammars
 from .sampling.logit_bias import check_logit_bias_ids
 from .sampling.params import SamplingParams
 from .sampling.sampler import SampleResult, sample
@@ -99,7 +100,7 @@ def prefill(seq: SequenceState, ids: list[int], chunk: int | None) -> torch.Tens
 def sample_next(req: Request, logits: torch.Tensor) -> SampleResult:
     """The request's token at its next position, from that position's logits [V]."""
     return sample(logits, req.params, prompt_ids=req.prompt_ids, generated_ids=req.output_ids, rng=req.rng,
-                  position=len(req.output_ids))
+                  position=len(req.output_ids), constraint=req.constraint)
 
 
 def decode_one(seq: SequenceState, req: Request) -> list[SampleResult]:
@@ -113,7 +114,7 @@ def speculative_step(seq: SequenceState, req: Request, proposer, k: int) -> list
     num_committed = req.num_committed
     drafts = proposer.propose(req.prompt_ids + req.output_ids, min(k, req.max_new - len(req.output_ids) - 1))
     rows = seq.feed([req.output_ids[-1]] + drafts, rows="all")  # [1 + m, V]
-    results = verify_drafts(rows, drafts, req.params, req.prompt_ids, req.output_ids, req.rng)
+    results = verify_drafts(rows, drafts, req.params, req.prompt_ids, req.output_ids, req.rng, req.constraint)
     req.num_drafted += len(drafts)
     req.num_accepted += len(results) - 1
     seq.rollback(num_committed + len(results) - 1)  # keep the fed token and the accepted drafts only
@@ -123,10 +124,11 @@ def speculative_step(seq: SequenceState, req: Request, proposer, k: int) -> list
 
 def iter_generate(model, tok, prompt, p: SamplingParams, cache="contiguous", kv_dtype=torch.float32,
                   eos_ids: Sequence[int] = (), prefill_chunk: int | None = None, proposer=None,
-                  num_draft_tokens: int = 4) -> PyGenerator[str, None, Generation]:
-    """Yield text pieces as they become final; return the Generation."""
+                  num_draft_tokens: int = 4, grammars: Grammars | None = None) -> PyGenerator[str, None, Generation]:
+    """Yield text pieces as they become final; return the Generation. `grammars` compiles p.structured (one
+    is built for the call when not given)."""
     arrival = time.perf_counter()
-    req, seq = _setup(model, tok, prompt, p, cache, kv_dtype, eos_ids, prefill_chunk)
+    req, seq = _setup(model, tok, prompt, p, cache, kv_dtype, eos_ids, prefill_chunk, grammars)
     req.times.arrival = req.times.first_scheduled = arrival
     results = [sample_next(req, prefill(seq, req.prompt_ids, prefill_chunk))]
     while True:
@@ -142,7 +144,8 @@ def iter_generate(model, tok, prompt, p: SamplingParams, cache="contiguous", kv_
     return make_generation(req)
 
 
-def _setup(model, tok, prompt, p, cache, kv_dtype, eos_ids, prefill_chunk) -> tuple[Request, SequenceState]:
+def _setup(model, tok, prompt, p, cache, kv_dtype, eos_ids, prefill_chunk,
+           grammars: Grammars | None) -> tuple[Request, SequenceState]:
     """Validate everything before any state is created."""
     if not isinstance(p, SamplingParams):
         raise TinyLLMError(f"sampling parameters must be a SamplingParams, got {type(p).__name__}")
@@ -154,17 +157,22 @@ def _setup(model, tok, prompt, p, cache, kv_dtype, eos_ids, prefill_chunk) -> tu
     check_prompt(prompt_ids, getattr(model.config, "vocab_size", None), max_len)
     check_logit_bias_ids(p.logit_bias, getattr(model.config, "vocab_size", None))
     budget = token_budget(len(prompt_ids), p.max_tokens, max_len)
+    if p.structured is not None and grammars is None:
+        grammars = Grammars(tok, model.config.vocab_size, eos_ids)
+    constraint = grammars.constraint(p.structured) if grammars is not None else None
     kv = make_cache(model, cache, len(prompt_ids) + budget, kv_dtype)
-    return Request.create("reference", prompt_ids, p, budget, tok, eos_ids), SequenceState(model, kv)
+    return Request.create("reference", prompt_ids, p, budget, tok, eos_ids, constraint), SequenceState(model, kv)
 
 
 def generate(model, tok, prompt, p: SamplingParams, cache="contiguous", kv_dtype=torch.float32,
              on_text: Callable[[str], None] | None = None, eos_ids: Sequence[int] = (),
-             prefill_chunk: int | None = None, proposer=None, num_draft_tokens: int = 4) -> Generation:
+             prefill_chunk: int | None = None, proposer=None, num_draft_tokens: int = 4,
+             grammars: Grammars | None = None) -> Generation:
     """Generate a completion for `prompt` (text or ids) with the reference loop; `on_text` receives each
     final text piece. With a proposer (tinyllm.speculative), drafts are verified k at a time; the output is
     unchanged."""
-    steps = iter_generate(model, tok, prompt, p, cache, kv_dtype, eos_ids, prefill_chunk, proposer, num_draft_tokens)
+    steps = iter_generate(model, tok, prompt, p, cache, kv_dtype, eos_ids, prefill_chunk, proposer, num_draft_tokens,
+                          grammars)
     while True:
         try:
             piece = next(steps)

@@ -98,3 +98,16 @@ def test_speculative(folder, tmp_path):
         assert positive(row["decode_tokens_per_s"]) and positive(row["speedup_vs_plain"])
         if row["mode"] != "plain":
             assert 0.0 <= row["acceptance_rate"] <= 1.0 and row["tokens_per_target_forward"] >= 1.0
+
+
+def test_structured(folder, tmp_path):
+    r = bench("structured", folder, tmp_path)
+    assert positive(r["compile"]["vocabulary_s"]) and positive(r["compile"]["json_schema_ms"])
+    for kind in ("json_schema", "regex"):
+        mask = r["mask"][kind]
+        assert mask["steps"] == sum(mask["tokens_per_generation"]) > 0
+        assert 0 < mask["p50_ms"] <= mask["p99_ms"]
+    decode = r["decode"]
+    assert decode["batch1_constrained_tokens"] >= 1
+    assert positive(decode["batch1_unconstrained_decode_tokens_per_s"])
+    assert positive(decode["concurrent_half_constrained_tokens_per_s"])

@@ -32,8 +32,6 @@ def complete(client, **kw):
 
 @pytest.mark.parametrize("field, value", [
     ("tools", [TOOL]), ("tool_choice", "auto"), ("tool_choice", "required"),
-    ("response_format", {"type": "json_object"}),
-    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}),
     ("functions", [TOOL["function"]]), ("function_call", "auto"),
     ("audio", {"voice": "alloy", "format": "wav"}), ("modalities", ["text", "audio"]),
     ("prediction", {"type": "content", "content": "x"}), ("reasoning_effort", "low"), ("store", True),
@@ -48,7 +46,7 @@ def test_openai_chat_fields_not_honoured_are_400_naming_the_field(client, field,
 
 
 @pytest.mark.parametrize("field, value", [
-    ("guided_json", {"type": "object"}), ("guided_regex", "[0-9]+"), ("guided_choice", ["a", "b"]),
+    ("regex", "[0-9]+"), ("guided_decoding_backend", "xgrammar"),
     ("min_tokens", 3), ("use_beam_search", True), ("prompt_logprobs", 1), ("echo", True),
     ("chat_template", "{{ messages }}"), ("add_generation_prompt", False), ("skip_special_tokens", False),
 ])

@@ -14,6 +14,7 @@ BENCHES = [
     ("serve", "tinyllm.bench.serve"),
     ("speculative", "tinyllm.bench.speculative"),
     ("kernels", "tinyllm.bench.kernels"),
+    ("structured", "tinyllm.bench.structured"),
 ]
 
 

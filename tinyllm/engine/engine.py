@@ -14,6 +14,7 @@ from ..cache.paged_cache import PagedStorage
 from ..config import parse_dtype
 from ..errors import TinyLLMError
 from ..outputs import Generation, RequestOutput
+from ..sampling.constraint import Grammars
 from ..sampling.logit_bias import check_logit_bias_ids
 from ..sampling.params import SamplingParams
 from ..speculative.factory import DraftModels, make_proposer
@@ -68,6 +69,8 @@ class Engine:
         self.scheduler = Scheduler(self.kv, cfg.max_num_seqs, cfg.max_num_batched_tokens)
         self.runner = ModelRunner(self.model, self.storage)
         self.drafts = DraftModels(self.model, self.tokenizer)
+        # shared with the LLM (and the server's request preparation) so grammars compile once
+        self.grammars = getattr(llm, "grammars", None) or Grammars(self.tokenizer, c.vocab_size, self.eos_ids)
         self.requests: dict[str, Request] = {}
         self._ids = itertools.count()
         self._early: list[RequestOutput] = []  # outputs produced outside step() (aborts)
@@ -99,7 +102,8 @@ class Engine:
         if request_id in self.requests:
             raise TinyLLMError(f"request id {request_id!r} is already in use")
         max_new = token_budget(len(ids), params.max_tokens, max_len, self.pool.num_blocks * self.pool.block_size)
-        req = Request.create(request_id, ids, params, max_new, self.tokenizer, self.eos_ids)
+        constraint = self.grammars.constraint(params.structured)
+        req = Request.create(request_id, ids, params, max_new, self.tokenizer, self.eos_ids, constraint)
         spec = speculative or self.config.speculative
         if spec is not None:
             req.proposer = make_proposer(spec, self.drafts, max_len=len(ids) + max_new)
@@ -166,7 +170,7 @@ class Engine:
             results, failures = draw_rows(rows, reqs)
         for req, i, n in drafted:
             results[req.request_id], failures[req.request_id] = isolated(req, lambda: verify_drafts(
-                logits[i:i + n], req.draft_ids, req.params, req.prompt_ids, req.output_ids, req.rng))
+                logits[i:i + n], req.draft_ids, req.params, req.prompt_ids, req.output_ids, req.rng, req.constraint))
         return [self._apply_or_fail(c.request, results.get(c.request.request_id),
                                     failures.get(c.request.request_id), now) for c in chunks]
 

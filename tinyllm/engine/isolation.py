@@ -18,7 +18,7 @@ T = TypeVar("T")
 
 def _draw(rows, reqs: list[Request]) -> list[SampleResult]:
     return sample_batch(rows, [r.params for r in reqs], [r.prompt_ids for r in reqs], [r.output_ids for r in reqs],
-                        [r.rng for r in reqs], [len(r.output_ids) for r in reqs])
+                        [r.rng for r in reqs], [len(r.output_ids) for r in reqs], [r.constraint for r in reqs])
 
 
 def draw_rows(rows, reqs: list[Request]) -> tuple[dict[str, list[SampleResult]], dict[str, Exception]]:

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..outputs import STATS_KEYS, FinishReason, Generation, Timings, TokenLogprob
+from ..sampling.constraint import Constraint
 from ..sampling.params import SamplingParams
 from ..sampling.rng import RequestRng, request_rng
 from ..sampling.sampler import SampleResult
@@ -75,15 +76,16 @@ class Request:
     num_accepted: int = 0
     num_sampling_forwards: int = 0
     prompt_logprobs: list = field(default_factory=list)  # [None, TokenLogprob, ...] (prompt_logprobs.py)
+    constraint: Constraint | None = None  # the grammar matcher of a structured request (sampling/constraint.py)
     times: RequestTimes = field(default_factory=RequestTimes)
 
     @classmethod
     def create(cls, request_id: str, prompt_ids: list[int], params: SamplingParams, max_new: int, tok,
-               eos_ids=()) -> "Request":
+               eos_ids=(), constraint: Constraint | None = None) -> "Request":
         """The EOS ids end the request unless params.ignore_eos; params.stop_token_ids always do."""
         stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else frozenset(eos_ids))
         req = cls(request_id, prompt_ids, params, max_new, OutputStream.create(tok, params.stop),
-                  request_rng(params.seed), stop_ids)
+                  request_rng(params.seed), stop_ids, constraint=constraint)
         if params.prompt_logprobs is not None:
             req.prompt_logprobs.append(None)  # the first token has nothing before it
         return req

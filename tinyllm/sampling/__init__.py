@@ -1,8 +1,9 @@
 """The sampling stack: SamplingParams, the logits pipeline, seeded draws.
 
-Order of operations (see filters.py and sampler.py): logit bias -> repetition penalty (prompt +
-generated ids) -> presence / frequency penalties (generated ids only) -> temperature ->
-top-k -> top-p -> min-p -> inverse-CDF draw with the uniform for (seed, position).
+Order of operations (see filters.py and sampler.py): grammar mask (constraint.py) ->
+logit bias -> repetition penalty (prompt + generated ids) -> presence / frequency penalties
+(generated ids only) -> temperature -> top-k -> top-p -> min-p -> inverse-CDF draw with the
+uniform for (seed, position).
 Temperature 0 is greedy: the argmax of the penalised logits, lowest index on ties.
 """
 from tinyllm.sampling.filters import (
@@ -17,12 +18,14 @@ from tinyllm.sampling.filters import (
 from tinyllm.sampling.params import MAX_LOGPROBS, SamplingParams
 from tinyllm.sampling.rng import RequestRng, request_rng
 from tinyllm.sampling.sampler import SampleResult, sample, sample_batch, sampled_entropy
+from tinyllm.sampling.structured import StructuredOutput
 
 __all__ = [
     "MAX_LOGPROBS",
     "RequestRng",
     "SampleResult",
     "SamplingParams",
+    "StructuredOutput",
     "apply_filters",
     "apply_penalties",
     "apply_temperature",

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from tinyllm.errors import TinyLLMError
 from tinyllm.sampling.logit_bias import LogitBias, normalise_logit_bias
+from tinyllm.sampling.structured import StructuredOutput
 
 MAX_LOGPROBS = 20
 _SEED_LIMIT = 2**63
@@ -44,6 +45,7 @@ class SamplingParams:
     logprobs: int | None = None  # None = no alternatives; else 0..20
     prompt_logprobs: int | None = None  # None = off; else the prompt tokens' logprobs with 0..20 alternatives
     logit_bias: LogitBias = ()  # token id -> bias in [-100, 100] (a dict is normalised to sorted pairs)
+    structured: StructuredOutput | None = None  # the text must be JSON / match a schema, regex or grammar
 
     def __post_init__(self) -> None:
         for name, value in _validated_fields(self).items():
@@ -90,6 +92,7 @@ def _validated_fields(p: SamplingParams) -> dict[str, Any]:
         "prompt_logprobs": _optional_int("prompt_logprobs", p.prompt_logprobs, lambda v: 0 <= v <= MAX_LOGPROBS,
                                          f"None or an integer in [0, {MAX_LOGPROBS}]"),
         "logit_bias": normalise_logit_bias(p.logit_bias),
+        "structured": _structured(p.structured, p.ignore_eos),
     }
 
 
@@ -135,3 +138,12 @@ def _stop_token_ids(value: Any) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)) or not all(_is_int(t) and t >= 0 for t in value):
         raise TinyLLMError(f"stop_token_ids must be a list of integers >= 0, got {value!r}")
     return tuple(int(t) for t in value)
+
+
+def _structured(value: Any, ignore_eos: Any) -> StructuredOutput | None:
+    if value is not None and not isinstance(value, StructuredOutput):
+        raise TinyLLMError(f"structured must be None or a StructuredOutput, got {type(value).__name__}")
+    # The grammar ends the text with EOS; a request that ignores EOS would run past the grammar's end.
+    if value is not None and ignore_eos is True:
+        raise TinyLLMError("ignore_eos cannot be combined with structured output, whose end is an EOS token")
+    return value

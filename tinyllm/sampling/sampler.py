@@ -1,6 +1,7 @@
 """Drawing the next token from processed logits, and what is reported about the draw.
 
-`sample` runs `process_logits` (logit bias -> penalties -> temperature -> top-k -> top-p -> min-p, see
+`sample` applies a request's grammar mask (constraint.py: forbidden tokens -> -inf), then runs
+`process_logits` (logit bias -> penalties -> temperature -> top-k -> top-p -> min-p, see
 filters.py), then either takes the argmax (temperature 0: lowest index on ties, seed
 ignored) or draws by inverse CDF with ONE uniform u = rng.uniform(position): the token is
 the first index, in vocab order, whose cumulative probability exceeds u * total. The
@@ -20,6 +21,7 @@ import torch
 from torch import Tensor
 
 from tinyllm.errors import TinyLLMError
+from tinyllm.sampling.constraint import Constraint
 from tinyllm.sampling.filters import process_logits
 from tinyllm.sampling.params import SamplingParams
 from tinyllm.sampling.rng import RequestRng
@@ -100,9 +102,13 @@ def _describe(processed: Tensor, token: int, n_logprobs: int | None) -> SampleRe
 
 
 def sample(logits: Tensor, params: SamplingParams, *, prompt_ids: Sequence[int] | Tensor,
-           generated_ids: Sequence[int] | Tensor, rng: RequestRng, position: int) -> SampleResult:
-    """Pick generated token number `position` (0 = first) from one [V] row of logits."""
+           generated_ids: Sequence[int] | Tensor, rng: RequestRng, position: int,
+           constraint: Constraint | None = None) -> SampleResult:
+    """Pick generated token number `position` (0 = first) from one [V] row of logits; with a constraint,
+    only from the tokens its grammar allows after generated_ids."""
     _check_row(logits)
+    if constraint is not None:
+        logits = constraint.mask_logits(logits, generated_ids)  # [V]
     processed = process_logits(logits, params, prompt_ids, generated_ids)  # [V] float32
     _check_processed(processed)
     if params.is_greedy:
@@ -114,7 +120,7 @@ def sample(logits: Tensor, params: SamplingParams, *, prompt_ids: Sequence[int] 
 
 def _is_plain_greedy(params: SamplingParams) -> bool:
     """Greedy with nothing per-request to do: one argmax over the batch serves it."""
-    return (params.is_greedy and params.logprobs is None and not params.logit_bias
+    return (params.is_greedy and params.logprobs is None and not params.logit_bias and params.structured is None
             and params.repetition_penalty == 1.0
             and params.presence_penalty == 0.0 and params.frequency_penalty == 0.0)
 
@@ -135,14 +141,17 @@ def _plain_greedy_rows(logits: Tensor) -> list[SampleResult]:
 
 def sample_batch(logits: Tensor, params: list[SamplingParams], prompt_ids: list[Sequence[int]],
                  generated_ids: list[Sequence[int]], rngs: list[RequestRng],
-                 positions: list[int]) -> list[SampleResult]:
-    """sample() for each row of logits [B, V]; plain-greedy rows share one argmax."""
+                 positions: list[int], constraints: list[Constraint | None] | None = None) -> list[SampleResult]:
+    """sample() for each row of logits [B, V]; plain-greedy rows share one argmax. `constraints` holds each
+    row's grammar matcher (None: unconstrained)."""
     if not isinstance(logits, Tensor) or logits.dim() != 2:
         shape = getattr(logits, "shape", type(logits).__name__)
         raise TinyLLMError(f"logits must be a [B, V] tensor, got {shape}")
     batch = logits.shape[0]
+    constraints = [None] * batch if constraints is None else constraints
     for name, seq in (("params", params), ("prompt_ids", prompt_ids),
-                      ("generated_ids", generated_ids), ("rngs", rngs), ("positions", positions)):
+                      ("generated_ids", generated_ids), ("rngs", rngs), ("positions", positions),
+                      ("constraints", constraints)):
         if len(seq) != batch:
             raise TinyLLMError(f"{name} must have one entry per row ({batch}), got {len(seq)}")
     results: list[SampleResult | None] = [None] * batch
@@ -154,5 +163,6 @@ def sample_batch(logits: Tensor, params: list[SamplingParams], prompt_ids: list[
     for i in range(batch):
         if results[i] is None:
             results[i] = sample(logits[i], params[i], prompt_ids=prompt_ids[i],
-                                generated_ids=generated_ids[i], rng=rngs[i], position=positions[i])
+                                generated_ids=generated_ids[i], rng=rngs[i], position=positions[i],
+                                constraint=constraints[i])
     return results  # type: ignore[return-value]

@@ -17,6 +17,7 @@ from .sampling import check_vocab, chat_params, fresh_seed, per_choice, prepare_
 from .serving import (Choice, ClientGone, StreamShaper, client_gone_response, collect, owned, start_group,
                       stream, usage_of)
 from .state import Ready
+from .structured import compile_structured, structured_from
 from .unsupported import CHAT_FIELDS, check_supported
 
 PROMPT_PARAM = "messages"
@@ -52,9 +53,12 @@ async def chat_completion(body: ChatCompletionRequest, request: Request, ctx: Re
     ctx.check_model(body.model)
     check_supported(body, CHAT_FIELDS)
     values, names = chat_params(body)
+    structured, field = structured_from(body)
+    if structured is not None:
+        values["structured"], names["structured"] = structured, field
     ctx.limits.check_messages(body.messages)  # before rendering: counts and sizes against the context
-    # Off the event loop and the engine thread: rendering, encoding and the stop strings' automaton.
-    ids = await run_in_threadpool(_prepare, ctx.tokenizer, body.messages, values)
+    # Off the event loop and the engine thread: rendering, encoding, the stop strings' automaton, the grammar.
+    ids = await run_in_threadpool(_prepare, ctx.tokenizer, body.messages, values, ctx.llm.grammars, field)
     ctx.limits.check_room(len(ids), values["max_tokens"], PROMPT_PARAM)
     seed = body.seed if body.seed is not None else fresh_seed()
     params = per_choice(values, names, seed, body.n or 1)
@@ -64,8 +68,9 @@ async def chat_completion(body: ChatCompletionRequest, request: Request, ctx: Re
     return await owned(group, _answer(body, request, ctx, group, len(ids), seed))
 
 
-def _prepare(tokenizer, messages, values: dict) -> list[int]:
+def _prepare(tokenizer, messages, values: dict, grammars, field: str | None) -> list[int]:
     prepare_stops(values)
+    compile_structured(grammars, values.get("structured"), field)
     return chat_prompt_ids(tokenizer, messages)
 
 

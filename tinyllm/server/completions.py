@@ -20,6 +20,7 @@ from .sampling import check_vocab, completion_params, fresh_seed, per_choice, pr
 from .serving import (Choice, ClientGone, StreamShaper, client_gone_response, collect, owned, start_group,
                       stream, usage_of)
 from .state import Ready
+from .structured import compile_structured, structured_from
 from .unsupported import COMPLETION_FIELDS, check_supported
 
 PROMPT_PARAM = "prompt"
@@ -50,10 +51,13 @@ async def completion(body: CompletionRequest, request: Request, ctx: Ready) -> R
     check_supported(body, COMPLETION_FIELDS)
     n = body.n or 1
     values, names = completion_params(body)
+    structured, field = structured_from(body)
+    if structured is not None:
+        values["structured"], names["structured"] = structured, field
     texts = split_prompts(body.prompt)
     check_prompts(texts, n, ctx.limits)  # before any tokenizing: sizes against the context
-    # Off the event loop and the engine thread: encoding and the stop strings' automaton.
-    prompts = await run_in_threadpool(_prepare, ctx.tokenizer, texts, values)
+    # Off the event loop and the engine thread: encoding, the stop strings' automaton and the grammar.
+    prompts = await run_in_threadpool(_prepare, ctx.tokenizer, texts, values, ctx.llm.grammars, field)
     for ids in prompts:
         ctx.limits.check_room(len(ids), values["max_tokens"], PROMPT_PARAM)
     seed = body.seed if body.seed is not None else fresh_seed()
@@ -66,8 +70,9 @@ async def completion(body: CompletionRequest, request: Request, ctx: Ready) -> R
     return await owned(group, _answer(body, request, ctx, group, choices, seed, prompts))
 
 
-def _prepare(tokenizer, texts: list, values: dict) -> list[list[int]]:
+def _prepare(tokenizer, texts: list, values: dict, grammars, field: str | None) -> list[list[int]]:
     prepare_stops(values)
+    compile_structured(grammars, values.get("structured"), field)
     return completion_prompt_ids(tokenizer, texts)
 
 

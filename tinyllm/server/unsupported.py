@@ -1,6 +1,6 @@
 """Request fields this server does not honour: a 400 naming the field, never a silent default.
 
-A client that sends `tools` or `response_format={"type": "json_object"}` relies on the answer obeying
+A client that sends `tools` or `logprobs` relies on the answer obeying
 it; answering 200 with ordinary prose would look right and be wrong. Each entry below names a field of
 OpenAI's API (or a well-known extra of other OpenAI-compatible servers that changes the answer) and the
 values that mean "nothing asked" and are therefore accepted. Fields that change nothing about the
@@ -49,10 +49,9 @@ _COMMON = _table(
     ("store", _is(False), "false"),
     ("service_tier", _is("auto", "default"), '"auto" or "default"'),
     ("prompt_cache_retention", _is("in-memory", "in_memory"), '"in-memory"'),
-    ("guided_json", _never, "nothing"), ("guided_regex", _never, "nothing"),
-    ("guided_choice", _never, "nothing"), ("guided_grammar", _never, "nothing"),
-    ("guided_decoding_backend", _never, "nothing"), ("structured_outputs", _never, "nothing"),
-    ("json_schema", _never, "nothing"), ("grammar", _never, "nothing"), ("regex", _never, "nothing"),
+    # structured outputs (guided_*, structured_outputs, json_schema, grammar) are read by structured.py
+    ("guided_decoding_backend", _is("auto", "guidance", "llguidance"), '"auto" or "guidance"'),
+    ("regex", _never, "nothing (send guided_regex)"),
     ("min_tokens", _is(0), "0"), ("use_beam_search", _is(False), "false"),
     ("include_stop_str_in_output", _is(False), "false"), ("skip_special_tokens", _is(True), "true"),
     ("spaces_between_special_tokens", _is(True), "true"),
@@ -67,7 +66,6 @@ CHAT_FIELDS = {**_COMMON, **_table(
     ("tool_choice", _is("none"), '"none"'),
     ("functions", _is([]), "an empty list"),
     ("function_call", _is("none"), '"none"'),
-    ("response_format", _is({"type": "text"}), '{"type": "text"}'),
     ("audio", _never, "nothing"),
     ("modalities", _is(["text"]), '["text"]'),
     ("prediction", _never, "nothing"),

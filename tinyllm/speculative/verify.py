@@ -14,19 +14,24 @@ from typing import Sequence
 
 import torch
 
+from ..sampling.constraint import Constraint
 from ..sampling.params import SamplingParams
 from ..sampling.rng import RequestRng
 from ..sampling.sampler import SampleResult, sample
 
 
 def verify_drafts(logits: torch.Tensor, drafts: Sequence[int], params: SamplingParams, prompt_ids: Sequence[int],
-                  generated_ids: Sequence[int], rng: RequestRng) -> list[SampleResult]:
+                  generated_ids: Sequence[int], rng: RequestRng,
+                 constraint: Constraint | None = None) -> list[SampleResult]:
     """logits [m+1, V]: row i predicts the token after generated_ids + drafts[:i]. Returns the tokens to
-    emit: the accepted drafts, then the target's own token (a correction, or a bonus when all pass)."""
+    emit: the accepted drafts, then the target's own token (a correction, or a bonus when all pass). A
+    constraint masks row i with its state after generated_ids + drafts[:i]; the next call rolls it back past
+    any rejected draft."""
     history = list(generated_ids)
     out = []
     for i in range(len(drafts) + 1):
-        r = sample(logits[i], params, prompt_ids=prompt_ids, generated_ids=history, rng=rng, position=len(history))
+        r = sample(logits[i], params, prompt_ids=prompt_ids, generated_ids=history, rng=rng, position=len(history),
+                   constraint=constraint)
         out.append(r)
         if i == len(drafts) or r.token != drafts[i]:
             break
