@@ -13,6 +13,7 @@ BENCHES = [
     ("prefix", "tinyllm.bench.prefix"),
     ("serve", "tinyllm.bench.serve"),
     ("speculative", "tinyllm.bench.speculative"),
+    ("step", "tinyllm.bench.step"),
 ]
 
 
