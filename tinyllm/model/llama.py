@@ -1,7 +1,8 @@
 """A Llama-family decoder (SmolLM2, Llama 2/3, TinyLlama, ...): wires embedding, blocks, norm and head.
 
-Parameter names follow Hugging Face's LlamaForCausalLM, so a safetensors state dict loads as is and the
-GGUF loader only needs a name table.
+Parameter names follow Hugging Face's LlamaForCausalLM, except that q/k/v and gate/up are fused into one
+projection each (`qkv_proj`, `gate_up_proj`); the loaders map both HF and GGUF names by tables and
+concatenate the fused rows (loading/fusion.py).
 """
 from __future__ import annotations
 
@@ -49,13 +50,14 @@ class LlamaForCausalLM(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
+    # The final norm's weight is always a float parameter; the embedding may be kept quantized.
     @property
     def device(self) -> torch.device:
-        return self.model.embed_tokens.weight.device
+        return self.model.norm.weight.device
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.model.embed_tokens.weight.dtype
+        return self.model.norm.weight.dtype
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache=None,
                 *, last_only: bool = False, rows: torch.Tensor | None = None) -> torch.Tensor:
