@@ -1,0 +1,182 @@
+// Decoding one 32-element sub-block of each GGUF format into float32, in the same arithmetic order as the
+// reference (scale products first, then d * q (+ m | - dm)); an FMA may fuse the last step (one rounding
+// instead of two), which stays inside the float32 bound the tests check.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <cmath>
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define TL_AVX2 1
+#include <immintrin.h>
+#endif
+
+namespace tl {
+
+// GGML type ids, as passed from Python (FORMATS[...].ggml_type).
+enum Fmt { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
+
+template <int F> struct Traits;
+template <> struct Traits<Q4_0> { static constexpr int block = 32, bytes = 18; };
+template <> struct Traits<Q4_1> { static constexpr int block = 32, bytes = 20; };
+template <> struct Traits<Q5_0> { static constexpr int block = 32, bytes = 22; };
+template <> struct Traits<Q5_1> { static constexpr int block = 32, bytes = 24; };
+template <> struct Traits<Q8_0> { static constexpr int block = 32, bytes = 34; };
+template <> struct Traits<Q4_K> { static constexpr int block = 256, bytes = 144; };
+template <> struct Traits<Q5_K> { static constexpr int block = 256, bytes = 176; };
+template <> struct Traits<Q6_K> { static constexpr int block = 256, bytes = 210; };
+
+static inline float f16(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+#ifdef TL_AVX2
+    return _cvtsh_ss(h);
+#else
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
+    if (exp == 0) {  // zero or subnormal: man * 2^-24 is exact in float32
+        float v = std::ldexp((float)man, -24);
+        return sign ? -v : v;
+    }
+    bits = exp == 31 ? (sign | 0x7F800000u | (man << 13)) : (sign | ((exp + 112) << 23) | (man << 13));
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+#endif
+}
+
+static inline uint32_t u32(const uint8_t* p) {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+// Q4_K / Q5_K: the 6-bit scale and min of sub-block s (0..7) from the 12 packed bytes.
+static inline void k_scale_min(const uint8_t* s, int sub, int* sc, int* mn) {
+    if (sub < 4) {
+        *sc = s[sub] & 63;
+        *mn = s[sub + 4] & 63;
+    } else {
+        *sc = (s[sub + 4] & 0x0F) | ((s[sub - 4] >> 6) << 4);
+        *mn = (s[sub + 4] >> 4) | ((s[sub] >> 6) << 4);
+    }
+}
+
+// Portable decode of sub-block `sub` (32 elements) of block `b` into out[32].
+template <int F> static inline void decode32_scalar(const uint8_t* b, int sub, float* out) {
+    if constexpr (F == Q4_0 || F == Q4_1 || F == Q5_0 || F == Q5_1) {
+        constexpr bool has_min = F == Q4_1 || F == Q5_1, five = F == Q5_0 || F == Q5_1;
+        const float d = f16(b), m = has_min ? f16(b + 2) : 0.0f;
+        const int qh_off = has_min ? 4 : 2, qs_off = qh_off + (five ? 4 : 0);
+        const uint32_t qh = five ? u32(b + qh_off) : 0;
+        const uint8_t* qs = b + qs_off;
+        for (int l = 0; l < 16; ++l) {
+            int lo = qs[l] & 15, hi = qs[l] >> 4;
+            if (five) {
+                lo |= ((qh >> l) & 1) << 4;
+                hi |= ((qh >> (l + 16)) & 1) << 4;
+            }
+            if (has_min) {
+                out[l] = d * (float)lo + m;
+                out[l + 16] = d * (float)hi + m;
+            } else {
+                const int off = five ? 16 : 8;
+                out[l] = d * (float)(lo - off);
+                out[l + 16] = d * (float)(hi - off);
+            }
+        }
+    } else if constexpr (F == Q8_0) {
+        const float d = f16(b);
+        for (int l = 0; l < 32; ++l) out[l] = (float)(int8_t)b[2 + l] * d;
+    } else if constexpr (F == Q4_K || F == Q5_K) {
+        int sc, mn;
+        k_scale_min(b + 4, sub, &sc, &mn);
+        const float dl = f16(b) * (float)sc, ml = f16(b + 2) * (float)mn;
+        const uint8_t* qs = b + (F == Q4_K ? 16 : 48) + (sub / 2) * 32;
+        const int shift = 4 * (sub & 1);
+        for (int l = 0; l < 32; ++l) {
+            int q = (qs[l] >> shift) & 15;
+            if (F == Q5_K) q |= ((b[16 + l] >> sub) & 1) << 4;
+            out[l] = dl * (float)q - ml;
+        }
+    } else {  // Q6_K
+        const int h = sub / 4, j = sub % 4;
+        const uint8_t* ql = b + h * 64 + (j & 1) * 32;
+        const uint8_t* qh = b + 128 + h * 32;
+        const float d = f16(b + 208);
+        const float d0 = d * (float)(int8_t)b[192 + h * 8 + j * 2], d1 = d * (float)(int8_t)b[192 + h * 8 + j * 2 + 1];
+        for (int l = 0; l < 32; ++l) {
+            int q = (((ql[l] >> (4 * (j >> 1))) & 15) | (((qh[l] >> (2 * j)) & 3) << 4)) - 32;
+            out[l] = (l < 16 ? d0 : d1) * (float)q;
+        }
+    }
+}
+
+#ifdef TL_AVX2
+static inline __m256i bytes8(const uint8_t* p) {  // 8 bytes -> 8 x int32, zero-extended
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)p));
+}
+
+// Bit (8g + i) of qh, for i = 0..7, as 0 or 16 in lane i.
+static inline __m256i high_bits(__m256i qh, int g) {
+    const __m256i mask = _mm256_sllv_epi32(_mm256_set1_epi32(1 << (8 * g)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_and_si256(_mm256_cmpeq_epi32(_mm256_and_si256(qh, mask), mask), _mm256_set1_epi32(16));
+}
+
+// AVX2 decode of sub-block `sub` into w[0..3], w[i] holding elements 8i..8i+7.
+template <int F> static inline void decode32(const uint8_t* b, int sub, __m256* w) {
+    const __m256i low4 = _mm256_set1_epi32(15);
+    if constexpr (F == Q4_0 || F == Q4_1 || F == Q5_0 || F == Q5_1) {
+        constexpr bool has_min = F == Q4_1 || F == Q5_1, five = F == Q5_0 || F == Q5_1;
+        const __m256 d = _mm256_set1_ps(f16(b));
+        const int qh_off = has_min ? 4 : 2, qs_off = qh_off + (five ? 4 : 0);
+        const __m256i a = bytes8(b + qs_off), c = bytes8(b + qs_off + 8);
+        __m256i q[4] = {_mm256_and_si256(a, low4), _mm256_and_si256(c, low4), _mm256_srli_epi32(a, 4),
+                        _mm256_srli_epi32(c, 4)};
+        if constexpr (five) {
+            const __m256i qh = _mm256_set1_epi32((int)u32(b + qh_off));
+            for (int g = 0; g < 4; ++g) q[g] = _mm256_or_si256(q[g], high_bits(qh, g));
+        }
+        if constexpr (has_min) {
+            const __m256 m = _mm256_set1_ps(f16(b + 2));
+            for (int g = 0; g < 4; ++g) w[g] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q[g]), m);
+        } else {
+            const __m256i off = _mm256_set1_epi32(five ? 16 : 8);
+            for (int g = 0; g < 4; ++g) w[g] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(q[g], off)));
+        }
+    } else if constexpr (F == Q8_0) {
+        const __m256 d = _mm256_set1_ps(f16(b));
+        for (int g = 0; g < 4; ++g)
+            w[g] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(b + 2 + 8 * g)))), d);
+    } else if constexpr (F == Q4_K || F == Q5_K) {
+        int sc, mn;
+        k_scale_min(b + 4, sub, &sc, &mn);
+        const __m256 dl = _mm256_set1_ps(f16(b) * (float)sc), nml = _mm256_set1_ps(-(f16(b + 2) * (float)mn));
+        const uint8_t* qs = b + (F == Q4_K ? 16 : 48) + (sub / 2) * 32;
+        const __m128i shift = _mm_cvtsi32_si128(4 * (sub & 1));
+        for (int g = 0; g < 4; ++g) {
+            __m256i q = _mm256_and_si256(_mm256_srl_epi32(bytes8(qs + 8 * g), shift), low4);
+            if constexpr (F == Q5_K) {
+                const __m256i h = _mm256_srl_epi32(bytes8(b + 16 + 8 * g), _mm_cvtsi32_si128(sub));
+                q = _mm256_or_si256(q, _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(1)), 4));
+            }
+            w[g] = _mm256_fmadd_ps(dl, _mm256_cvtepi32_ps(q), nml);
+        }
+    } else {  // Q6_K
+        const int h = sub / 4, j = sub % 4;
+        const uint8_t* ql = b + h * 64 + (j & 1) * 32;
+        const uint8_t* qh = b + 128 + h * 32;
+        const float d = f16(b + 208);
+        const __m256 d0 = _mm256_set1_ps(d * (float)(int8_t)b[192 + h * 8 + j * 2]);
+        const __m256 d1 = _mm256_set1_ps(d * (float)(int8_t)b[192 + h * 8 + j * 2 + 1]);
+        const __m128i sl = _mm_cvtsi32_si128(4 * (j >> 1)), sh = _mm_cvtsi32_si128(2 * j);
+        for (int g = 0; g < 4; ++g) {
+            const __m256i lo = _mm256_and_si256(_mm256_srl_epi32(bytes8(ql + 8 * g), sl), low4);
+            const __m256i hi = _mm256_and_si256(_mm256_srl_epi32(bytes8(qh + 8 * g), sh), _mm256_set1_epi32(3));
+            const __m256i q = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+            w[g] = _mm256_mul_ps(g < 2 ? d0 : d1, _mm256_cvtepi32_ps(q));
+        }
+    }
+}
+#endif
+
+}  // namespace tl

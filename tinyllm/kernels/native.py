@@ -1,0 +1,138 @@
+"""Build the C++ kernels at first use, cache the shared library, load it with ctypes and call it.
+
+The library is a plain C++ file without torch headers (a ~2 s build), compiled with the machine's compiler
+(`$CXX`, else g++, c++ or clang++) with `-O3 -march=native` and OpenMP, and cached under
+`~/.cache/tinyllm/kernels/<hash>/` keyed by the sources, the compiler's version and the flags. A build goes
+into a temporary folder renamed into place, so two processes building at once both end with a whole library.
+Without a compiler, after a failed build, or with TINYLLM_NATIVE=0, `library()` is None and one warning says why.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+from .formats import FORMATS
+from .qweight import QuantWeight
+
+CSRC = Path(__file__).parent / "csrc"
+SOURCES = ["blocks.h", "qmatmul.cpp"]
+FLAGS = ["-O3", "-march=native", "-std=c++17", "-fPIC", "-shared", "-fopenmp"]
+LIB_NAME = "libtinyllm_kernels.so"
+_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+
+_state: dict = {}  # "lib": the loaded library or None once decided; the process-wide cache of the build
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tinyllm" / "kernels"
+
+
+def find_compiler() -> str | None:
+    for name in [os.environ.get("CXX"), "g++", "c++", "clang++"]:
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def build_key(compiler: str) -> str:
+    """Hash of the sources, the compiler's version line and the flags: a change to any rebuilds."""
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+    h = hashlib.sha256()
+    for name in SOURCES:
+        h.update((CSRC / name).read_bytes())
+    h.update(version.encode())
+    h.update(" ".join(FLAGS).encode())
+    return h.hexdigest()[:16]
+
+
+def build(compiler: str) -> Path:
+    """The cached library for these sources, compiling it first if absent. Raises RuntimeError on failure."""
+    root = cache_root()
+    final = root / build_key(compiler)
+    if (final / LIB_NAME).exists():
+        return final / LIB_NAME
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="build-", dir=root))
+    try:
+        cmd = [compiler, *FLAGS, str(CSRC / "qmatmul.cpp"), "-o", str(tmp / LIB_NAME)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr.strip()[-2000:]}")
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / LIB_NAME).exists():  # not another process winning the race: a real failure
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final / LIB_NAME
+
+
+def load(path: Path) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(path))
+    lib.tl_qmatmul.argtypes = [ctypes.c_int, _PTR, _I64, _I64, _PTR, _I64, _I64, _PTR, ctypes.c_int]
+    lib.tl_dequantize.argtypes = [ctypes.c_int, _PTR, _I64, _I64, _I64, _PTR, ctypes.c_int]
+    lib.tl_qmatmul.restype = lib.tl_dequantize.restype = lib.tl_simd.restype = ctypes.c_int
+    return lib
+
+
+def _decide():
+    if os.environ.get("TINYLLM_NATIVE", "1") == "0":
+        return None, "TINYLLM_NATIVE=0 is set"
+    compiler = find_compiler()
+    if compiler is None:
+        return None, "no C++ compiler was found (set CXX or install g++)"
+    try:
+        return load(build(compiler)), None
+    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+        return None, f"building them failed: {e}"
+
+
+def library() -> ctypes.CDLL | None:
+    """The loaded kernel library, or None (then one warning per process names the reason)."""
+    if "lib" not in _state:
+        lib, reason = _decide()
+        _state["lib"] = lib
+        if lib is None:
+            warnings.warn(f"tinyllm native quantized kernels are not used, {reason}: falling back to "
+                          "dequantize + F.linear (correct but slower)", RuntimeWarning, stacklevel=3)
+    return _state["lib"]
+
+
+def reset() -> None:
+    """Forget the decision so the next `library()` decides again (tests of the fallback use it)."""
+    _state.clear()
+
+
+def _row_stride(w: QuantWeight) -> tuple[torch.Tensor, int]:
+    data = w.data if w.data.stride(1) == 1 else w.data.contiguous()
+    return data, data.stride(0)
+
+
+def matmul(lib, x: torch.Tensor, w: QuantWeight) -> torch.Tensor:
+    """x float32 [M, K] contiguous -> [M, N] float32."""
+    data, stride = _row_stride(w)
+    n, k = w.shape
+    y = torch.empty(x.shape[0], n, dtype=torch.float32)  # [M, N]
+    lib.tl_qmatmul(FORMATS[w.fmt].ggml_type, x.data_ptr(), x.shape[0], k, data.data_ptr(), n, stride,
+                   y.data_ptr(), torch.get_num_threads())
+    return y
+
+
+def dequantize_rows(lib, w: QuantWeight, n0: int, n1: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Rows n0..n1 of the weight as float32 [n1 - n0, K], decoded by the native kernels."""
+    data, stride = _row_stride(w)
+    k = w.shape[1]
+    out = torch.empty(n1 - n0, k, dtype=torch.float32) if out is None else out  # [R, K]
+    lib.tl_dequantize(FORMATS[w.fmt].ggml_type, data.data_ptr() + n0 * stride, n1 - n0, k, stride,
+                      out.data_ptr(), torch.get_num_threads())
+    return out
