@@ -1,13 +1,17 @@
-"""Open a GGUF file with the `gguf` library: its metadata as plain Python values, its tensors dequantized."""
+"""Open a GGUF file with the `gguf` library: its metadata as plain Python values, its tensors dequantized
+or, for the block formats the kernels execute, as zero-copy views of the file's read-only mmap."""
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..errors import TinyLLMError
+from ..kernels import FORMATS, QuantWeight, check_blocks
 
 # Block formats we promise to load (dequantized to float32 at load time).
 SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
@@ -40,6 +44,28 @@ class GGUFFile:
         shape = tuple(int(d) for d in reversed(t.shape))  # ggml lists the fastest dim first
         return np.ascontiguousarray(out, dtype=np.float32).reshape(shape)
 
+    def can_stay_quantized(self, name: str) -> bool:
+        return self.tensor_type(name) in FORMATS and len(self.tensors[name].shape) == 2
+
+    def quant_weight(self, name: str) -> QuantWeight:
+        """A 2-D block-format tensor as a QuantWeight whose data views the mmap (no copy, never written);
+        its block table is checked: a wrong byte count or a NaN/infinite scale raises, naming the tensor."""
+        t = self.tensors[name]
+        k, n = (int(d) for d in t.shape)  # ggml lists the fastest dim first
+        data = t.data
+        if data.ndim != 2 or data.shape[0] != n:
+            raise TinyLLMError(f"tensor {name!r} in {self.path} has a block table of shape {data.shape}, "
+                               f"expected {n} rows")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # the mmap is read-only; nothing writes to it
+            view = torch.from_numpy(data)  # [N, row_bytes] uint8
+        try:
+            w = QuantWeight(view, t.tensor_type.name, (n, k))
+            check_blocks(w)
+        except ValueError as exc:
+            raise TinyLLMError(f"tensor {name!r} in {self.path} is corrupt: {exc}") from None
+        return w
+
 
 def open_gguf(path: str | os.PathLike) -> GGUFFile:
     """Read a GGUF file's header; raise TinyLLMError if it is missing, not GGUF, or truncated."""
@@ -65,8 +91,20 @@ def open_gguf(path: str | os.PathLike) -> GGUFFile:
         except Exception:  # a field the library cannot turn into Python values
             continue
     tensors = {t.name: t for t in reader.tensors}
-    size = os.path.getsize(path)
-    for t in reader.tensors:
-        if int(t.data_offset) + int(t.n_bytes) > size:
-            raise TinyLLMError(f"{path!r} is truncated: tensor {t.name!r} ends past the end of the file")
+    _check_extents(path, reader.tensors)
     return GGUFFile(path=path, metadata=metadata, tensors=tensors)
+
+
+def _check_extents(path: str, tensors) -> None:
+    """Each tensor's bytes, as its header's type and shape count them, end before the next tensor starts
+    (a header claiming more bytes than were laid out) and before the end of the file (a truncated file)."""
+    size = os.path.getsize(path)
+    ordered = sorted(tensors, key=lambda t: int(t.data_offset))
+    for t, after in zip(ordered, ordered[1:] + [None]):
+        end = int(t.data_offset) + int(t.n_bytes)
+        if end > size:
+            raise TinyLLMError(f"{path!r} is truncated: tensor {t.name!r} ends past the end of the file")
+        if after is not None and end > int(after.data_offset):
+            raise TinyLLMError(f"{path!r} is corrupt: tensor {t.name!r} ({t.tensor_type.name}, shape "
+                               f"{[int(d) for d in t.shape]}) needs {int(t.n_bytes)} bytes but only "
+                               f"{int(after.data_offset) - int(t.data_offset)} lie before the next tensor")
