@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+from tinyllm.loading.fusion import split
 from tiny_models import tiny_llama
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -48,6 +49,11 @@ def random_tiny_llama(seed=0, **overrides):
     return tiny_llama(seed, vocab_size=tiny_vocab_size(), **overrides)
 
 
+def hf_state_dict(model) -> dict[str, torch.Tensor]:
+    """The model's float weights under Hugging Face names (fused projections split back)."""
+    return split(model.state_dict(), model.config)
+
+
 def write_hf_folder(model, folder: str, state: dict | None = None) -> str:
     os.makedirs(folder, exist_ok=True)
     c = model.config
@@ -62,7 +68,7 @@ def write_hf_folder(model, folder: str, state: dict | None = None) -> str:
         json.dump(config, f)
     with open(os.path.join(folder, "generation_config.json"), "w") as f:
         json.dump({"eos_token_id": [2, 0]}, f)
-    state = dict(state or model.state_dict())
+    state = dict(state or hf_state_dict(model))
     if c.tie_word_embeddings:
         state.pop("lm_head.weight", None)
     save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(folder, "model.safetensors"))
@@ -122,7 +128,7 @@ def write_gguf(model, path: str, quant_types: dict[str, str] | None = None) -> d
     w.add_add_bos_token(False)
     w.add_chat_template(CHAT_TEMPLATE)
     stored = {}
-    for name, t in model.state_dict().items():
+    for name, t in hf_state_dict(model).items():
         if name == "lm_head.weight" and c.tie_word_embeddings:
             continue
         a = t.detach().float().numpy()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..config import ModelConfig
+from ..errors import TinyLLMError
 from ..kernels import QuantWeight
 from .names import FUSED_PARAMETERS
 
@@ -25,7 +26,12 @@ def concat_rows(parts: list):
     raise ValueError("cannot fuse float and quantized parts; load them all quantized or all dequantized")
 
 
-def fuse(state: dict) -> dict:
+def _columns(value) -> int:
+    parts = value if isinstance(value, tuple) else (value,)
+    return int(parts[0].shape[-1])
+
+
+def fuse(state: dict, source: str = "<memory>") -> dict:
     """HF names -> ours: each complete group of parts becomes one fused entry. An incomplete group is left
     as it is, so the model's name check reports exactly what is missing."""
     out = dict(state)
@@ -34,6 +40,10 @@ def fuse(state: dict) -> dict:
         for prefix in prefixes:
             names = [prefix + p for p in parts]
             if all(n in out for n in names):
+                for n in names[1:]:
+                    if _columns(out[n]) != _columns(out[names[0]]) or len(getattr(out[n], "shape", ())) != 2:
+                        raise TinyLLMError(f"{source!r}: tensor {n} has shape {tuple(out[n].shape)}, expected "
+                                           f"{_columns(out[names[0]])} columns like {names[0]}")
                 out[prefix + fused] = concat_rows([out.pop(n) for n in names])
     return out
 

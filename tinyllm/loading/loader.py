@@ -113,7 +113,7 @@ def build_model(config: ModelConfig, state: dict, device: torch.device | str, so
 
 def _finish_state(state: dict, options: WeightOptions, native: bool, source: str) -> dict:
     """Fuse projections, then quantize a float model if asked (dequantized again for the reference path)."""
-    state = fuse(state)
+    state = fuse(state, source)
     if options.quantize is None:
         return state
     state = quantize_state(state, options.quantize, source)
