@@ -69,6 +69,8 @@ def _tensor(g: GGUFFile, gguf_name: str, name: str, config: ModelConfig, dtype: 
     if native and g.can_stay_quantized(gguf_name):
         w = g.quant_weight(gguf_name)
         return w if heads is None else w.rows(unpermute_rope_index(w.shape[0], heads))  # copies Q/K only
+    if g.can_stay_quantized(gguf_name):
+        g.quant_weight(gguf_name)  # the block table's check: a corrupt one must not become garbage floats
     w = g.dequantize(gguf_name)
     if heads is not None:
         w = unpermute_rope_rows(w, heads)
