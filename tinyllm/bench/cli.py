@@ -14,6 +14,7 @@ BENCHES = [
     ("serve", "tinyllm.bench.serve"),
     ("speculative", "tinyllm.bench.speculative"),
     ("step", "tinyllm.bench.step"),
+    ("kernels", "tinyllm.bench.kernels"),
 ]
 
 

@@ -1,10 +1,12 @@
 """Build the C++ kernels at first use, cache the shared library, load it with ctypes and call it.
 
 The library is a plain C++ file without torch headers (a ~2 s build), compiled with the machine's compiler
-(`$CXX`, else g++, c++ or clang++) with `-O3 -march=native` and OpenMP, and cached under
+(`$CXX`, else g++, c++ or clang++) with `-O3 -march=native -ffp-contract=off` (decoded weights stay bit-identical
+to the reference) and OpenMP, and cached under
 `~/.cache/tinyllm/kernels/<hash>/` keyed by the sources, the compiler's version and the flags. A build goes
 into a temporary folder renamed into place, so two processes building at once both end with a whole library.
 Without a compiler, after a failed build, or with TINYLLM_NATIVE=0, `library()` is None and one warning says why.
+TINYLLM_NATIVE=scalar builds the portable path (what a machine without AVX2 runs) so it can be tested here.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from .qweight import QuantWeight
 
 CSRC = Path(__file__).parent / "csrc"
 SOURCES = ["blocks.h", "qmatmul.cpp"]
-FLAGS = ["-O3", "-march=native", "-std=c++17", "-fPIC", "-shared", "-fopenmp"]
+FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-fPIC", "-shared", "-fopenmp"]
 LIB_NAME = "libtinyllm_kernels.so"
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 
@@ -43,6 +45,10 @@ def find_compiler() -> str | None:
     return None
 
 
+def flags() -> list[str]:
+    return FLAGS + (["-DTL_SCALAR"] if os.environ.get("TINYLLM_NATIVE") == "scalar" else [])
+
+
 def build_key(compiler: str) -> str:
     """Hash of the sources, the compiler's version line and the flags: a change to any rebuilds."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
@@ -50,7 +56,7 @@ def build_key(compiler: str) -> str:
     for name in SOURCES:
         h.update((CSRC / name).read_bytes())
     h.update(version.encode())
-    h.update(" ".join(FLAGS).encode())
+    h.update(" ".join(flags()).encode())
     return h.hexdigest()[:16]
 
 
@@ -63,7 +69,7 @@ def build(compiler: str) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="build-", dir=root))
     try:
-        cmd = [compiler, *FLAGS, str(CSRC / "qmatmul.cpp"), "-o", str(tmp / LIB_NAME)]
+        cmd = [compiler, *flags(), str(CSRC / "qmatmul.cpp"), "-o", str(tmp / LIB_NAME)]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr.strip()[-2000:]}")
@@ -113,26 +119,27 @@ def reset() -> None:
     _state.clear()
 
 
-def _row_stride(w: QuantWeight) -> tuple[torch.Tensor, int]:
-    data = w.data if w.data.stride(1) == 1 else w.data.contiguous()
-    return data, data.stride(0)
+def _weight_args(w: QuantWeight) -> tuple:
+    """(type id, data pointer, row stride) of the weight, kept on it: a decode step calls this ~200 times."""
+    args = w.__dict__.get("_native_args")
+    if args is None or args[3] is not w.data:
+        data = w.data if w.data.stride(1) == 1 else w.data.contiguous()
+        args = (FORMATS[w.fmt].ggml_type, data.data_ptr(), data.stride(0), w.data, data)
+        w.__dict__["_native_args"] = args
+    return args
 
 
-def matmul(lib, x: torch.Tensor, w: QuantWeight) -> torch.Tensor:
-    """x float32 [M, K] contiguous -> [M, N] float32."""
-    data, stride = _row_stride(w)
-    n, k = w.shape
-    y = torch.empty(x.shape[0], n, dtype=torch.float32)  # [M, N]
-    lib.tl_qmatmul(FORMATS[w.fmt].ggml_type, x.data_ptr(), x.shape[0], k, data.data_ptr(), n, stride,
-                   y.data_ptr(), torch.get_num_threads())
-    return y
+def matmul_into(lib, x: torch.Tensor, m: int, w: QuantWeight, y: torch.Tensor) -> None:
+    """y [M, N] = x [M, K] @ W^T; x and y float32 and contiguous."""
+    fmt_id, ptr, stride = _weight_args(w)[:3]
+    lib.tl_qmatmul(fmt_id, x.data_ptr(), m, w.shape[1], ptr, w.shape[0], stride, y.data_ptr(),
+                   torch.get_num_threads())
 
 
 def dequantize_rows(lib, w: QuantWeight, n0: int, n1: int, out: torch.Tensor | None = None) -> torch.Tensor:
     """Rows n0..n1 of the weight as float32 [n1 - n0, K], decoded by the native kernels."""
-    data, stride = _row_stride(w)
+    fmt_id, ptr, stride = _weight_args(w)[:3]
     k = w.shape[1]
     out = torch.empty(n1 - n0, k, dtype=torch.float32) if out is None else out  # [R, K]
-    lib.tl_dequantize(FORMATS[w.fmt].ggml_type, data.data_ptr() + n0 * stride, n1 - n0, k, stride,
-                      out.data_ptr(), torch.get_num_threads())
+    lib.tl_dequantize(fmt_id, ptr + n0 * stride, n1 - n0, k, stride, out.data_ptr(), torch.get_num_threads())
     return out

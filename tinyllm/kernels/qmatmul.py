@@ -8,6 +8,11 @@ from . import native
 from .qweight import QuantWeight
 from .reference import dequantize
 
+# From this many activation rows on, a tile of weight rows is dequantized to float32 and multiplied by the BLAS
+# (torch.mm), which reuses each loaded value across many rows better than the native M-tiled kernel.
+BLAS_MIN_M = 24
+TILE_BYTES = 8 << 20  # float32 bytes of one dequantized tile: stays in the last-level cache
+
 
 def native_available() -> bool:
     """Whether the compiled kernels are in use (False with TINYLLM_NATIVE=0 or when the build failed)."""
@@ -19,12 +24,29 @@ def qmatmul(x: torch.Tensor, w: QuantWeight) -> torch.Tensor:
     n, k = w.shape
     if x.shape[-1] != k:
         raise ValueError(f"x has {x.shape[-1]} features, expected K={k} for a weight of shape {w.shape}")
-    dtype = x.dtype
-    lead = x.shape[:-1]
-    x2 = x.reshape(-1, k).to(torch.float32).contiguous()  # [M, K]
     lib = native.library()
     if lib is None:
-        y = F.linear(x2, dequantize(w))  # [M, N]
-    else:
-        y = native.matmul(lib, x2, w)  # [M, N]
-    return y.reshape(*lead, n).to(dtype)
+        return F.linear(x.float(), dequantize(w)).to(x.dtype)
+    if x.dtype is not torch.float32 or not x.is_contiguous():
+        return qmatmul(x.float().contiguous(), w).to(x.dtype)
+    m = x.numel() // k
+    y = torch.empty(x.shape[:-1] + (n,), dtype=torch.float32)  # [..., N]
+    if m >= BLAS_MIN_M:
+        blas_matmul(lib, x.view(m, k), w, y.view(m, n))
+    elif m > 0:
+        native.matmul_into(lib, x, m, w, y)
+    return y
+
+
+def blas_matmul(lib, x: torch.Tensor, w: QuantWeight, y: torch.Tensor) -> None:
+    """y [M, N] = x [M, K] @ W^T by tiles of weight rows: native dequantize, then torch.mm into y's columns."""
+    n, k = w.shape
+    rows = max(8, TILE_BYTES // (4 * k))
+    if rows >= n:
+        torch.mm(x, native.dequantize_rows(lib, w, 0, n).t(), out=y)
+        return
+    tile = torch.empty(rows, k, dtype=torch.float32)  # [R, K]
+    for n0 in range(0, n, rows):
+        n1 = min(n, n0 + rows)
+        wt = native.dequantize_rows(lib, w, n0, n1, tile[:n1 - n0])  # [R, K]
+        y[:, n0:n1] = x @ wt.t()

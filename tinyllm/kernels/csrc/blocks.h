@@ -1,12 +1,14 @@
-// Decoding one 32-element sub-block of each GGUF format into float32, in the same arithmetic order as the
-// reference (scale products first, then d * q (+ m | - dm)); an FMA may fuse the last step (one rounding
-// instead of two), which stays inside the float32 bound the tests check.
+// Decoding one 32-element sub-block of each GGUF format into float32, bit-identical to the reference: the
+// scalar path does the reference's operations in its order (built with -ffp-contract=off so nothing is fused).
+// The AVX2 path fuses d * q + m into one FMA only where d * q is exact in float32, so one rounding of the exact
+// sum equals the reference's two: q has at most 5 bits and d is an fp16 (11 significant bits), or for Q4_K/Q5_K
+// d * scale has 11 + 6 bits; 16 or 22 bits fit float32's 24.
 #pragma once
 #include <cstdint>
 #include <cstring>
 #include <cmath>
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(TL_SCALAR)
 #define TL_AVX2 1
 #include <immintrin.h>
 #endif
@@ -127,7 +129,9 @@ template <int F> static inline void decode32(const uint8_t* b, int sub, __m256* 
     const __m256i low4 = _mm256_set1_epi32(15);
     if constexpr (F == Q4_0 || F == Q4_1 || F == Q5_0 || F == Q5_1) {
         constexpr bool has_min = F == Q4_1 || F == Q5_1, five = F == Q5_0 || F == Q5_1;
-        const __m256 d = _mm256_set1_ps(f16(b));
+        // d (and m, the next two bytes) converted together: one conversion, then broadcasts.
+        const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(has_min ? (int)u32(b) : (int)*(const uint16_t*)b));
+        const __m256 d = _mm256_broadcastss_ps(dm);
         const int qh_off = has_min ? 4 : 2, qs_off = qh_off + (five ? 4 : 0);
         const __m256i a = bytes8(b + qs_off), c = bytes8(b + qs_off + 8);
         __m256i q[4] = {_mm256_and_si256(a, low4), _mm256_and_si256(c, low4), _mm256_srli_epi32(a, 4),
@@ -137,8 +141,8 @@ template <int F> static inline void decode32(const uint8_t* b, int sub, __m256* 
             for (int g = 0; g < 4; ++g) q[g] = _mm256_or_si256(q[g], high_bits(qh, g));
         }
         if constexpr (has_min) {
-            const __m256 m = _mm256_set1_ps(f16(b + 2));
-            for (int g = 0; g < 4; ++g) w[g] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q[g]), m);
+            const __m256 m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+            for (int g = 0; g < 4; ++g) w[g] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q[g]), m);  // d * q exact
         } else {
             const __m256i off = _mm256_set1_epi32(five ? 16 : 8);
             for (int g = 0; g < 4; ++g) w[g] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(q[g], off)));
@@ -159,7 +163,7 @@ template <int F> static inline void decode32(const uint8_t* b, int sub, __m256* 
                 const __m256i h = _mm256_srl_epi32(bytes8(b + 16 + 8 * g), _mm_cvtsi32_si128(sub));
                 q = _mm256_or_si256(q, _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(1)), 4));
             }
-            w[g] = _mm256_fmadd_ps(dl, _mm256_cvtepi32_ps(q), nml);
+            w[g] = _mm256_fmadd_ps(dl, _mm256_cvtepi32_ps(q), nml);  // dl * q exact: 22 bits
         }
     } else {  // Q6_K
         const int h = sub / 4, j = sub % 4;

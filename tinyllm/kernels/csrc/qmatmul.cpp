@@ -1,10 +1,10 @@
 // y[M, N] = x[M, K] @ W[N, K]^T with W kept as GGUF blocks, dequantized on the fly with float32 activations.
-// M = 1: one fused decode + FMA pass per weight row. M > 1: each row pair is decoded once into an L1 buffer and
-// reused for tiles of four activation rows. Threads split the output rows N into contiguous chunks.
+// Each 32-weight sub-block is decoded once in registers and FMA'd with one activation row (M = 1, four
+// accumulators) or a tile of up to four (M > 1); threads take chunks of output rows. Large M is the caller's
+// BLAS path on rows decoded by tl_dequantize.
 #include "blocks.h"
 
 #include <algorithm>
-#include <vector>
 
 namespace tl {
 
@@ -41,6 +41,7 @@ template <int F> static void decode_rows(const Weight& w, int64_t n0, int64_t n1
     }
 }
 
+// One weight row against one activation row.
 template <int F> static float dot_row(const uint8_t* row, int64_t num_blocks, const float* x) {
     using T = Traits<F>;
 #ifdef TL_AVX2
@@ -66,80 +67,78 @@ template <int F> static float dot_row(const uint8_t* row, int64_t num_blocks, co
 #endif
 }
 
-// R decoded weight rows (buf, leading dim k) times MT activation rows -> y[MT, R] (leading dim ldy).
-template <int R, int MT> static void tile(const float* buf, const float* x, int64_t k, float* y, int64_t ldy) {
+// One weight row against MT activation rows (x leading dim k, y leading dim ldy): each sub-block is decoded
+// once and used MT times; two accumulators per activation row split the FMA chains.
+template <int F, int MT>
+static void dot_row_m(const uint8_t* row, int64_t num_blocks, const float* x, int64_t k, float* y, int64_t ldy) {
+    using T = Traits<F>;
 #ifdef TL_AVX2
-    __m256 acc[R][MT];
-    for (int r = 0; r < R; ++r)
-        for (int m = 0; m < MT; ++m) acc[r][m] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < k; i += 8) {
-        __m256 wv[R];
-        for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_ps(buf + r * k + i);
-        for (int m = 0; m < MT; ++m) {
-            const __m256 xv = _mm256_loadu_ps(x + m * k + i);
-            for (int r = 0; r < R; ++r) acc[r][m] = _mm256_fmadd_ps(wv[r], xv, acc[r][m]);
+    __m256 acc[MT][2];
+    for (int m = 0; m < MT; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < num_blocks; ++b)
+        for (int s = 0; s < T::block / 32; ++s, x += 32) {
+            __m256 v[4];
+            decode32<F>(row + b * T::bytes, s, v);
+            for (int m = 0; m < MT; ++m)
+                for (int g = 0; g < 4; ++g)
+                    acc[m][g & 1] = _mm256_fmadd_ps(v[g], _mm256_loadu_ps(x + m * k + 8 * g), acc[m][g & 1]);
         }
-    }
-    for (int r = 0; r < R; ++r)
-        for (int m = 0; m < MT; ++m) y[m * ldy + r] = hsum(acc[r][m]);
+    for (int m = 0; m < MT; ++m) y[m * ldy] = hsum(_mm256_add_ps(acc[m][0], acc[m][1]));
 #else
-    for (int r = 0; r < R; ++r)
-        for (int m = 0; m < MT; ++m) {
-            float acc[8] = {0};
-            for (int64_t i = 0; i < k; ++i) acc[i & 7] += buf[r * k + i] * x[m * k + i];
-            y[m * ldy + r] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    float acc[MT][8] = {};
+    float v[32];
+    for (int64_t b = 0; b < num_blocks; ++b)
+        for (int s = 0; s < T::block / 32; ++s, x += 32) {
+            decode32_scalar<F>(row + b * T::bytes, s, v);
+            for (int m = 0; m < MT; ++m)
+                for (int l = 0; l < 32; ++l) acc[m][l & 7] += v[l] * x[m * k + l];
         }
+    for (int m = 0; m < MT; ++m) {
+        const float* a = acc[m];
+        y[m * ldy] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    }
 #endif
 }
 
-template <int R> static void tile_m(const float* buf, const float* x, int64_t m, int64_t k, float* y, int64_t ldy) {
-    int64_t m0 = 0;
-    for (; m0 + 4 <= m; m0 += 4) tile<R, 4>(buf, x + m0 * k, k, y + m0 * ldy, ldy);
-    switch (m - m0) {
-        case 3: tile<R, 3>(buf, x + m0 * k, k, y + m0 * ldy, ldy); break;
-        case 2: tile<R, 2>(buf, x + m0 * k, k, y + m0 * ldy, ldy); break;
-        case 1: tile<R, 1>(buf, x + m0 * k, k, y + m0 * ldy, ldy); break;
-    }
-}
-
 template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t m, float* y, int64_t n0, int64_t n1) {
-    if (m == 1) {
-        for (int64_t n = n0; n < n1; ++n) y[n] = dot_row<F>(w.data + n * w.stride, w.k / Traits<F>::block, x);
-        return;
-    }
-    thread_local std::vector<float> buf;
-    buf.resize(2 * w.k);
-    for (int64_t n = n0; n < n1; n += 2) {
-        const int64_t rows = std::min<int64_t>(2, n1 - n);
-        decode_rows<F>(w, n, n + rows, buf.data(), w.k);
-        if (rows == 2) tile_m<2>(buf.data(), x, m, w.k, y + n, w.n);
-        else tile_m<1>(buf.data(), x, m, w.k, y + n, w.n);
+    const int64_t num_blocks = w.k / Traits<F>::block;
+    for (int64_t n = n0; n < n1; ++n) {
+        const uint8_t* row = w.data + n * w.stride;
+        if (m == 1) {
+            y[n] = dot_row<F>(row, num_blocks, x);
+            continue;
+        }
+        for (int64_t m0 = 0; m0 < m; m0 += 4) {
+            const float* xm = x + m0 * w.k;
+            float* ym = y + m0 * w.n + n;
+            switch (std::min<int64_t>(4, m - m0)) {
+                case 4: dot_row_m<F, 4>(row, num_blocks, xm, w.k, ym, w.n); break;
+                case 3: dot_row_m<F, 3>(row, num_blocks, xm, w.k, ym, w.n); break;
+                case 2: dot_row_m<F, 2>(row, num_blocks, xm, w.k, ym, w.n); break;
+                default: dot_row_m<F, 1>(row, num_blocks, xm, w.k, ym, w.n); break;
+            }
+        }
     }
 }
 
-// Contiguous chunks of rows, a multiple of 8 rows each so threads never share a cache line of y.
-static void split(int64_t n, int threads, int t, int64_t* n0, int64_t* n1) {
-    int64_t chunk = ((n + threads - 1) / threads + 7) / 8 * 8;
-    *n0 = std::min<int64_t>(n, chunk * t);
-    *n1 = std::min<int64_t>(n, *n0 + chunk);
+// Rows go to threads in chunks of a multiple of 16 rows (no two threads write one cache line of y), about four
+// chunks per thread taken dynamically, so a thread the OS delays does not hold up the others.
+static int64_t chunk_rows(int64_t n, int threads) {
+    const int64_t per = (n + 4 * threads - 1) / (4 * threads);
+    return std::max<int64_t>(16, (per + 15) / 16 * 16);
 }
 
 template <int F> static void matmul(const Weight& w, const float* x, int64_t m, float* y, int threads) {
-#pragma omp parallel for schedule(static, 1) num_threads(threads)
-    for (int t = 0; t < threads; ++t) {
-        int64_t n0, n1;
-        split(w.n, threads, t, &n0, &n1);
-        if (n0 < n1) rows_chunk<F>(w, x, m, y, n0, n1);
-    }
+    const int64_t chunk = chunk_rows(w.n, threads), num_chunks = (w.n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (num_chunks > 1 && threads > 1)
+    for (int64_t c = 0; c < num_chunks; ++c) rows_chunk<F>(w, x, m, y, c * chunk, std::min(w.n, (c + 1) * chunk));
 }
 
 template <int F> static void dequantize(const Weight& w, float* out, int threads) {
-#pragma omp parallel for schedule(static, 1) num_threads(threads)
-    for (int t = 0; t < threads; ++t) {
-        int64_t n0, n1;
-        split(w.n, threads, t, &n0, &n1);
-        if (n0 < n1) decode_rows<F>(w, n0, n1, out + n0 * w.k, w.k);
-    }
+    const int64_t chunk = chunk_rows(w.n, threads), num_chunks = (w.n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (num_chunks > 1 && threads > 1)
+    for (int64_t c = 0; c < num_chunks; ++c)
+        decode_rows<F>(w, c * chunk, std::min(w.n, (c + 1) * chunk), out + c * chunk * w.k, w.k);
 }
 
 #define TL_DISPATCH(fmt, call)            \

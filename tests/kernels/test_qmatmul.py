@@ -1,0 +1,129 @@
+"""qmatmul (native kernels and the fallback) equals dequantize + F.linear within float32 summation order.
+
+The bound: the kernels decode every weight bit-identically to the reference (test_dequantize checks it), so
+the two results are the same K products summed in different orders. Any order of a float32 sum of K terms
+(with or without FMA) is within gamma_K * sum_k |x_k w_k| of the exact value, gamma_K = K u / (1 - K u),
+u = 2^-24; the two results are therefore within 2 gamma_K * (|x| @ |W|^T) of each other, per element."""
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from quant_blocks import weight
+
+from tinyllm.kernels import FORMATS, dequantize, native, qmatmul
+
+ALL = list(FORMATS)
+U = 2.0 ** -24
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def assert_within_summation_bound(y: torch.Tensor, x: torch.Tensor, w_dense: torch.Tensor) -> None:
+    k = x.shape[-1]
+    expected = F.linear(x.float(), w_dense)
+    gamma = k * U / (1 - k * U)
+    bound = 2 * gamma * (x.double().abs() @ w_dense.double().abs().T)  # [..., N]
+    err = (y.double() - expected.double()).abs()
+    assert bool((err <= bound).all()), f"max excess {(err - bound).max().item():.3g}"
+
+
+@pytest.fixture(params=["native", "scalar", "fallback"])
+def path(request, monkeypatch):
+    """native: the kernels built for this CPU; scalar: the portable C++ path; fallback: dequantize + F.linear."""
+    env = {"native": None, "scalar": "scalar", "fallback": "0"}[request.param]
+    if env is not None:
+        monkeypatch.setenv("TINYLLM_NATIVE", env)
+    native.reset()
+    with pytest.warns(RuntimeWarning) if env == "0" else _nothing():
+        lib = native.library()
+    if lib is None and env != "0":
+        pytest.skip("no native kernels on this machine")
+    yield request.param
+    native.reset()
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.mark.parametrize("fmt", ALL)
+@pytest.mark.parametrize("m", [1, 2, 7, 64, 300])
+def test_qmatmul_within_summation_bound(path, fmt, m):
+    block = FORMATS[fmt].block_size
+    for n, k in [(37, block), (5, 3 * block)]:  # odd N; K one block and K = 3 blocks (not a SIMD multiple)
+        w = weight(fmt, n, k, seed=m)
+        x = torch.randn(m, k, generator=torch.Generator().manual_seed(n))
+        y = qmatmul(x, w)
+        assert y.shape == (m, n) and y.dtype == torch.float32
+        assert_within_summation_bound(y, x, dequantize(w))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("m", [1, 5, 40])
+def test_threads_split_rows_without_gaps(path, threads, m):
+    """Row chunks per thread cover N exactly, with N not a multiple of the chunk alignment."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        w = weight("Q4_1", 203, 96, seed=threads)
+        x = torch.randn(m, 96)
+        assert_within_summation_bound(qmatmul(x, w), x, dequantize(w))
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_leading_dims_and_non_contiguous_x(path):
+    w = weight("Q5_K", 19, 512, seed=1)
+    x3 = torch.randn(3, 512, 4).transpose(1, 2)  # [3, 4, 512], non-contiguous
+    y = qmatmul(x3, w)
+    assert y.shape == (3, 4, 19)
+    assert_within_summation_bound(y, x3, dequantize(w))
+    x1 = torch.randn(2, 1024)[:, ::2][0]  # [512], strided
+    assert_within_summation_bound(qmatmul(x1, w), x1, dequantize(w))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_x_computes_in_float32_and_returns_its_dtype(path, dtype):
+    w = weight("Q8_0", 9, 64, seed=2)
+    x = torch.randn(2, 64).to(dtype)
+    y = qmatmul(x, w)
+    assert y.dtype == dtype
+    assert torch.equal(y, qmatmul(x.float(), w).to(dtype))
+
+
+def test_large_n_uses_several_tiles(path):
+    """The BLAS path cuts N into tiles when a dequantized weight passes the tile size."""
+    module = importlib.import_module("tinyllm.kernels.qmatmul")
+    w = weight("Q4_0", 4100, 1024, seed=3)  # 16 MiB as float32: two tiles of 8 MiB, and a rest
+    x = torch.randn(module.BLAS_MIN_M + 1, 1024)
+    assert_within_summation_bound(qmatmul(x, w), x, dequantize(w))
+
+
+def test_wrong_feature_count_names_both():
+    w = weight("Q4_0", 3, 64)
+    with pytest.raises(ValueError, match="32 features, expected K=64"):
+        qmatmul(torch.randn(2, 32), w)
+
+
+def test_fallback_warns_once_with_the_reason():
+    code = ("import warnings, torch\n"
+            "from tinyllm.kernels import qmatmul, native_available\n"
+            "from tests.kernels.quant_blocks import weight\n"
+            "with warnings.catch_warnings(record=True) as caught:\n"
+            "    warnings.simplefilter('always')\n"
+            "    w = weight('Q4_1', 4, 32)\n"
+            "    for _ in range(3): qmatmul(torch.randn(1, 32), w)\n"
+            "    assert not native_available()\n"
+            "print(len(caught)); print(caught[0].message)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TINYLLM_NATIVE": "0"}, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    count, message = done.stdout.splitlines()[:2]
+    assert count == "1" and "TINYLLM_NATIVE=0" in message

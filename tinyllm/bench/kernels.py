@@ -1,0 +1,109 @@
+"""Quantized matmul kernels on the default model's shapes: native qmatmul vs float32 F.linear vs
+dequantize + F.linear, per M, with GB/s of weight bytes read, and one whole decode token's matmuls.
+
+Weights are random blocks (timing does not depend on the values) with enough copies of each shape to exceed
+the last-level cache, cycled through as a model's layers are, so M = 1 reads its weights from memory."""
+from __future__ import annotations
+
+import math
+import time
+
+from . import common
+
+QUICK = dict(m=[1, 8], min_time=0.05, cache_mb=8)
+# (format, N, K, uses per decode token) of SmolLM2-135M: 30 layers of q, k, v, o, gate, up, down; tied head.
+SHAPES = [("Q4_1", 576, 576, 60), ("Q4_1", 192, 576, 60), ("Q4_1", 1536, 576, 60), ("Q4_1", 576, 1536, 30),
+          ("Q8_0", 49152, 576, 1)]
+
+
+def add_args(p) -> None:
+    p.add_argument("--m", type=int, nargs="+", default=[1, 8, 32, 512], help="activation rows (default 1 8 32 512)")
+    p.add_argument("--min-time", type=float, default=0.3, help="seconds of repeats per cell (default 0.3)")
+    p.add_argument("--cache-mb", type=int, default=96, help="weight copies per shape total at least this (default 96)")
+
+
+def random_weight(fmt: str, n: int, k: int, seed: int):
+    """Random blocks whose fp16 scale fields are finite and small."""
+    import torch
+
+    from ..kernels import FORMATS, QuantWeight
+    from ..kernels.reference import scale_offsets
+
+    f = FORMATS[fmt]
+    g = torch.Generator().manual_seed(seed)
+    data = torch.randint(0, 256, (n * k // f.block_size, f.type_size), dtype=torch.uint8, generator=g)
+    for off in scale_offsets(fmt):
+        scale = (torch.rand(data.shape[0], 1, generator=g) * 0.01).to(torch.float16)
+        data[:, off:off + 2] = scale.view(torch.uint8)
+    return QuantWeight(data.reshape(n, -1), fmt, (n, k))
+
+
+def best_time(fn, args_list: list, min_time: float) -> float:
+    """Seconds per call, the fastest of rounds that each cycle once through args_list."""
+    fn(*args_list[0])
+    best, spent = math.inf, 0.0
+    while spent < min_time or best == math.inf:
+        t0 = time.perf_counter()
+        for args in args_list:
+            fn(*args)
+        dt = time.perf_counter() - t0
+        spent += dt
+        best = min(best, dt / len(args_list))
+    return best
+
+
+def measure_shape(fmt: str, n: int, k: int, ms: list[int], min_time: float, cache_mb: int) -> list[dict]:
+    import torch
+    import torch.nn.functional as F
+
+    from ..kernels import dequantize, qmatmul
+
+    nbytes = n * k // 32 * (20 if fmt == "Q4_1" else 34)
+    copies = max(1, math.ceil(cache_mb * 2**20 / nbytes))
+    ws = [random_weight(fmt, n, k, i) for i in range(copies)]
+    dense = [dequantize(w) for w in ws[:max(1, math.ceil(cache_mb * 2**20 / (n * k * 4)))]]
+    rows = []
+    for m in ms:
+        x = torch.randn(m, k)
+        with torch.inference_mode():
+            t_q = best_time(qmatmul, [(x, w) for w in ws], min_time)
+            t_f = best_time(F.linear, [(x, d) for d in dense], min_time)
+            t_d = best_time(lambda x, w: F.linear(x, dequantize(w)), [(x, ws[0])], min_time / 3)
+        rows.append({"fmt": fmt, "n": n, "k": k, "m": m, "weight_bytes": nbytes, "native_s": t_q,
+                     "float32_linear_s": t_f, "dequantize_linear_s": t_d, "native_gb_s": nbytes / t_q / 1e9,
+                     "float32_gb_s": n * k * 4 / t_f / 1e9})
+    return rows
+
+
+def token_time(rows: list[dict], m: int, key: str) -> float:
+    """Seconds of one decode step's matmuls at this M: each shape's time times its uses per token."""
+    uses = {(f, n, k): u for f, n, k, u in SHAPES}
+    return sum(r[key] * uses[(r["fmt"], r["n"], r["k"])] for r in rows if r["m"] == m)
+
+
+def report(result: dict) -> str:
+    lines = [f"native kernels: {result['native']}  threads: {result['machine']['torch_threads']}",
+             f"{'shape':>18s} {'M':>4s} {'native ms':>10s} {'f32 ms':>9s} {'deq+f32 ms':>11s} {'x f32':>6s} "
+             f"{'native GB/s':>11s} {'f32 GB/s':>9s}"]
+    for r in result["rows"]:
+        shape = f"{r['fmt']} {r['n']}x{r['k']}"
+        lines.append(f"{shape:>18s} {r['m']:4d} {r['native_s'] * 1e3:10.3f} {r['float32_linear_s'] * 1e3:9.3f} "
+                     f"{r['dequantize_linear_s'] * 1e3:11.3f} {r['float32_linear_s'] / r['native_s']:6.2f} "
+                     f"{r['native_gb_s']:11.1f} {r['float32_gb_s']:9.1f}")
+    for m, t in result["token_ms"].items():
+        lines.append(f"one token's 211 matmuls at M={m}: native {t['native']:.2f} ms, float32 F.linear "
+                     f"{t['float32']:.2f} ms")
+    return "\n".join(lines)
+
+
+def run(args) -> dict:
+    from ..kernels import native_available
+
+    options = {k: v for k, v in vars(args).items() if k not in ("func", "bench_run")}
+    result = {"bench": "kernels", "machine": common.machine_info(), "options": options,
+              "native": native_available(), "rows": []}
+    for fmt, n, k, _ in SHAPES:
+        result["rows"] += measure_shape(fmt, n, k, args.m, args.min_time, args.cache_mb)
+    result["token_ms"] = {m: {"native": token_time(result["rows"], m, "native_s") * 1e3,
+                              "float32": token_time(result["rows"], m, "float32_linear_s") * 1e3} for m in args.m}
+    return common.save(args.out, "kernels", result, None, report)
