@@ -66,7 +66,7 @@ def test_qmatmul_within_summation_bound(path, fmt, m):
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-@pytest.mark.parametrize("m", [1, 5, 40])
+@pytest.mark.parametrize("m", [1, 5, 13, 40])
 def test_threads_split_rows_without_gaps(path, threads, m):
     """Row chunks per thread cover N exactly, with N not a multiple of the chunk alignment."""
     before = torch.get_num_threads()

@@ -10,7 +10,7 @@ import time
 
 from . import common
 
-QUICK = dict(m=[1, 8], min_time=0.05, cache_mb=8)
+QUICK = dict(m=[1, 8], min_time=0.01, cache_mb=2)
 # (format, N, K, uses per decode token) of SmolLM2-135M: 30 layers of q, k, v, o, gate, up, down; tied head.
 SHAPES = [("Q4_1", 576, 576, 60), ("Q4_1", 192, 576, 60), ("Q4_1", 1536, 576, 60), ("Q4_1", 576, 1536, 30),
           ("Q8_0", 49152, 576, 1)]
@@ -27,12 +27,12 @@ def random_weight(fmt: str, n: int, k: int, seed: int):
     import torch
 
     from ..kernels import FORMATS, QuantWeight
-    from ..kernels.reference import scale_offsets
+    from ..kernels.reference import SCALE_OFFSETS
 
     f = FORMATS[fmt]
     g = torch.Generator().manual_seed(seed)
     data = torch.randint(0, 256, (n * k // f.block_size, f.type_size), dtype=torch.uint8, generator=g)
-    for off in scale_offsets(fmt):
+    for off in SCALE_OFFSETS[fmt]:
         scale = (torch.rand(data.shape[0], 1, generator=g) * 0.01).to(torch.float16)
         data[:, off:off + 2] = scale.view(torch.uint8)
     return QuantWeight(data.reshape(n, -1), fmt, (n, k))
@@ -56,9 +56,9 @@ def measure_shape(fmt: str, n: int, k: int, ms: list[int], min_time: float, cach
     import torch
     import torch.nn.functional as F
 
-    from ..kernels import dequantize, qmatmul
+    from ..kernels import FORMATS, dequantize, qmatmul
 
-    nbytes = n * k // 32 * (20 if fmt == "Q4_1" else 34)
+    nbytes = n * k // FORMATS[fmt].block_size * FORMATS[fmt].type_size
     copies = max(1, math.ceil(cache_mb * 2**20 / nbytes))
     ws = [random_weight(fmt, n, k, i) for i in range(copies)]
     dense = [dequantize(w) for w in ws[:max(1, math.ceil(cache_mb * 2**20 / (n * k * 4)))]]
@@ -73,6 +73,32 @@ def measure_shape(fmt: str, n: int, k: int, ms: list[int], min_time: float, cach
                      "float32_linear_s": t_f, "dequantize_linear_s": t_d, "native_gb_s": nbytes / t_q / 1e9,
                      "float32_gb_s": n * k * 4 / t_f / 1e9})
     return rows
+
+
+def measured_token(m: int, min_time: float) -> dict:
+    """One decode step's 211 matmuls run in order on distinct weights (as a model holds them), at this M:
+    best and median seconds of native qmatmul and of float32 F.linear."""
+    import torch
+    import torch.nn.functional as F
+
+    from ..kernels import dequantize, qmatmul
+
+    weights = [random_weight(fmt, n, k, 100 + i) for i, (fmt, n, k, uses) in enumerate(SHAPES) for _ in range(uses)]
+    xs = {k: torch.randn(m, k) for k in {w.shape[1] for w in weights}}
+    out = {}
+    with torch.inference_mode():
+        for name, fn, ws in [("native", qmatmul, weights), ("float32", F.linear, None)]:
+            if ws is None:  # float32 copies are made one at a time and dropped to bound memory
+                ws = [dequantize(w) for w in weights]
+            times = []
+            while sum(times) < min_time * 5 or len(times) < 5:
+                t0 = time.perf_counter()
+                for w in ws:
+                    fn(xs[w.shape[1]], w)
+                times.append(time.perf_counter() - t0)
+            out[name] = {"best_s": min(times), "median_s": sorted(times)[len(times) // 2]}
+            ws = None
+    return out
 
 
 def token_time(rows: list[dict], m: int, key: str) -> float:
@@ -91,8 +117,12 @@ def report(result: dict) -> str:
                      f"{r['dequantize_linear_s'] * 1e3:11.3f} {r['float32_linear_s'] / r['native_s']:6.2f} "
                      f"{r['native_gb_s']:11.1f} {r['float32_gb_s']:9.1f}")
     for m, t in result["token_ms"].items():
-        lines.append(f"one token's 211 matmuls at M={m}: native {t['native']:.2f} ms, float32 F.linear "
-                     f"{t['float32']:.2f} ms")
+        lines.append(f"211 matmuls of one step at M={m}, sum of the cells above: native {t['native']:.2f} ms, "
+                     f"float32 F.linear {t['float32']:.2f} ms")
+    for m, t in result["token_measured"].items():
+        lines.append(f"211 matmuls of one step at M={m}, run in order: native best {t['native']['best_s'] * 1e3:.2f} "
+                     f"ms (median {t['native']['median_s'] * 1e3:.2f}), float32 best "
+                     f"{t['float32']['best_s'] * 1e3:.2f} ms (median {t['float32']['median_s'] * 1e3:.2f})")
     return "\n".join(lines)
 
 
@@ -106,4 +136,7 @@ def run(args) -> dict:
         result["rows"] += measure_shape(fmt, n, k, args.m, args.min_time, args.cache_mb)
     result["token_ms"] = {m: {"native": token_time(result["rows"], m, "native_s") * 1e3,
                               "float32": token_time(result["rows"], m, "float32_linear_s") * 1e3} for m in args.m}
+    # a whole step holds ~100 MB of blocks and ~540 MB as float32: not in a --quick smoke run
+    result["token_measured"] = {} if args.quick else {m: measured_token(m, args.min_time) for m in args.m if m <= 8}
+    result["machine"]["load_average_after"] = common.load_now()
     return common.save(args.out, "kernels", result, None, report)

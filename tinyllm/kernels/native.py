@@ -1,18 +1,20 @@
 """Build the C++ kernels at first use, cache the shared library, load it with ctypes and call it.
 
-The library is a plain C++ file without torch headers (a ~2 s build), compiled with the machine's compiler
-(`$CXX`, else g++, c++ or clang++) with `-O3 -march=native -ffp-contract=off` (decoded weights stay bit-identical
-to the reference) and OpenMP, and cached under
-`~/.cache/tinyllm/kernels/<hash>/` keyed by the sources, the compiler's version and the flags. A build goes
-into a temporary folder renamed into place, so two processes building at once both end with a whole library.
-Without a compiler, after a failed build, or with TINYLLM_NATIVE=0, `library()` is None and one warning says why.
-TINYLLM_NATIVE=scalar builds the portable path (what a machine without AVX2 runs) so it can be tested here.
+The library is plain C++ without torch headers (a few seconds to build) with its own small thread pool,
+compiled by the machine's compiler (`$CXX`, else g++, c++ or clang++) with `-O3 -march=native
+-ffp-contract=off` (nothing fused, so decoded weights stay bit-identical to the reference) and cached under
+`~/.cache/tinyllm/kernels/<hash>/`, keyed by the sources, the compiler's version, the flags and the CPU's
+features. A build goes into a temporary folder renamed into place, so two processes building at once both end
+with a whole library. Without a compiler, after a failed build, or with TINYLLM_NATIVE=0, `library()` is None
+and one warning says why. TINYLLM_NATIVE=scalar builds the portable path (what a CPU without AVX2 runs) so
+that it can be tested on any machine.
 """
 from __future__ import annotations
 
 import ctypes
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -25,8 +27,8 @@ from .formats import FORMATS
 from .qweight import QuantWeight
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ["blocks.h", "qmatmul.cpp"]
-FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-fPIC", "-shared", "-fopenmp"]
+SOURCES = ["blocks.h", "pool.h", "qmatmul.cpp"]
+FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-fPIC", "-shared", "-pthread"]
 LIB_NAME = "libtinyllm_kernels.so"
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 
@@ -49,14 +51,23 @@ def flags() -> list[str]:
     return FLAGS + (["-DTL_SCALAR"] if os.environ.get("TINYLLM_NATIVE") == "scalar" else [])
 
 
+def cpu_features() -> str:
+    """The CPU's feature flags: -march=native code from one CPU may not run on another sharing the cache."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line for line in f if line.startswith(("flags", "Features"))), platform.machine())
+    except OSError:
+        return platform.machine() + platform.processor()
+
+
 def build_key(compiler: str) -> str:
-    """Hash of the sources, the compiler's version line and the flags: a change to any rebuilds."""
+    """Hash of the sources, the compiler's version, the flags and the CPU's features: a change to any rebuilds."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
     h = hashlib.sha256()
     for name in SOURCES:
         h.update((CSRC / name).read_bytes())
-    h.update(version.encode())
-    h.update(" ".join(flags()).encode())
+    for part in (version, " ".join(flags()), cpu_features()):
+        h.update(part.encode())
     return h.hexdigest()[:16]
 
 

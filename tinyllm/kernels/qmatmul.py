@@ -1,6 +1,8 @@
 """qmatmul: x @ W^T with W kept as GGUF blocks. Native kernels when built, else dequantize + F.linear."""
 from __future__ import annotations
 
+import threading
+
 import torch
 import torch.nn.functional as F
 
@@ -9,8 +11,9 @@ from .qweight import QuantWeight
 from .reference import dequantize
 
 # From this many activation rows on, a tile of weight rows is dequantized to float32 and multiplied by the BLAS
-# (torch.mm), which reuses each loaded value across many rows better than the native M-tiled kernel.
-BLAS_MIN_M = 24
+# (torch.mm), which reuses each loaded value across many rows better than the native M-tiled kernel. Measured on
+# a 2-core AVX2 machine (Q4_1, default model shapes, one thread): the two are level at M = 16.
+BLAS_MIN_M = 16
 TILE_BYTES = 8 << 20  # float32 bytes of one dequantized tile: stays in the last-level cache
 
 
@@ -30,23 +33,35 @@ def qmatmul(x: torch.Tensor, w: QuantWeight) -> torch.Tensor:
     if x.dtype is not torch.float32 or not x.is_contiguous():
         return qmatmul(x.float().contiguous(), w).to(x.dtype)
     m = x.numel() // k
-    y = torch.empty(x.shape[:-1] + (n,), dtype=torch.float32)  # [..., N]
+    y = torch.empty(m, n)  # [M, N]; sizes as ints: building it from a torch.Size costs several times more
     if m >= BLAS_MIN_M:
-        blas_matmul(lib, x.view(m, k), w, y.view(m, n))
+        blas_matmul(lib, x.view(m, k), w, y)
     elif m > 0:
         native.matmul_into(lib, x, m, w, y)
-    return y
+    return y if x.dim() == 2 else y.view(x.shape[:-1] + (n,))  # [..., N]
 
 
 def blas_matmul(lib, x: torch.Tensor, w: QuantWeight, y: torch.Tensor) -> None:
     """y [M, N] = x [M, K] @ W^T by tiles of weight rows: native dequantize, then torch.mm into y's columns."""
     n, k = w.shape
-    rows = max(8, TILE_BYTES // (4 * k))
-    if rows >= n:
-        torch.mm(x, native.dequantize_rows(lib, w, 0, n).t(), out=y)
-        return
-    tile = torch.empty(rows, k, dtype=torch.float32)  # [R, K]
+    rows = min(n, max(8, TILE_BYTES // (4 * k)))
+    tile = scratch(rows * k)
     for n0 in range(0, n, rows):
         n1 = min(n, n0 + rows)
-        wt = native.dequantize_rows(lib, w, n0, n1, tile[:n1 - n0])  # [R, K]
-        y[:, n0:n1] = x @ wt.t()
+        wt = native.dequantize_rows(lib, w, n0, n1, tile[:(n1 - n0) * k].view(n1 - n0, k))  # [R, K]
+        if n1 - n0 == n:
+            torch.mm(x, wt.t(), out=y)
+        else:
+            y[:, n0:n1] = x @ wt.t()
+
+
+_local = threading.local()
+
+
+def scratch(numel: int) -> torch.Tensor:
+    """A float32 buffer of at least numel elements, kept per thread: a fresh multi-MB tensor per call costs more
+    in page faults than dequantizing into it."""
+    buf = getattr(_local, "tile", None)
+    if buf is None or buf.numel() < numel:
+        buf = _local.tile = torch.empty(numel)
+    return buf

@@ -122,13 +122,3 @@ def dequantize(w: QuantWeight) -> torch.Tensor:
 # Byte offsets of each block's fp16 scale/min fields.
 SCALE_OFFSETS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q4_K": [0, 2],
                  "Q5_K": [0, 2], "Q6_K": [208]}
-
-
-def scale_offsets(fmt: str) -> list[int]:
-    return SCALE_OFFSETS[fmt]
-
-
-def scale_fields(w: QuantWeight) -> torch.Tensor:
-    """Every fp16 scale/min field of the weight as float32 [num_blocks, F] (for the NaN/inf check)."""
-    b = w.data.reshape(-1, FORMATS[w.fmt].type_size)  # [NB, ts]
-    return torch.cat([_f16(b[:, o:o + 2]) for o in SCALE_OFFSETS[w.fmt]], dim=1)  # [NB, F]

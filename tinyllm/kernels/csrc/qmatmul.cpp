@@ -1,8 +1,9 @@
 // y[M, N] = x[M, K] @ W[N, K]^T with W kept as GGUF blocks, dequantized on the fly with float32 activations.
 // Each 32-weight sub-block is decoded once in registers and FMA'd with one activation row (M = 1, four
-// accumulators) or a tile of up to four (M > 1); threads take chunks of output rows. Large M is the caller's
+// accumulators) or a tile of up to six (M > 1); threads take chunks of output rows. Large M is the caller's
 // BLAS path on rows decoded by tl_dequantize.
 #include "blocks.h"
+#include "pool.h"
 
 #include <algorithm>
 
@@ -73,17 +74,19 @@ template <int F, int MT>
 static void dot_row_m(const uint8_t* row, int64_t num_blocks, const float* x, int64_t k, float* y, int64_t ldy) {
     using T = Traits<F>;
 #ifdef TL_AVX2
-    __m256 acc[MT][2];
-    for (int m = 0; m < MT; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    constexpr int A = MT > 6 ? 1 : 2;  // accumulators per activation row: enough chains, few enough registers
+    __m256 acc[MT][A];
+    for (int m = 0; m < MT; ++m)
+        for (int a = 0; a < A; ++a) acc[m][a] = _mm256_setzero_ps();
     for (int64_t b = 0; b < num_blocks; ++b)
         for (int s = 0; s < T::block / 32; ++s, x += 32) {
             __m256 v[4];
             decode32<F>(row + b * T::bytes, s, v);
             for (int m = 0; m < MT; ++m)
                 for (int g = 0; g < 4; ++g)
-                    acc[m][g & 1] = _mm256_fmadd_ps(v[g], _mm256_loadu_ps(x + m * k + 8 * g), acc[m][g & 1]);
+                    acc[m][g % A] = _mm256_fmadd_ps(v[g], _mm256_loadu_ps(x + m * k + 8 * g), acc[m][g % A]);
         }
-    for (int m = 0; m < MT; ++m) y[m * ldy] = hsum(_mm256_add_ps(acc[m][0], acc[m][1]));
+    for (int m = 0; m < MT; ++m) y[m * ldy] = hsum(A == 1 ? acc[m][0] : _mm256_add_ps(acc[m][0], acc[m][A - 1]));
 #else
     float acc[MT][8] = {};
     float v[32];
@@ -108,10 +111,13 @@ template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t
             y[n] = dot_row<F>(row, num_blocks, x);
             continue;
         }
-        for (int64_t m0 = 0; m0 < m; m0 += 4) {
+        for (int64_t m0 = 0; m0 < m;) {
             const float* xm = x + m0 * w.k;
             float* ym = y + m0 * w.n + n;
-            switch (std::min<int64_t>(4, m - m0)) {
+            const int64_t tile = m - m0 >= 6 ? 6 : std::min<int64_t>(4, m - m0);
+            m0 += tile;
+            switch (tile) {
+                case 6: dot_row_m<F, 6>(row, num_blocks, xm, w.k, ym, w.n); break;
                 case 4: dot_row_m<F, 4>(row, num_blocks, xm, w.k, ym, w.n); break;
                 case 3: dot_row_m<F, 3>(row, num_blocks, xm, w.k, ym, w.n); break;
                 case 2: dot_row_m<F, 2>(row, num_blocks, xm, w.k, ym, w.n); break;
@@ -122,36 +128,57 @@ template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t
 }
 
 // Rows go to threads in chunks of a multiple of 16 rows (no two threads write one cache line of y), about four
-// chunks per thread taken dynamically, so a thread the OS delays does not hold up the others.
+// chunks per thread, claimed as threads come, so a thread the OS delays does not hold up the others.
 static int64_t chunk_rows(int64_t n, int threads) {
     const int64_t per = (n + 4 * threads - 1) / (4 * threads);
     return std::max<int64_t>(16, (per + 15) / 16 * 16);
 }
 
+static Pool& pool() {
+    static Pool* p = new Pool();  // never destroyed: see Pool
+    return *p;
+}
+
+struct Job {
+    const Weight* w;
+    const float* x;
+    int64_t m, chunk;
+    float* y;
+};
+
+template <int F> static void matmul_chunk(void* ctx, int64_t c) {
+    const Job& j = *static_cast<const Job*>(ctx);
+    rows_chunk<F>(*j.w, j.x, j.m, j.y, c * j.chunk, std::min(j.w->n, (c + 1) * j.chunk));
+}
+
+template <int F> static void dequantize_chunk(void* ctx, int64_t c) {
+    const Job& j = *static_cast<const Job*>(ctx);
+    const int64_t n0 = c * j.chunk;
+    decode_rows<F>(*j.w, n0, std::min(j.w->n, n0 + j.chunk), j.y + n0 * j.w->k, j.w->k);
+}
+
 template <int F> static void matmul(const Weight& w, const float* x, int64_t m, float* y, int threads) {
-    const int64_t chunk = chunk_rows(w.n, threads), num_chunks = (w.n + chunk - 1) / chunk;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (num_chunks > 1 && threads > 1)
-    for (int64_t c = 0; c < num_chunks; ++c) rows_chunk<F>(w, x, m, y, c * chunk, std::min(w.n, (c + 1) * chunk));
+    Job job{&w, x, m, chunk_rows(w.n, threads), y};
+    pool().run(matmul_chunk<F>, &job, (w.n + job.chunk - 1) / job.chunk, threads);
 }
 
 template <int F> static void dequantize(const Weight& w, float* out, int threads) {
-    const int64_t chunk = chunk_rows(w.n, threads), num_chunks = (w.n + chunk - 1) / chunk;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (num_chunks > 1 && threads > 1)
-    for (int64_t c = 0; c < num_chunks; ++c)
-        decode_rows<F>(w, c * chunk, std::min(w.n, (c + 1) * chunk), out + c * chunk * w.k, w.k);
+    Job job{&w, nullptr, 0, chunk_rows(w.n, threads), out};
+    pool().run(dequantize_chunk<F>, &job, (w.n + job.chunk - 1) / job.chunk, threads);
 }
 
-#define TL_DISPATCH(fmt, call)            \
-    switch (fmt) {                        \
-        case tl::Q4_0: call(Q4_0); return 0;  \
-        case tl::Q4_1: call(Q4_1); return 0;  \
-        case tl::Q5_0: call(Q5_0); return 0;  \
-        case tl::Q5_1: call(Q5_1); return 0;  \
-        case tl::Q8_0: call(Q8_0); return 0;  \
-        case tl::Q4_K: call(Q4_K); return 0;  \
-        case tl::Q5_K: call(Q5_K); return 0;  \
-        case tl::Q6_K: call(Q6_K); return 0;  \
-        default: return -1;               \
+// Runs call(F) for the format id and returns 0, or returns -1 for an unknown id.
+#define TL_DISPATCH(fmt, call)                   \
+    switch (fmt) {                               \
+        case tl::Q4_0: call(Q4_0); return 0;     \
+        case tl::Q4_1: call(Q4_1); return 0;     \
+        case tl::Q5_0: call(Q5_0); return 0;     \
+        case tl::Q5_1: call(Q5_1); return 0;     \
+        case tl::Q8_0: call(Q8_0); return 0;     \
+        case tl::Q4_K: call(Q4_K); return 0;     \
+        case tl::Q5_K: call(Q5_K); return 0;     \
+        case tl::Q6_K: call(Q6_K); return 0;     \
+        default: return -1;                      \
     }
 
 }  // namespace tl

@@ -1,0 +1,42 @@
+"""Building the kernels: cached per source hash, safe when two processes build at once, and a failed build falls
+back with one warning that names the reason."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROBE = ("import warnings\n"
+         "warnings.simplefilter('always')\n"
+         "from tinyllm.kernels import native, native_available\n"
+         "with warnings.catch_warnings(record=True) as caught:\n"
+         "    warnings.simplefilter('always')\n"
+         "    ok = native_available() and native_available()\n"
+         "print(ok, len(caught), caught[0].message if caught else '')\n")
+
+
+def probe(env: dict) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", PROBE], cwd=ROOT, env={**os.environ, **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_two_processes_building_at_once_both_load_one_cached_library(tmp_path):
+    from tinyllm.kernels import native
+
+    if native.find_compiler() is None:
+        pytest.skip("no C++ compiler on this machine")
+    env = {"XDG_CACHE_HOME": str(tmp_path), "TINYLLM_NATIVE": "1"}
+    procs = [probe(env), probe(env)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(out.startswith("True 0") for out, _ in outs), outs
+    built = [p for p in (tmp_path / "tinyllm" / "kernels").iterdir()]
+    assert len(built) == 1 and (built[0] / native.LIB_NAME).exists()  # one entry, no temporary folder left
+
+
+def test_failed_build_falls_back_with_one_warning_naming_the_reason(tmp_path):
+    env = {"XDG_CACHE_HOME": str(tmp_path), "TINYLLM_NATIVE": "1", "CXX": "false"}
+    out, err = probe(env).communicate(timeout=120)
+    ok, count, message = out.split(" ", 2)
+    assert (ok, count) == ("False", "1"), err
+    assert "building them failed" in message and "false" in message
