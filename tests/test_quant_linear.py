@@ -126,3 +126,30 @@ def test_default_model_holds_its_blocks_not_floats():
     assert floats < 1 << 20  # norms only
     assert copied + floats < float32_bytes / 8  # the fused copies: 4.5-bit rows, never float32
     assert c.tie_word_embeddings and loaded.model.lm_head.parts[0] is loaded.model.model.embed_tokens.weight
+
+
+@pytest.fixture(scope="module")
+def default_pair():
+    return LLM(weights="native"), LLM(weights="dequantized")
+
+
+@pytest.mark.slow
+def test_default_model_native_logits_equal_dequantized(default_pair):
+    from test_reference import PROMPTS
+
+    native, ref = default_pair
+    for text in PROMPTS + ["héllo wörld 🙂 — 東京 12345"]:
+        ids = torch.tensor([native.tokenizer.encode(text)])  # [1, T]
+        with torch.inference_mode():
+            assert (native.model(ids) - ref.model(ids)).abs().max() <= 1e-4
+
+
+@pytest.mark.slow
+def test_default_model_native_greedy_ids_equal_dequantized(default_pair):
+    from test_reference import PROMPTS
+
+    native, ref = default_pair
+    for text in PROMPTS:
+        a = native.generate(text, max_tokens=64, temperature=0, ignore_eos=True)
+        b = ref.generate(text, max_tokens=64, temperature=0, ignore_eos=True)
+        assert a.ids == b.ids and len(a.ids) == 64
