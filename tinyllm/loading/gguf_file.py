@@ -12,6 +12,7 @@ import torch
 
 from ..errors import TinyLLMError
 from ..kernels import FORMATS, QuantWeight, check_blocks
+from .gguf_reader import GGUFTensor, attach_views, read_gguf
 
 # Block formats we promise to load (dequantized to float32 at load time).
 SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
@@ -22,7 +23,7 @@ SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
 class GGUFFile:
     path: str
     metadata: dict[str, Any]
-    tensors: dict[str, Any]  # name -> gguf.ReaderTensor
+    tensors: dict[str, GGUFTensor]
 
     @property
     def architecture(self) -> str:
@@ -69,8 +70,6 @@ class GGUFFile:
 
 def open_gguf(path: str | os.PathLike) -> GGUFFile:
     """Read a GGUF file's header; raise TinyLLMError if it is missing, not GGUF, or truncated."""
-    import gguf
-
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise TinyLLMError(f"model file {path!r} does not exist")
@@ -79,20 +78,12 @@ def open_gguf(path: str | os.PathLike) -> GGUFFile:
     if magic != b"GGUF":
         raise TinyLLMError(f"{path!r} is not a GGUF file (it starts with {magic!r}, expected b'GGUF')")
     try:
-        reader = gguf.GGUFReader(path)
-    except Exception as exc:  # the library raises many kinds on a damaged file
+        metadata, tensors, mm = read_gguf(path)
+    except Exception as exc:  # struct, numpy and unknown-enum errors all mean a damaged header
         raise TinyLLMError(f"{path!r} is a damaged or truncated GGUF file ({type(exc).__name__}: {exc})") from None
-    metadata = {}
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF."):
-            continue
-        try:
-            metadata[key] = field.contents()
-        except Exception:  # a field the library cannot turn into Python values
-            continue
-    tensors = {t.name: t for t in reader.tensors}
-    _check_extents(path, reader.tensors)
-    return GGUFFile(path=path, metadata=metadata, tensors=tensors)
+    _check_extents(path, tensors)
+    attach_views(mm, tensors)
+    return GGUFFile(path=path, metadata=metadata, tensors={t.name: t for t in tensors})
 
 
 def _check_extents(path: str, tensors) -> None:
