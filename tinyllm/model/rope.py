@@ -13,7 +13,9 @@ class RotaryEmbedding(nn.Module):
     def __init__(self, rotary_dim: int, theta: float):
         super().__init__()
         self.rotary_dim = rotary_dim
-        inv_freq = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim))
+        # On the CPU even inside a meta-device build: a meta arange imports torch's Python decompositions.
+        steps = torch.arange(0, rotary_dim, 2, dtype=torch.float32, device="cpu")  # [R/2]
+        inv_freq = 1.0 / (theta ** (steps / rotary_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # [R/2]
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
