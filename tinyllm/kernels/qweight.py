@@ -26,9 +26,11 @@ class QuantWeight:
         n, k = self.shape
         if k % fmt.block_size:
             raise ValueError(f"K={k} is not a multiple of the {self.fmt} block size {fmt.block_size}")
-        if not isinstance(self.data, torch.Tensor) or self.data.dtype != torch.uint8 or self.data.dim() != 2:
-            got = getattr(self.data, "dtype", type(self.data).__name__)
-            raise ValueError(f"data must be a 2-D uint8 tensor, got {got} with {getattr(self.data, 'dim', lambda: '?')()} dims")
+        if not isinstance(self.data, torch.Tensor):
+            raise ValueError(f"data must be a torch.Tensor of uint8, got {type(self.data).__name__}")
+        if self.data.dtype != torch.uint8 or self.data.dim() != 2:
+            raise ValueError(f"data must be a 2-D uint8 tensor, got {self.data.dtype} with shape "
+                             f"{tuple(self.data.shape)}")
         if self.data.shape[0] != n:
             raise ValueError(f"data has {self.data.shape[0]} rows, expected N={n}")
         if self.data.shape[1] != self.row_bytes:
