@@ -153,4 +153,5 @@ def run(args, models: common.Models | None = None) -> dict:
     result.update(measure(models, args.prompt_tokens, args.new_tokens, args.repeats, args.seed, args.modes, peer))
     prompt = common.windows(common.corpus_ids(models.llm.tokenizer), [args.prefill_tokens], args.seed + 1)[0]
     result["prefill"] = llamacpp.prefill_pair(models.llm.model, peer, prompt, max(2, args.repeats))
+    llamacpp.close(peer)
     return common.save(args.out, "decode", result, draw(result), report)

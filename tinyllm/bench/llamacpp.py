@@ -59,9 +59,20 @@ def load(path: str, threads: int, n_ctx: int = 2048) -> LlamaCpp:
     return LlamaCpp(model, threads, seconds, added)
 
 
+def close(peer: LlamaCpp | None) -> None:
+    """Free llama.cpp's model now (its destructor fails if left to interpreter shutdown)."""
+    if peer is not None:
+        peer.model.close()
+
+
 def _argmax(peer: LlamaCpp) -> int:
+    """The greedy choice from the logits of the last evaluated position (the only row llama.cpp keeps)."""
+    import llama_cpp
+    import numpy as np
+
     m = peer.model
-    return int(m.scores[m.n_tokens - 1].argmax())
+    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(m.ctx), shape=(m.n_vocab(),))  # [V]
+    return int(logits.argmax())
 
 
 def prefill(peer: LlamaCpp, ids: list[int]) -> float:

@@ -69,6 +69,7 @@ def measure(models: common.Models, prompt_tokens: int, new_tokens: int, repeats:
             "speedup": common.ratio(models.reference_load_s, models.load_s), "ours_rss_added": models.rss_added}
     peer = llamacpp.peer_for(models.path, common.torch_threads())
     load.update(llamacpp_s=peer.load_s if peer else None, llamacpp_rss_added=peer.rss_added if peer else None)
+    llamacpp.close(peer)
     return {"load": load, "prefill": prefill, "uncached_decode": {"prompt_tokens": len(short),
                                                                   "new_tokens": new_tokens, **decode}}
 
