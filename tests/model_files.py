@@ -99,9 +99,11 @@ def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, rows // n_head // 2, cols).swapaxes(1, 2).reshape(rows, cols)
 
 
-def write_gguf(model, path: str, quant_types: dict[str, str] | None = None) -> dict[str, torch.Tensor]:
+def write_gguf(model, path: str, quant_types: dict[str, str] | None = None,
+               pre: str = "gpt2") -> dict[str, torch.Tensor]:
     """Write `model` to a GGUF file; tensors whose GGUF name matches a key suffix of quant_types are stored
-    in that type. Returns the state dict as the file stores it after dequantization (our names/layout)."""
+    in that type. Returns the state dict as the file stores it after dequantization (our names/layout).
+    `pre` names the pre-tokenizer (llama.cpp knows GPT-2's as "gpt-2" only)."""
     import gguf
     from gguf.quants import dequantize, quantize
 
@@ -119,7 +121,7 @@ def write_gguf(model, path: str, quant_types: dict[str, str] | None = None) -> d
     w.add_vocab_size(c.vocab_size)
     tokens, merges = byte_level_vocab()
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt2")
+    w.add_tokenizer_pre(pre)
     w.add_token_list(tokens)
     w.add_token_merges(merges)
     w.add_token_types([3] * len(SPECIALS) + [1] * (len(tokens) - len(SPECIALS)))

@@ -64,7 +64,7 @@ def test_decode(folder, tmp_path):
 def test_decode_and_load_beside_llamacpp(tmp_path):
     path = str(tmp_path / "tiny.gguf")
     write_gguf(random_tiny_llama(3, hidden_size=64, max_position_embeddings=512), path,
-               quant_types={"weight": "Q8_0"})
+               quant_types={"weight": "Q8_0"}, pre="gpt-2")
     r = bench("decode", path, tmp_path / "d", "--no-reference", "--modes", "contiguous")
     rows = {row["mode"]: row for row in r["rows"] if row["new_tokens"] == 8}
     assert set(rows) == {"contiguous", "llama.cpp"} and positive(rows["llama.cpp"]["decode_tokens_per_s"])
