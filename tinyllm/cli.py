@@ -12,6 +12,10 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="a .gguf file or a Hugging Face folder (default: SmolLM2-135M-Instruct)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="compute dtype")
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, ...)")
+    p.add_argument("--weights", default=None, choices=["native", "dequantized"],
+                   help="keep GGUF block formats as blocks (native, the default on the CPU) or expand them to float")
+    p.add_argument("--quantize", default=None, choices=["int8", "int4"],
+                   help="quantize a float model's weights at load (int8: Q8_0, int4: Q4_1; groups of 32)")
 
 
 def _add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -90,7 +94,7 @@ def _engine_kwargs(args) -> dict:
 def _load(args):
     from .llm import LLM
 
-    return LLM(args.model, dtype=args.dtype, device=args.device)
+    return LLM(args.model, dtype=args.dtype, device=args.device, weights=args.weights, quantize=args.quantize)
 
 
 def cmd_generate(args) -> int:

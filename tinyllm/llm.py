@@ -68,8 +68,10 @@ class LLM:
     """A model ready to generate. `LLM()` loads the default model; `LLM(path)` a .gguf file or HF folder."""
 
     def __init__(self, model: str | os.PathLike | None = None, *, dtype: str | torch.dtype = "float32",
-                 device: str | torch.device = "cpu"):
-        loaded = load(model, parse_dtype(dtype), device)
+                 device: str | torch.device = "cpu", weights: str | None = None, quantize: str | None = None):
+        """weights: "native" keeps GGUF block formats as blocks, "dequantized" expands them to float (the
+        reference); default native on the CPU. quantize: "int8" | "int4" quantizes a float model at load."""
+        loaded = load(model, parse_dtype(dtype), device, weights=weights, quantize=quantize)
         self.path, self.format = loaded.path, loaded.format
         self.config, self.model, self.tokenizer = loaded.config, loaded.model, loaded.tokenizer
         self.eos_ids = loaded.eos_ids
@@ -231,14 +233,19 @@ class LLM:
 
     def info(self) -> dict:
         c = self.config
+        from .model.quant_linear import quant_weights, weight_summary
+
         n_params = sum(p.numel() for p in self.model.parameters())
+        n_params += sum(w.shape[0] * w.shape[1] for w in quant_weights(self.model))
+        memory = weight_summary(self.model)
         return {
             "path": self.path, "format": self.format, "architecture": c.architecture,
             "parameters": n_params, "layers": c.num_layers, "heads": c.num_heads, "kv_heads": c.num_kv_heads,
             "head_dim": c.head_dim, "hidden_size": c.hidden_size, "vocab_size": c.vocab_size,
             "context_length": c.context_length, "rope_theta": c.rope_theta,
             "tied_embeddings": c.tie_word_embeddings, "dtype": str(self.model.dtype).removeprefix("torch."),
-            "weight_types": self.weight_types, "kv_bytes_per_token": c.kv_bytes_per_token(4),
+            "weight_types": self.weight_types, "weights_in_memory": memory,
+            "weight_bytes": sum(m["bytes"] for m in memory.values()), "kv_bytes_per_token": c.kv_bytes_per_token(4),
             "tokenizer": self.tokenizer.kind, "eos_ids": list(self.eos_ids),
         }
 

@@ -6,11 +6,12 @@ import os
 
 import pytest
 
-from helpers.model_files import random_tiny_llama, write_hf_folder
+from helpers.model_files import random_tiny_llama, write_gguf, write_hf_folder
 from tinyllm.cli import main
 
 HAS_REFERENCE = importlib.util.find_spec("transformers") is not None
 HAS_PLOT = importlib.util.find_spec("matplotlib") is not None
+HAS_LLAMACPP = importlib.util.find_spec("llama_cpp") is not None
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +25,7 @@ def bench(kind, folder, out, *extra):
         result = json.load(f)
     assert result["bench"] == kind and result["options"]["quick"] is True
     assert result["machine"]["cpu_count"] >= 1 and result["model"] == os.path.abspath(folder)
-    assert os.path.isfile(os.path.join(out, f"{kind}.png")) == (HAS_PLOT and kind != "load")
+    assert os.path.isfile(os.path.join(out, f"{kind}.png")) == (HAS_PLOT and kind not in ("load", "step"))
     return result
 
 
@@ -53,6 +54,33 @@ def test_decode(folder, tmp_path):
             assert row["same_ids_as_contiguous"] is True
     assert positive(r["ratios"]["contiguous_over_none"]["8"])
     assert r["ratios"]["aims"]["at"] == 8
+
+
+    assert r["prefill"]["prompt_tokens"] == 32 and positive(r["prefill"]["ours_tokens_per_s"])
+    assert r["prefill"]["llamacpp_tokens_per_s"] is None  # llama.cpp runs GGUF files only
+
+
+@pytest.mark.skipif(not HAS_LLAMACPP, reason="llama-cpp-python is not installed")
+def test_decode_and_load_beside_llamacpp(tmp_path):
+    path = str(tmp_path / "tiny.gguf")
+    write_gguf(random_tiny_llama(3, hidden_size=64, max_position_embeddings=512), path,
+               quant_types={"weight": "Q8_0"}, pre="gpt-2")
+    r = bench("decode", path, tmp_path / "d", "--no-reference", "--modes", "contiguous")
+    rows = {row["mode"]: row for row in r["rows"] if row["new_tokens"] == 8}
+    assert set(rows) == {"contiguous", "llama.cpp"} and positive(rows["llama.cpp"]["decode_tokens_per_s"])
+    assert positive(r["ratios"]["contiguous_over_llamacpp"]["8"])
+    assert positive(r["prefill"]["llamacpp_tokens_per_s"]) and positive(r["prefill"]["ours_over_llamacpp"])
+    r = bench("load", path, tmp_path / "l", "--no-reference")
+    assert positive(r["load"]["llamacpp_s"]) and r["load"]["ours_rss_added"] is not None
+
+
+def test_step(folder, tmp_path):
+    r = bench("step", folder, tmp_path)
+    b = r["breakdown"]
+    assert r["steps"] == 4 and positive(b["wall_ms_per_token"]) and positive(b["eager_calls_per_token"])
+    assert abs(sum(b["ms_per_token"].values()) - b["wall_ms_per_token"]) < 1e-6 * b["wall_ms_per_token"]
+    assert b["calls_per_token"]["attention"] == 3  # one attention call per layer of the tiny model
+    assert positive(b["ms_per_token"]["matmul"])
 
 
 def test_throughput(folder, tmp_path):

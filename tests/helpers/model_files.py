@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+from tinyllm.loading.fusion import split
 from helpers.tiny_models import tiny_llama
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -48,6 +49,11 @@ def random_tiny_llama(seed=0, **overrides):
     return tiny_llama(seed, vocab_size=tiny_vocab_size(), **overrides)
 
 
+def hf_state_dict(model) -> dict[str, torch.Tensor]:
+    """The model's float weights under Hugging Face names (fused projections split back)."""
+    return split(model.state_dict(), model.config)
+
+
 def write_hf_folder(model, folder: str, state: dict | None = None) -> str:
     os.makedirs(folder, exist_ok=True)
     c = model.config
@@ -62,7 +68,7 @@ def write_hf_folder(model, folder: str, state: dict | None = None) -> str:
         json.dump(config, f)
     with open(os.path.join(folder, "generation_config.json"), "w") as f:
         json.dump({"eos_token_id": [2, 0]}, f)
-    state = dict(state or model.state_dict())
+    state = dict(state or hf_state_dict(model))
     if c.tie_word_embeddings:
         state.pop("lm_head.weight", None)
     save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(folder, "model.safetensors"))
@@ -93,9 +99,11 @@ def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, rows // n_head // 2, cols).swapaxes(1, 2).reshape(rows, cols)
 
 
-def write_gguf(model, path: str, quant_types: dict[str, str] | None = None) -> dict[str, torch.Tensor]:
+def write_gguf(model, path: str, quant_types: dict[str, str] | None = None,
+               pre: str = "gpt2") -> dict[str, torch.Tensor]:
     """Write `model` to a GGUF file; tensors whose GGUF name matches a key suffix of quant_types are stored
-    in that type. Returns the state dict as the file stores it after dequantization (our names/layout)."""
+    in that type. Returns the state dict as the file stores it after dequantization (our names/layout).
+    `pre` names the pre-tokenizer (llama.cpp knows GPT-2's as "gpt-2" only)."""
     import gguf
     from gguf.quants import dequantize, quantize
 
@@ -113,7 +121,7 @@ def write_gguf(model, path: str, quant_types: dict[str, str] | None = None) -> d
     w.add_vocab_size(c.vocab_size)
     tokens, merges = byte_level_vocab()
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt2")
+    w.add_tokenizer_pre(pre)
     w.add_token_list(tokens)
     w.add_token_merges(merges)
     w.add_token_types([3] * len(SPECIALS) + [1] * (len(tokens) - len(SPECIALS)))
@@ -122,7 +130,7 @@ def write_gguf(model, path: str, quant_types: dict[str, str] | None = None) -> d
     w.add_add_bos_token(False)
     w.add_chat_template(CHAT_TEMPLATE)
     stored = {}
-    for name, t in model.state_dict().items():
+    for name, t in hf_state_dict(model).items():
         if name == "lm_head.weight" and c.tie_word_embeddings:
             continue
         a = t.detach().float().numpy()

@@ -8,7 +8,8 @@ from safetensors.torch import save_file
 
 from tinyllm import LLM, TinyLLMError
 from tinyllm.loading.loader import load
-from helpers.model_files import random_tiny_llama, write_gguf, write_hf_folder
+from tinyllm.loading.fusion import fuse
+from helpers.model_files import hf_state_dict, random_tiny_llama, write_gguf, write_hf_folder
 
 IDS = torch.tensor([[5, 80, 200, 7, 33, 150, 9, 260, 1, 44]])
 
@@ -42,10 +43,10 @@ QUANT_MODEL = dict(hidden_size=256, intermediate_size=256, num_heads=4, num_kv_h
 def test_quantized_gguf_loads_as_its_dequantized_weights(tmp_path, kind):
     model = random_tiny_llama(2, **QUANT_MODEL)
     stored = write_gguf(model, str(tmp_path / "q.gguf"), quant_types={"weight": kind} if kind else None)
-    loaded = load(str(tmp_path / "q.gguf"))
+    loaded = load(str(tmp_path / "q.gguf"), weights="dequantized")
     assert loaded.weight_types.get(kind, 0) >= 7 * model.config.num_layers
     reference = random_tiny_llama(2, **QUANT_MODEL)
-    reference.load_state_dict({**stored, **({} if "lm_head.weight" in stored else {})}, strict=False)
+    reference.load_state_dict(fuse(stored), strict=False)
     assert torch.allclose(logits_of(loaded.model), logits_of(reference), atol=1e-4, rtol=0)
     if kind not in ("F16", "BF16"):  # the quantization really changed the weights
         assert (logits_of(loaded.model) - logits_of(model)).abs().max() > 1e-4
@@ -54,7 +55,7 @@ def test_quantized_gguf_loads_as_its_dequantized_weights(tmp_path, kind):
 def test_sharded_safetensors(tmp_path):
     model = random_tiny_llama(3)
     folder = write_hf_folder(model, str(tmp_path / "hf"))
-    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    state = {k: v.contiguous() for k, v in hf_state_dict(model).items()}
     names = sorted(state)
     half = len(names) // 2
     os.remove(os.path.join(folder, "model.safetensors"))
@@ -118,7 +119,7 @@ def test_hf_folder_missing_parts(tmp_path):
 
 def test_wrong_shapes_are_rejected(tmp_path):
     model = random_tiny_llama(7)
-    state = dict(model.state_dict())
+    state = hf_state_dict(model)
     state["model.layers.0.mlp.up_proj.weight"] = torch.zeros(3, 3)
     folder = write_hf_folder(model, str(tmp_path / "hf"), state=state)
     with pytest.raises(TinyLLMError, match="up_proj"):

@@ -13,7 +13,7 @@ PROMPTS = ["Once upon a time", "The capital of France is", "def fibonacci(n):\n 
 def llm():
     from tinyllm import LLM
 
-    return LLM()
+    return LLM(weights="dequantized")  # the reference path; native blocks are checked against it
 
 
 @pytest.fixture(scope="module")

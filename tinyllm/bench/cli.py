@@ -13,6 +13,7 @@ BENCHES = [
     ("prefix", "tinyllm.bench.prefix"),
     ("serve", "tinyllm.bench.serve"),
     ("speculative", "tinyllm.bench.speculative"),
+    ("step", "tinyllm.bench.step"),
     ("kernels", "tinyllm.bench.kernels"),
     ("structured", "tinyllm.bench.structured"),
 ]
@@ -27,6 +28,9 @@ def _common_args(p) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="compute dtype of both engines (default float32)")
+    p.add_argument("--weights", default=None, choices=["native", "dequantized"],
+                   help="our weights: GGUF blocks kept as blocks (native, default) or expanded to float")
+    p.add_argument("--quantize", default=None, choices=["int8", "int4"], help="quantize a float model at load")
 
 
 def add_bench_command(subparsers) -> None:

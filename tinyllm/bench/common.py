@@ -179,6 +179,7 @@ class Models:
     path: str
     load_s: float | None = None
     reference_load_s: float | None = None
+    rss_added: int | None = None   # resident bytes our load added
 
 
 def model_path(path: str | None) -> str:
@@ -197,10 +198,12 @@ def warm_file_cache(path: str) -> None:
                     pass
 
 
-def load_ours(path: str, dtype: str = "float32"):
+def load_ours(path: str, dtype: str = "float32", weights: str | None = None, quantize: str | None = None):
+    """(LLM, seconds, resident bytes added)."""
     from ..llm import LLM
+    from .llamacpp import measure_load
 
-    return timed(LLM, path, dtype=dtype)
+    return measure_load(LLM, path, dtype=dtype, weights=weights, quantize=quantize)
 
 
 def load_reference(path: str, dtype: str = "float32"):
@@ -224,14 +227,20 @@ def load_models(args, want_reference: bool = True) -> Models:
     path = model_path(args.model)
     warm_file_cache(path)
     dtype = getattr(args, "dtype", "float32")
-    llm, load_s = load_ours(path, dtype)
+    llm, load_s, rss = load_ours(path, dtype, getattr(args, "weights", None), getattr(args, "quantize", None))
     ref, ref_s = None, None
     if want_reference and not args.no_reference:
         try:
             ref, ref_s = load_reference(path, dtype)
         except ImportError:
             print("transformers is not installed: the reference columns stay empty")
-    return Models(llm, ref, path, load_s, ref_s)
+    return Models(llm, ref, path, load_s, ref_s, rss)
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 def pad_id(llm) -> int:

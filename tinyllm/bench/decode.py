@@ -1,15 +1,15 @@
 """Greedy decode tokens/s of the reference loop with cache none vs contiguous, and of the engine (the product
 path: paged KV, float32 and float16), for growing numbers of new tokens, beside HF transformers' cached generate
-at batch 1 on the same weights.
+and llama.cpp at batch 1 on the same weights; and prefill tokens/s of a long prompt beside llama.cpp's.
 
 Writes decode.json and decode.png (time against new tokens for every mode)."""
 from __future__ import annotations
 
 import time
 
-from . import common
+from . import common, llamacpp
 
-QUICK = dict(new_tokens=[4, 8], prompt_tokens=16, repeats=1)
+QUICK = dict(new_tokens=[4, 8], prompt_tokens=16, repeats=1, prefill_tokens=32)
 # (row name, LLM.generate keywords), one row each: the reference loop without a cache and with a contiguous
 # one, then the engine (LLM.generate's own path) with float32 and float16 KV.
 MODES = [
@@ -27,6 +27,9 @@ def add_args(p) -> None:
                    help="numbers of new tokens (default 32 64 128 256)")
     p.add_argument("--prompt-tokens", type=int, default=32, help="prompt length (default 32)")
     p.add_argument("--repeats", type=int, default=1, help="runs per mode and length; the fastest counts")
+    p.add_argument("--modes", nargs="+", default=[m for m, _ in MODES], choices=[m for m, _ in MODES],
+                   help="our cache modes to run (default all)")
+    p.add_argument("--prefill-tokens", type=int, default=512, help="prompt length of the prefill comparison")
 
 
 def ours(llm, ids: list[int], n: int, options: dict) -> dict:
@@ -51,19 +54,22 @@ def reference(ref, ids: list[int], n: int, pad: int) -> dict:
             "ids": out[0, len(ids):].tolist()}
 
 
-def runners(models: common.Models, ids: list[int]) -> list[tuple[str, callable]]:
+def runners(models: common.Models, ids: list[int], modes: list[str], peer=None) -> list[tuple[str, callable]]:
     llm = models.llm
-    out = [(name, lambda n, o=options: ours(llm, ids, n, o)) for name, options in MODES]
+    out = [(name, lambda n, o=options: ours(llm, ids, n, o)) for name, options in MODES if name in modes]
     if models.reference is not None:
         out.append(("reference", lambda n: reference(models.reference, ids, n, common.pad_id(llm))))
+    if peer is not None:
+        out.append(("llama.cpp", lambda n: {**llamacpp.decode(peer, ids, n), "load_1min": common.load_now()}))
     return out
 
 
-def measure(models: common.Models, prompt_tokens: int, new_tokens: list[int], repeats: int, seed: int = 0) -> dict:
+def measure(models: common.Models, prompt_tokens: int, new_tokens: list[int], repeats: int, seed: int = 0,
+            modes: list[str] | None = None, peer=None) -> dict:
     """Every (mode, n) run `repeats` times; within one n the modes take turns (in a rotating order) so that a
     busy spell on the machine does not fall on one mode only. The fastest run of each counts."""
     ids = common.windows(common.corpus_ids(models.llm.tokenizer), [prompt_tokens], seed)[0]
-    modes = runners(models, ids)
+    modes = runners(models, ids, modes or [m for m, _ in MODES], peer)
     for _, fn in modes:
         fn(2)  # first-call set-up
     best: dict[tuple[str, int], dict] = {}
@@ -74,7 +80,8 @@ def measure(models: common.Models, prompt_tokens: int, new_tokens: list[int], re
                 run = fn(n)
                 if (name, n) not in best or run["wall_s"] < best[(name, n)]["wall_s"]:
                     best[(name, n)] = run
-    expected = {n: best[("contiguous", n)]["ids"] for n in new_tokens}
+    first = modes[0][0]
+    expected = {n: best[("contiguous" if ("contiguous", n) in best else first, n)]["ids"] for n in new_tokens}
     rows = []
     for (name, n), run in sorted(best.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         same = run.pop("ids") == expected[n]
@@ -87,12 +94,13 @@ def ratios(rows: list[dict], new_tokens: list[int]) -> dict:
     """Decode tokens/s of one mode over another, per n; and whether the aims are reached at the longest n."""
     rate = {(r["mode"], r["new_tokens"]): r["decode_tokens_per_s"] for r in rows}
     out = {"contiguous_over_none": {}, "contiguous_over_reference": {}, "engine_over_contiguous": {},
-           "engine_f16_over_engine": {}}
+           "engine_f16_over_engine": {}, "engine_over_llamacpp": {}}
     for n in new_tokens:
         out["contiguous_over_none"][n] = common.ratio(rate.get(("contiguous", n)), rate.get(("none", n)))
         out["contiguous_over_reference"][n] = common.ratio(rate.get(("contiguous", n)), rate.get(("reference", n)))
         out["engine_over_contiguous"][n] = common.ratio(rate.get(("engine", n)), rate.get(("contiguous", n)))
         out["engine_f16_over_engine"][n] = common.ratio(rate.get(("engine-f16", n)), rate.get(("engine", n)))
+        out["engine_over_llamacpp"][n] = common.ratio(rate.get(("engine", n)), rate.get(("llama.cpp", n)))
     longest = max(new_tokens)
     cached = out["contiguous_over_none"][longest]
     vs_ref = out["contiguous_over_reference"][longest]
@@ -105,7 +113,7 @@ def ratios(rows: list[dict], new_tokens: list[int]) -> dict:
 def draw(result: dict):
     def plot(fig):
         left, right = fig.subplots(1, 2)
-        for name in [m for m, _ in MODES] + ["reference"]:
+        for name in [m for m, _ in MODES] + ["reference", "llama.cpp"]:
             pts = [(r["new_tokens"], r["wall_s"], r["decode_tokens_per_s"])
                    for r in result["rows"] if r["mode"] == name]
             if not pts:
@@ -129,6 +137,9 @@ def report(result: dict) -> str:
         load = "-" if r["load_1min"] is None else f"{r['load_1min']:.1f}"
         lines.append(f"{r['mode']:16s} {r['new_tokens']:5d} {r['wall_s']:8.2f} {r['decode_tokens_per_s']:13.2f} "
                      f"{ttft:>7s} {str(r['same_ids_as_contiguous']):>9s} {load:>5s}")
+    pf = result["prefill"]
+    lines.append(f"prefill {pf['prompt_tokens']} tok (tok/s): ours {pf['ours_tokens_per_s']:.1f}  llama.cpp "
+                 f"{'-' if pf['llamacpp_tokens_per_s'] is None else format(pf['llamacpp_tokens_per_s'], '.1f')}")
     for key, per_n in result["ratios"].items():
         if key != "aims":
             cells = (f"{n}: {'-' if v is None else f'{v:.2f}'}" for n, v in per_n.items())
@@ -139,5 +150,9 @@ def report(result: dict) -> str:
 def run(args, models: common.Models | None = None) -> dict:
     models = models or common.load_models(args)
     result = common.header("decode", args, models)
-    result.update(measure(models, args.prompt_tokens, args.new_tokens, args.repeats, args.seed))
+    peer = llamacpp.peer_for(models.path, common.torch_threads())
+    result.update(measure(models, args.prompt_tokens, args.new_tokens, args.repeats, args.seed, args.modes, peer))
+    prompt = common.windows(common.corpus_ids(models.llm.tokenizer), [args.prefill_tokens], args.seed + 1)[0]
+    result["prefill"] = llamacpp.prefill_pair(models.llm.model, peer, prompt, max(2, args.repeats))
+    llamacpp.close(peer)
     return common.save(args.out, "decode", result, draw(result), report)

@@ -1,8 +1,8 @@
-"""Load time of the model; prefill tokens/s on a long prompt and uncached greedy tokens/s, each beside
-HF transformers on the same weights in the same run."""
+"""Load time and resident memory added by loading (beside llama.cpp's on a GGUF file); prefill tokens/s on
+a long prompt and uncached greedy tokens/s, each beside HF transformers on the same weights in the same run."""
 from __future__ import annotations
 
-from . import common
+from . import common, llamacpp
 
 QUICK = dict(prompt_tokens=32, new_tokens=4, repeats=1)
 
@@ -66,7 +66,10 @@ def measure(models: common.Models, prompt_tokens: int, new_tokens: int, repeats:
     decode = uncached_decode(models, short, new_tokens)
     decode["speedup"] = common.ratio(decode["ours_tokens_per_s"], decode.get("reference_tokens_per_s"))
     load = {"ours_s": models.load_s, "reference_s": models.reference_load_s,
-            "speedup": common.ratio(models.reference_load_s, models.load_s)}
+            "speedup": common.ratio(models.reference_load_s, models.load_s), "ours_rss_added": models.rss_added}
+    peer = llamacpp.peer_for(models.path, common.torch_threads())
+    load.update(llamacpp_s=peer.load_s if peer else None, llamacpp_rss_added=peer.rss_added if peer else None)
+    llamacpp.close(peer)
     return {"load": load, "prefill": prefill, "uncached_decode": {"prompt_tokens": len(short),
                                                                   "new_tokens": new_tokens, **decode}}
 
@@ -77,8 +80,13 @@ def report(result: dict) -> str:
     def f(x, spec=".2f"):
         return "-" if x is None else format(x, spec)
 
+    def mb(x):
+        return "-" if x is None else f"{x / 2**20:.0f} MB"
+
     rows = [("what", "ours", "reference", "ours/ref speed"),
             ("load (s)", f(ld["ours_s"]), f(ld["reference_s"]), f(ld["speedup"])),
+            ("llama.cpp load (s), RSS added", f(ld["llamacpp_s"]), mb(ld["llamacpp_rss_added"]), ""),
+            ("our RSS added by loading", mb(ld["ours_rss_added"]), "", ""),
             (f"prefill {pf['prompt_tokens']} tok (tok/s)", f(pf["ours_tokens_per_s"], ".1f"),
              f(pf["reference_tokens_per_s"], ".1f"), f(pf["speedup"])),
             (f"uncached greedy {dc['new_tokens']} tok (tok/s)", f(dc["ours_tokens_per_s"], ".2f"),

@@ -32,11 +32,12 @@ class KVCache(LayerFill):
             raise ValueError(f"k_new {list(k_new.shape)} and v_new {list(v_new.shape)} differ in shape")
         t_new = k_new.shape[2]
         s = self._check_room(layer, t_new)
-        self.k[layer, :, :, s:s + t_new] = k_new  # copies, rounding to the storage dtype
-        self.v[layer, :, :, s:s + t_new] = v_new
+        k_layer, v_layer = self.k[layer], self.v[layer]  # [B, Hkv, max_len, D]
+        k_layer.narrow(2, s, t_new).copy_(k_new)  # rounds to the storage dtype
+        v_layer.narrow(2, s, t_new).copy_(v_new)
         self._fill[layer] = s + t_new
-        k_all = self.k[layer, :, :, :s + t_new]  # [B, Hkv, s+T, D]
-        v_all = self.v[layer, :, :, :s + t_new]  # [B, Hkv, s+T, D]
+        k_all = k_layer.narrow(2, 0, s + t_new)  # [B, Hkv, s+T, D]
+        v_all = v_layer.narrow(2, 0, s + t_new)  # [B, Hkv, s+T, D]
         return k_all.to(k_new.dtype), v_all.to(v_new.dtype)
 
     def nbytes(self) -> int:

@@ -1,13 +1,18 @@
-"""Open a GGUF file with the `gguf` library: its metadata as plain Python values, its tensors dequantized."""
+"""Open a GGUF file with the `gguf` library: its metadata as plain Python values, its tensors dequantized
+or, for the block formats the kernels execute, as zero-copy views of the file's read-only mmap."""
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..errors import TinyLLMError
+from ..kernels import FORMATS, QuantWeight, check_blocks
+from .gguf_reader import GGUFTensor, attach_views, read_gguf
 
 # Block formats we promise to load (dequantized to float32 at load time).
 SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
@@ -18,7 +23,7 @@ SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
 class GGUFFile:
     path: str
     metadata: dict[str, Any]
-    tensors: dict[str, Any]  # name -> gguf.ReaderTensor
+    tensors: dict[str, GGUFTensor]
 
     @property
     def architecture(self) -> str:
@@ -40,11 +45,31 @@ class GGUFFile:
         shape = tuple(int(d) for d in reversed(t.shape))  # ggml lists the fastest dim first
         return np.ascontiguousarray(out, dtype=np.float32).reshape(shape)
 
+    def can_stay_quantized(self, name: str) -> bool:
+        return self.tensor_type(name) in FORMATS and len(self.tensors[name].shape) == 2
+
+    def quant_weight(self, name: str) -> QuantWeight:
+        """A 2-D block-format tensor as a QuantWeight whose data views the mmap (no copy, never written);
+        its block table is checked: a wrong byte count or a NaN/infinite scale raises, naming the tensor."""
+        t = self.tensors[name]
+        k, n = (int(d) for d in t.shape)  # ggml lists the fastest dim first
+        data = t.data
+        if data.ndim != 2 or data.shape[0] != n:
+            raise TinyLLMError(f"tensor {name!r} in {self.path} has a block table of shape {data.shape}, "
+                               f"expected {n} rows")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # the mmap is read-only; nothing writes to it
+            view = torch.from_numpy(data)  # [N, row_bytes] uint8
+        try:
+            w = QuantWeight(view, t.tensor_type.name, (n, k))
+            check_blocks(w)
+        except ValueError as exc:
+            raise TinyLLMError(f"tensor {name!r} in {self.path} is corrupt: {exc}") from None
+        return w
+
 
 def open_gguf(path: str | os.PathLike) -> GGUFFile:
     """Read a GGUF file's header; raise TinyLLMError if it is missing, not GGUF, or truncated."""
-    import gguf
-
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise TinyLLMError(f"model file {path!r} does not exist")
@@ -53,20 +78,24 @@ def open_gguf(path: str | os.PathLike) -> GGUFFile:
     if magic != b"GGUF":
         raise TinyLLMError(f"{path!r} is not a GGUF file (it starts with {magic!r}, expected b'GGUF')")
     try:
-        reader = gguf.GGUFReader(path)
-    except Exception as exc:  # the library raises many kinds on a damaged file
+        metadata, tensors, mm = read_gguf(path)
+    except Exception as exc:  # struct, numpy and unknown-enum errors all mean a damaged header
         raise TinyLLMError(f"{path!r} is a damaged or truncated GGUF file ({type(exc).__name__}: {exc})") from None
-    metadata = {}
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF."):
-            continue
-        try:
-            metadata[key] = field.contents()
-        except Exception:  # a field the library cannot turn into Python values
-            continue
-    tensors = {t.name: t for t in reader.tensors}
+    _check_extents(path, tensors)
+    attach_views(mm, tensors)
+    return GGUFFile(path=path, metadata=metadata, tensors={t.name: t for t in tensors})
+
+
+def _check_extents(path: str, tensors) -> None:
+    """Each tensor's bytes, as its header's type and shape count them, end before the next tensor starts
+    (a header claiming more bytes than were laid out) and before the end of the file (a truncated file)."""
     size = os.path.getsize(path)
-    for t in reader.tensors:
-        if int(t.data_offset) + int(t.n_bytes) > size:
+    ordered = sorted(tensors, key=lambda t: int(t.data_offset))
+    for t, after in zip(ordered, ordered[1:] + [None]):
+        end = int(t.data_offset) + int(t.n_bytes)
+        if end > size:
             raise TinyLLMError(f"{path!r} is truncated: tensor {t.name!r} ends past the end of the file")
-    return GGUFFile(path=path, metadata=metadata, tensors=tensors)
+        if after is not None and end > int(after.data_offset):
+            raise TinyLLMError(f"{path!r} is corrupt: tensor {t.name!r} ({t.tensor_type.name}, shape "
+                               f"{[int(d) for d in t.shape]}) needs {int(t.n_bytes)} bytes but only "
+                               f"{int(after.data_offset) - int(t.data_offset)} lie before the next tensor")

@@ -57,15 +57,32 @@ def unpermute_rope_rows(w: np.ndarray, num_heads: int) -> np.ndarray:
     return w.reshape(num_heads, rows // num_heads // 2, 2, cols).swapaxes(1, 2).reshape(rows, cols)
 
 
-def state_dict_from_gguf(g: GGUFFile, config: ModelConfig, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def unpermute_rope_index(rows: int, num_heads: int) -> torch.Tensor:
+    """The same permutation as a row index: row i of our layout is row index[i] of the file's."""
+    index = np.arange(rows).reshape(rows, 1)  # [rows, 1]
+    return torch.from_numpy(unpermute_rope_rows(index, num_heads).reshape(-1))  # [rows]
+
+
+def _tensor(g: GGUFFile, gguf_name: str, name: str, config: ModelConfig, dtype: torch.dtype, native: bool):
+    """A float tensor, or (native) a QuantWeight viewing the file; Q/K rows reordered either way."""
+    heads = next((getattr(config, f) for suffix, f in GGUF_ROPE_PERMUTED.items() if name.endswith(suffix)), None)
+    if native and g.can_stay_quantized(gguf_name):
+        w = g.quant_weight(gguf_name)
+        return w if heads is None else w.rows(unpermute_rope_index(w.shape[0], heads))  # copies Q/K only
+    if g.can_stay_quantized(gguf_name):
+        g.quant_weight(gguf_name)  # the block table's check: a corrupt one must not become garbage floats
+    w = g.dequantize(gguf_name)
+    if heads is not None:
+        w = unpermute_rope_rows(w, heads)
+    return torch.from_numpy(w if w.flags.writeable else w.copy()).to(dtype)
+
+
+def state_dict_from_gguf(g: GGUFFile, config: ModelConfig, dtype: torch.dtype, native: bool = False) -> dict:
+    """Our parameter names (HF names, before fusing) -> float tensors, or QuantWeights where `native`."""
     state = {}
     for gguf_name in progress(list(g.tensors), desc="loading weights"):
         name = _our_name(gguf_name)
         if name is None:
             raise TinyLLMError(f"{g.path!r} holds tensor {gguf_name!r}, which a Llama model does not have")
-        w = g.dequantize(gguf_name)
-        for suffix, heads_field in GGUF_ROPE_PERMUTED.items():
-            if name.endswith(suffix):
-                w = unpermute_rope_rows(w, getattr(config, heads_field))
-        state[name] = torch.from_numpy(w if w.flags.writeable else w.copy()).to(dtype)
+        state[name] = _tensor(g, gguf_name, name, config, dtype, native)
     return state

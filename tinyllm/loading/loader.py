@@ -5,16 +5,24 @@ import os
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from ..config import ModelConfig
 from ..errors import TinyLLMError
+from ..kernels import dequantize
 from ..model.llama import LlamaForCausalLM
+from ..model.quant_linear import QuantEmbedding, QuantLinear
 from ..model.rope import RotaryEmbedding
 from ..text.tokenizer import Tokenizer
 from .default_model import default_model_path
+from .fusion import fuse
 from .gguf_file import open_gguf
 from .gguf_model import config_from_gguf, state_dict_from_gguf
 from .hf_model import config_from_hf, read_json, state_dict_from_hf
+from .quantize import QUANTIZE_MODES, quantize_state
+
+
+WEIGHT_MODES = ("native", "dequantized")
 
 
 @dataclass
@@ -28,14 +36,40 @@ class LoadedModel:
     weight_types: dict[str, int]  # storage type in the file -> tensor count
 
 
-def build_model(config: ModelConfig, state: dict[str, torch.Tensor], device: torch.device | str,
-                source: str) -> LlamaForCausalLM:
-    """Put loaded weights into a model without allocating them twice; nothing is half-loaded on error."""
-    with torch.device("meta"):
-        model = LlamaForCausalLM(config)
-    if config.tie_word_embeddings:
-        state.pop("lm_head.weight", None)
-        state["lm_head.weight"] = state.get("model.embed_tokens.weight")
+@dataclass(frozen=True)
+class WeightOptions:
+    """How weights are held. weights: "native" keeps block formats as blocks (matmuls run on them),
+    "dequantized" expands them to float at load (the reference path); None picks native on the CPU and
+    dequantized elsewhere. quantize: "int8"/"int4" turns a float model's weights into blocks at load."""
+    weights: str | None = None
+    quantize: str | None = None
+
+    def __post_init__(self):
+        if self.weights not in (None, *WEIGHT_MODES):
+            raise ValueError(f"weights must be one of {', '.join(WEIGHT_MODES)}, got {self.weights!r}")
+        if self.quantize not in (None, *QUANTIZE_MODES):
+            raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {self.quantize!r}")
+
+    def native_on(self, device) -> bool:
+        on_cpu = torch.device(device).type == "cpu"
+        if self.weights == "native" and not on_cpu:
+            raise TinyLLMError(f"weights='native' runs on the CPU only, got device {str(device)!r}; "
+                               f"use weights='dequantized' there")
+        return self.weights == "native" or (self.weights is None and on_cpu)
+
+
+def _is_quantized(value) -> bool:
+    return not isinstance(value, torch.Tensor)
+
+
+def _shape(value) -> tuple[int, ...]:
+    if isinstance(value, torch.Tensor):
+        return tuple(value.shape)
+    parts = value if isinstance(value, tuple) else (value,)
+    return (sum(w.shape[0] for w in parts), parts[0].shape[1])
+
+
+def _check_names_and_shapes(model: nn.Module, state: dict, source: str) -> None:
     expected = {name: p.shape for name, p in model.state_dict().items()}
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
@@ -43,24 +77,77 @@ def build_model(config: ModelConfig, state: dict[str, torch.Tensor], device: tor
         raise TinyLLMError(f"{source!r} does not match a Llama model of its config: "
                            f"missing {missing[:3]}, unexpected {unexpected[:3]}")
     for name, shape in expected.items():
-        if tuple(state[name].shape) != tuple(shape):
-            raise TinyLLMError(f"{source!r}: tensor {name} has shape {tuple(state[name].shape)}, "
+        if _shape(state[name]) != tuple(shape):
+            raise TinyLLMError(f"{source!r}: tensor {name} has shape {_shape(state[name])}, "
                                f"expected {tuple(shape)}")
-    model.load_state_dict({k: v.to(device) for k, v in state.items()}, assign=True, strict=True)
+
+
+def _place_quantized(model: nn.Module, state: dict, dtype: torch.dtype) -> None:
+    """Swap the module owning each quantized weight for its quantized twin (a tied head shares the
+    embedding's QuantWeight object, so it is held once)."""
+    for name, value in state.items():
+        if _is_quantized(value):
+            path = name.removesuffix(".weight")
+            is_embedding = path.endswith("embed_tokens")
+            model.set_submodule(path, QuantEmbedding(value, dtype) if is_embedding else QuantLinear(value))
+
+
+def build_model(config: ModelConfig, state: dict, device: torch.device | str, source: str,
+                dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
+    """Put loaded weights (float tensors, or QuantWeights kept as blocks) into a model without allocating
+    them twice; nothing is half-loaded on error."""
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
     if config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+        state["lm_head.weight"] = state.get("model.embed_tokens.weight")
+    _check_names_and_shapes(model, state, source)
+    _place_quantized(model, state, dtype)
+    floats = {k: v.to(device) for k, v in state.items() if not _is_quantized(v)}
+    model.load_state_dict(floats, assign=True, strict=True)
+    if config.tie_word_embeddings and not _is_quantized(state["lm_head.weight"]):
         model.lm_head.weight = model.model.embed_tokens.weight
     model.rotary = RotaryEmbedding(config.rotary_dim, config.rope_theta).to(device)
     return model.eval().requires_grad_(False)
 
 
-def _load_gguf(path: str, dtype, device) -> LoadedModel:
+def _finish_state(state: dict, options: WeightOptions, native: bool, source: str) -> dict:
+    """Fuse projections, then quantize a float model if asked (dequantized again for the reference path)."""
+    state = fuse(state, source)
+    if options.quantize is None:
+        return state
+    state = quantize_state(state, options.quantize, source)
+    if not native:
+        return {k: v if isinstance(v, torch.Tensor) else dequantize(v) for k, v in state.items()}
+    return state
+
+
+def _type_counts(state: dict) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for value in {id(v): v for v in state.values()}.values():
+        kinds = [str(value.dtype).removeprefix("torch.")] if isinstance(value, torch.Tensor) else \
+            [w.fmt for w in (value if isinstance(value, tuple) else (value,))]
+        for kind in kinds:
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def _load_gguf(path: str, dtype, device, options: WeightOptions) -> LoadedModel:
     g = open_gguf(path)
     config = config_from_gguf(g)
+    quantized = sorted({g.tensor_type(n) for n in g.tensors} - {"F32", "F16", "BF16"})
+    if options.quantize and quantized:
+        raise TinyLLMError(f"quantize={options.quantize!r} needs float weights, but {path!r} already holds "
+                           f"{', '.join(quantized)} tensors")
+    native = options.native_on(device)
     tokenizer = Tokenizer.from_gguf(g)
     types: dict[str, int] = {}
     for name in g.tensors:
         types[g.tensor_type(name)] = types.get(g.tensor_type(name), 0) + 1
-    model = build_model(config, state_dict_from_gguf(g, config, dtype), device, path)
+    state = _finish_state(state_dict_from_gguf(g, config, dtype, native), options, native, path)
+    if options.quantize:
+        types = _type_counts(state)
+    model = build_model(config, state, device, path, dtype)
     return LoadedModel(path, "gguf", config, model, tokenizer, tokenizer.stop_ids, types)
 
 
@@ -73,20 +160,29 @@ def _hf_eos_ids(folder: str, tokenizer: Tokenizer) -> tuple[int, ...]:
     return tuple(sorted(ids))
 
 
-def _load_hf(folder: str, dtype, device) -> LoadedModel:
+def _load_hf(folder: str, dtype, device, options: WeightOptions) -> LoadedModel:
     config = config_from_hf(folder)
+    native = options.native_on(device)
     tokenizer = Tokenizer.from_hf_folder(folder)
-    state = state_dict_from_hf(folder, dtype)
-    model = build_model(config, state, device, folder)
-    return LoadedModel(folder, "safetensors", config, model, tokenizer, _hf_eos_ids(folder, tokenizer),
-                       {str(dtype).removeprefix("torch."): len(state)})
+    raw = state_dict_from_hf(folder, dtype)
+    types = {str(dtype).removeprefix("torch."): len(raw)}
+    state = _finish_state(raw, options, native, folder)
+    if options.quantize:
+        types = _type_counts(state)
+    model = build_model(config, state, device, folder, dtype)
+    return LoadedModel(folder, "safetensors", config, model, tokenizer, _hf_eos_ids(folder, tokenizer), types)
 
 
 def load(path: str | os.PathLike | None = None, dtype: torch.dtype = torch.float32,
-         device: str | torch.device = "cpu") -> LoadedModel:
+         device: str | torch.device = "cpu", weights: str | None = None, quantize: str | None = None) -> LoadedModel:
+    """weights: "native" | "dequantized" | None (native on the CPU); quantize: None | "int8" | "int4"."""
+    try:
+        options = WeightOptions(weights, quantize)
+    except ValueError as exc:
+        raise TinyLLMError(str(exc)) from None
     path = default_model_path() if path is None else os.fspath(path)
     if os.path.isdir(path):
-        return _load_hf(path, dtype, device)
+        return _load_hf(path, dtype, device, options)
     if not os.path.exists(path):
         raise TinyLLMError(f"model path {path!r} does not exist (expected a .gguf file or a Hugging Face folder)")
-    return _load_gguf(path, dtype, device)
+    return _load_gguf(path, dtype, device, options)

@@ -56,3 +56,9 @@ HF_CONFIG_KEYS = {
     "rms_norm_eps": ("rms_norm_eps",),
     "tie_word_embeddings": ("tie_word_embeddings",),
 }
+
+# Our fused parameters -> the parameters (HF names, in row order) whose rows they concatenate.
+FUSED_PARAMETERS = {
+    "self_attn.qkv_proj.weight": ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+    "mlp.gate_up_proj.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight"),
+}

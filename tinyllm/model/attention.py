@@ -13,26 +13,24 @@ class GQAttention(nn.Module):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.layer_idx = layer_idx
-        self.q_proj = nn.Linear(hidden_size, num_heads * head_dim, bias=False)
-        self.k_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=False)
-        self.v_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=False)
+        # Rows: H·D of q, then Hkv·D of k, then Hkv·D of v — one matmul reads x once.
+        self.qkv_proj = nn.Linear(hidden_size, (num_heads + 2 * num_kv_heads) * head_dim, bias=False)
         self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 mask: torch.Tensor | None, cache) -> torch.Tensor:
         """x [B, T, C]; mask True = may attend, broadcastable to [B, H, T, S], or None (see below)."""
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # [B, H, T, D]
-        k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
-        v = self.v_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
+        qkv = self.qkv_proj(x).view(B, T, H + 2 * Hkv, D).transpose(1, 2)  # [B, H+2Hkv, T, D]
+        q, k = apply_rope(qkv[:, :H + Hkv], cos, sin).split((H, Hkv), dim=1)  # [B, H, T, D], [B, Hkv, T, D]
+        v = qkv[:, H + Hkv:]  # [B, Hkv, T, D]
         if getattr(cache, "is_ragged", False):  # the engine's batch of several flattened sequences
             out = cache.attend(self.layer_idx, q, k, v)  # [1, H, T, D]
-            return self.o_proj(out.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim))
+            return self.o_proj(out.transpose(1, 2).reshape(B, T, H * D))
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)  # [B, Hkv, S, D], everything stored
-            k, v = k.to(q.dtype), v.to(q.dtype)
         # mask None: without a cache the chunk is plainly causal; with one, every stored key is visible.
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and cache is None,
-                                             enable_gqa=self.num_heads != self.num_kv_heads)  # [B, H, T, D]
-        return self.o_proj(out.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim))
+                                             enable_gqa=H != Hkv)  # [B, H, T, D]
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, H * D))  # [B, T, C]

@@ -1,7 +1,8 @@
 """A Llama-family decoder (SmolLM2, Llama 2/3, TinyLlama, ...): wires embedding, blocks, norm and head.
 
-Parameter names follow Hugging Face's LlamaForCausalLM, so a safetensors state dict loads as is and the
-GGUF loader only needs a name table.
+Parameter names follow Hugging Face's LlamaForCausalLM, except that q/k/v and gate/up are fused into one
+projection each (`qkv_proj`, `gate_up_proj`); the loaders map both HF and GGUF names by tables and
+concatenate the fused rows (loading/fusion.py).
 """
 from __future__ import annotations
 
@@ -34,7 +35,10 @@ class DecoderLayer(nn.Module):
 class LlamaBackbone(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        # Zeros, not nn.Embedding's normal_ init: loaders build on the meta device, where normal_ imports
+        # torch's Python decompositions (seconds and tens of MB); every weight is loaded afterwards anyway.
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size,
+                                         _weight=torch.zeros(config.vocab_size, config.hidden_size))
         self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -49,13 +53,14 @@ class LlamaForCausalLM(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
+    # The final norm's weight is always a float parameter; the embedding may be kept quantized.
     @property
     def device(self) -> torch.device:
-        return self.model.embed_tokens.weight.device
+        return self.model.norm.weight.device
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.model.embed_tokens.weight.dtype
+        return self.model.norm.weight.dtype
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache=None,
                 *, last_only: bool = False, rows: torch.Tensor | None = None) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+"""SwiGLU feed-forward: down(silu(gate(x)) * up(x)), with gate and up as one projection split after it."""
 from __future__ import annotations
 
 import torch
@@ -9,9 +9,11 @@ from torch.nn import functional as F
 class SwiGLU(nn.Module):
     def __init__(self, hidden_size: int, intermediate_size: int):
         super().__init__()
-        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
-        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.intermediate_size = intermediate_size
+        # Rows [0, I) are gate_proj, rows [I, 2I) up_proj: one matmul reads x once.
+        self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=False)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)  # [..., I] each
+        return self.down_proj(F.silu(gate) * up)

@@ -13,23 +13,27 @@ class RotaryEmbedding(nn.Module):
     def __init__(self, rotary_dim: int, theta: float):
         super().__init__()
         self.rotary_dim = rotary_dim
-        inv_freq = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim))
+        # On the CPU even inside a meta-device build: a meta arange imports torch's Python decompositions.
+        steps = torch.arange(0, rotary_dim, 2, dtype=torch.float32, device="cpu")  # [R/2]
+        inv_freq = 1.0 / (theta ** (steps / rotary_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # [R/2]
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin for absolute positions [T] or [B, T]: each [..., T, R]."""
+        """cos and sin for absolute positions [T] or [B, T]: each [..., T, R]. The first half of sin is
+        negated, so that rotating is x * cos + swap_halves(x) * sin (see apply_rope)."""
         angles = positions.to(torch.float32)[..., None] * self.inv_freq  # [..., T, R/2]
-        angles = torch.cat((angles, angles), dim=-1)  # [..., T, R]
-        return angles.cos().to(dtype), angles.sin().to(dtype)
+        sin = angles.sin()
+        return torch.cat((angles, angles), dim=-1).cos().to(dtype), torch.cat((-sin, sin), dim=-1).to(dtype)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the first R dims of x [B, H, T, D] by cos/sin [T, R] or [B, T, R]; the rest pass through."""
+    """Rotate the first R dims of x [B, H, T, D] by cos/sin [T, R] or [B, T, R] (sin's first half negated,
+    as cos_sin gives it); the rest pass through. Pair (a, b) becomes (a cos - b sin, b cos + a sin)."""
     if cos.dim() == 3:
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, R]
     rotary_dim = cos.shape[-1]
+    if rotary_dim == x.shape[-1]:
+        return x * cos + x.roll(rotary_dim // 2, dims=-1) * sin  # [B, H, T, D]
     rot, rest = x[..., :rotary_dim], x[..., rotary_dim:]
-    half = rotary_dim // 2
-    rotated_half = torch.cat((-rot[..., half:], rot[..., :half]), dim=-1)  # [B, H, T, R]
-    out = rot * cos + rotated_half * sin
-    return out if rest.shape[-1] == 0 else torch.cat((out, rest), dim=-1)
+    out = rot * cos + rot.roll(rotary_dim // 2, dims=-1) * sin  # [B, H, T, R]
+    return torch.cat((out, rest), dim=-1)

@@ -1,0 +1,155 @@
+"""Quantized weights kept as blocks (model/quant_linear.py) against the dequantized reference: a tiny random
+Llama written as a GGUF with quantized tensors, loaded both ways.
+
+Bound: the native path differs from "dequantize, then F.linear" only in the order of float32 sums, so each
+logit differs by a few ulps of the magnitudes summed; 1e-5 of the largest logit leaves room for that through
+every layer and nothing for a wrong block, row or scale (those move logits by whole percents)."""
+import pytest
+import torch
+
+from tinyllm import LLM
+from tinyllm.kernels import FORMATS
+from tinyllm.loading.loader import load
+from tinyllm.model.quant_linear import QuantEmbedding, QuantLinear, quant_weights
+from helpers.model_files import random_tiny_llama, write_gguf
+
+IDS = torch.tensor([[5, 80, 200, 7, 33, 150, 9, 260, 1, 44]])
+QUANT_MODEL = dict(hidden_size=256, intermediate_size=256, num_heads=4, num_kv_heads=2, head_dim=64)
+RELATIVE_BOUND = 1e-5
+
+
+def both_ways(tmp_path, kind: str, tied: bool = False, seed: int = 2):
+    model = random_tiny_llama(seed, tie_word_embeddings=tied, **QUANT_MODEL)
+    path = str(tmp_path / f"{kind}.gguf")
+    write_gguf(model, path, quant_types={"weight": kind})
+    return path, load(path, weights="native"), load(path, weights="dequantized")
+
+
+def assert_close(a: torch.Tensor, b: torch.Tensor) -> None:
+    assert (a - b).abs().max() <= RELATIVE_BOUND * b.abs().max()
+
+
+@pytest.mark.parametrize("kind", list(FORMATS))
+def test_native_logits_equal_dequantized(tmp_path, kind):
+    _, native, ref = both_ways(tmp_path, kind)
+    assert all(w.fmt == kind for w in quant_weights(native.model))
+    assert isinstance(native.model.model.layers[0].self_attn.qkv_proj, QuantLinear)
+    assert not quant_weights(ref.model)
+    with torch.inference_mode():
+        assert_close(native.model(IDS), ref.model(IDS))
+
+
+def test_tied_head_multiplies_by_the_embeddings_blocks(tmp_path):
+    _, native, ref = both_ways(tmp_path, "Q8_0", tied=True)
+    embed, head = native.model.model.embed_tokens, native.model.lm_head
+    assert isinstance(embed, QuantEmbedding) and head.parts == [embed.weight]
+    assert head.parts[0] is embed.weight  # held once
+    with torch.inference_mode():
+        assert torch.equal(embed(IDS), ref.model.model.embed_tokens(IDS))  # row lookups dequantize exactly
+        assert_close(native.model(IDS), ref.model(IDS))
+
+
+def test_native_cached_equals_recompute_and_greedy_ids_match(tmp_path):
+    path, _, _ = both_ways(tmp_path, "Q4_1")
+    native, ref = LLM(path, weights="native"), LLM(path, weights="dequantized")
+    ids = IDS[0].tolist()
+    cached = native.generate(ids, max_tokens=12, temperature=0, ignore_eos=True)
+    recomputed = native.generate(ids, max_tokens=12, temperature=0, ignore_eos=True, cache="none")
+    reference = ref.generate(ids, max_tokens=12, temperature=0, ignore_eos=True)
+    assert cached.ids == recomputed.ids == reference.ids
+
+
+def test_native_engine_batch_equals_alone(tmp_path):
+    path, _, _ = both_ways(tmp_path, "Q5_1")
+    llm = LLM(path)
+    prompts = [[5, 80, 200, 7], [33, 150, 9, 260, 1, 44, 12], [99]]
+    alone = [llm.generate(p, max_tokens=8, temperature=0, ignore_eos=True).ids for p in prompts]
+    batched = [g.ids for g in llm.generate(prompts, max_tokens=8, temperature=0, ignore_eos=True)]
+    assert batched == alone
+
+
+def test_mixed_formats_in_one_fused_projection(tmp_path):
+    model = random_tiny_llama(3, **QUANT_MODEL)
+    path = str(tmp_path / "mixed.gguf")
+    write_gguf(model, path, quant_types={"attn_v.weight": "Q8_0", "ffn_up.weight": "Q5_0", "weight": "Q4_0"})
+    native, ref = load(path, weights="native"), load(path, weights="dequantized")
+    qkv = native.model.model.layers[0].self_attn.qkv_proj
+    assert [w.fmt for w in qkv.parts] == ["Q4_0", "Q4_0", "Q8_0"]
+    with torch.inference_mode():
+        assert_close(native.model(IDS), ref.model(IDS))
+
+
+def _mapped_ranges(path: str) -> list[tuple[int, int]]:
+    """Address ranges where this process maps the file (from /proc/self/maps)."""
+    import os
+
+    target = os.path.realpath(path)
+    ranges = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].strip() == target:
+                lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                ranges.append((lo, hi))
+    return ranges
+
+
+def unfused_views_stay_in_the_mmap(loaded) -> int:
+    """Asserts every weight that needs no fusing or row reordering (o_proj, down_proj, the embedding) views
+    the file's mapping; returns the bytes of quantized data held outside it (the fused copies)."""
+    ranges = _mapped_ranges(loaded.path)
+    assert ranges, "the file is not memory-mapped"
+    model = loaded.model
+    views = [model.model.embed_tokens.weight] + [w for layer in model.model.layers
+                                                for w in layer.self_attn.o_proj.parts + layer.mlp.down_proj.parts]
+    for w in views:
+        assert any(lo <= w.data.data_ptr() and w.data.data_ptr() + w.data.numel() <= hi for lo, hi in ranges)
+    inside = {id(w) for w in views}
+    return sum(w.data.numel() for w in quant_weights(model) if id(w) not in inside)
+
+
+def test_quantized_tensors_view_the_mmap(tmp_path):
+    path, native, _ = both_ways(tmp_path, "Q4_1", tied=True)
+    copied = unfused_views_stay_in_the_mmap(native)
+    c = native.config
+    fused_rows = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim + 2 * c.intermediate_size
+    assert copied == c.num_layers * fused_rows * c.hidden_size // 32 * 20  # exactly the fused Q4_1 rows
+
+
+@pytest.mark.slow
+def test_default_model_holds_its_blocks_not_floats():
+    loaded = load(None)
+    copied = unfused_views_stay_in_the_mmap(loaded)
+    c = loaded.config
+    float32_bytes = 4 * sum(w.shape[0] * w.shape[1] for w in quant_weights(loaded.model))
+    floats = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
+    assert floats < 1 << 20  # norms only
+    assert copied + floats < float32_bytes / 8  # the fused copies: 4.5-bit rows, never float32
+    assert c.tie_word_embeddings and loaded.model.lm_head.parts[0] is loaded.model.model.embed_tokens.weight
+
+
+@pytest.fixture(scope="module")
+def default_pair():
+    return LLM(weights="native"), LLM(weights="dequantized")
+
+
+@pytest.mark.slow
+def test_default_model_native_logits_equal_dequantized(default_pair):
+    from test_reference import PROMPTS
+
+    native, ref = default_pair
+    for text in PROMPTS + ["héllo wörld 🙂 — 東京 12345"]:
+        ids = torch.tensor([native.tokenizer.encode(text)])  # [1, T]
+        with torch.inference_mode():
+            assert (native.model(ids) - ref.model(ids)).abs().max() <= 1e-4
+
+
+@pytest.mark.slow
+def test_default_model_native_greedy_ids_equal_dequantized(default_pair):
+    from test_reference import PROMPTS
+
+    native, ref = default_pair
+    for text in PROMPTS:
+        a = native.generate(text, max_tokens=64, temperature=0, ignore_eos=True)
+        b = ref.generate(text, max_tokens=64, temperature=0, ignore_eos=True)
+        assert a.ids == b.ids and len(a.ids) == 64

@@ -1,0 +1,129 @@
+"""Where a batch-1 decode token's time goes: matmuls, attention and everything else, with the number of
+eager calls (top-level operators) per token, from torch.profiler over a run of cached decode steps.
+
+The wall time per token is measured without the profiler; the split comes from the profiler's own times,
+scaled to that wall time (the profiler slows every call a little, the small ones most)."""
+from __future__ import annotations
+
+import time
+
+from . import common
+
+QUICK = dict(prompt_tokens=16, steps=4)
+# Operator names (profiler events) counted as each part; everything else is "other".
+MATMUL_OPS = ("aten::linear", "aten::mm", "aten::addmm", "aten::matmul", "aten::bmm", "tinyllm::")
+ATTENTION_OPS = ("aten::scaled_dot_product_attention",)
+
+
+def add_args(p) -> None:
+    p.add_argument("--prompt-tokens", type=int, default=32, help="prompt length before the measured steps")
+    p.add_argument("--steps", type=int, default=64, help="decode steps measured (default 64)")
+
+
+def _part(name: str) -> str:
+    if name.startswith(MATMUL_OPS):
+        return "matmul"
+    if name.startswith(ATTENTION_OPS):
+        return "attention"
+    return "other"
+
+
+def _decode_steps(model, ids: list[int], steps: int):
+    """A prefilled cache and a function running one greedy decode step on it."""
+    import torch
+
+    from ..cache.kv_cache import KVCache
+
+    c = model.config
+    cache = KVCache(c.num_layers, c.num_kv_heads, c.head_dim, len(ids) + 2 * steps + 4)
+    with torch.inference_mode():
+        logits = model(torch.tensor([ids]), cache=cache, last_only=True)  # [1, 1, V]
+    state = {"next": logits[0, -1].argmax().view(1, 1)}
+
+    def step():
+        with torch.inference_mode():
+            out = model(state["next"], cache=cache, last_only=True)  # [1, 1, V]
+            state["next"] = out[0, -1].argmax().view(1, 1)
+    return step
+
+
+def _label_linears(model):
+    """Forward hooks that wrap every linear layer's call in a profiler range named tinyllm::<layer>, so
+    native matmuls (which the profiler cannot see inside) count as matmul time. Returns the hook handles."""
+    from torch import nn
+    from torch.autograd.profiler import record_function
+
+    from ..model.quant_linear import QuantLinear
+
+    handles = []
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.Linear, QuantLinear)):
+            ranges = []
+            handles.append(module.register_forward_pre_hook(
+                lambda m, a, r=ranges, n=name: r.append(record_function(f"tinyllm::{n}").__enter__())))
+            handles.append(module.register_forward_hook(lambda m, a, out, r=ranges: r.pop().__exit__(None, None, None)))
+    return handles
+
+
+def _is_call(ev) -> bool:
+    """An eager call: an operator at the top level, or directly inside one of the linear ranges."""
+    parent = ev.cpu_parent
+    return ev.name.startswith("aten::") and (parent is None or parent.name.startswith("tinyllm::"))
+
+
+def profile_steps(model, ids: list[int], steps: int) -> dict:
+    """Per-token wall ms, and the profiler's ms and top-level call counts per part, per token."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step = _decode_steps(model, ids, steps)
+    for _ in range(3):
+        step()  # first-call set-up
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    wall_ms = (time.perf_counter() - t0) * 1000 / steps
+    step = _decode_steps(model, ids, steps)
+    step()
+    handles = _label_linears(model)
+    try:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                step()
+    finally:
+        for h in handles:
+            h.remove()
+    parts = {"matmul": 0.0, "attention": 0.0, "other": 0.0}
+    calls = {"matmul": 0, "attention": 0, "other": 0}
+    for ev in prof.events():
+        if ev.cpu_parent is None:  # top-level ranges: their times include what they call
+            parts[_part(ev.name)] += ev.cpu_time_total / 1000
+        if _is_call(ev):
+            top = ev if ev.cpu_parent is None else ev.cpu_parent
+            calls[_part(top.name)] += 1
+    profiled = sum(parts.values())
+    scale = wall_ms * steps / profiled if profiled else 0.0
+    return {"wall_ms_per_token": wall_ms, "tokens_per_s": 1000 / wall_ms,
+            "ms_per_token": {k: v * scale / steps for k, v in parts.items()},
+            "profiled_ms_per_token": profiled / steps,
+            "calls_per_token": {k: v / steps for k, v in calls.items()},
+            "eager_calls_per_token": sum(calls.values()) / steps}
+
+
+def report(result: dict) -> str:
+    b = result["breakdown"]
+    lines = [f"decode step, batch 1, after a {result['prompt_tokens']}-token prompt: "
+             f"{b['wall_ms_per_token']:.2f} ms/token ({b['tokens_per_s']:.1f} tok/s), "
+             f"{b['eager_calls_per_token']:.0f} eager calls/token"]
+    for part, ms in b["ms_per_token"].items():
+        lines.append(f"  {part:10s} {ms:7.2f} ms  {b['calls_per_token'][part]:6.0f} calls")
+    return "\n".join(lines)
+
+
+def run(args, models: common.Models | None = None) -> dict:
+    args.no_reference = True
+    models = models or common.load_models(args, want_reference=False)
+    result = common.header("step", args, models)
+    ids = common.windows(common.corpus_ids(models.llm.tokenizer), [args.prompt_tokens], args.seed)[0]
+    result.update(prompt_tokens=len(ids), steps=args.steps,
+                  breakdown=profile_steps(models.llm.model, ids, args.steps))
+    return common.save(args.out, "step", result, None, report)

@@ -1,0 +1,70 @@
+"""Fused projections: HF-named q/k/v and gate/up weights concatenated by rows into our qkv_proj and
+gate_up_proj (at load), and split back (for writing a model out in HF names).
+
+Concatenating rows is exact for float tensors and for block formats alike (a block never spans two rows).
+Quantized parts in different formats cannot share one block table; they stay a tuple of parts.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..config import ModelConfig
+from ..errors import TinyLLMError
+from ..kernels import QuantWeight
+from .names import FUSED_PARAMETERS
+
+
+def concat_rows(parts: list):
+    """Tensors -> one tensor; QuantWeights of one format -> one QuantWeight; mixed formats -> a tuple."""
+    if all(isinstance(p, torch.Tensor) for p in parts):
+        return torch.cat(parts)
+    if all(isinstance(p, QuantWeight) for p in parts):
+        if len({p.fmt for p in parts}) == 1 and len({p.shape[1] for p in parts}) == 1:
+            rows = sum(p.shape[0] for p in parts)
+            return QuantWeight(torch.cat([p.data for p in parts]), parts[0].fmt, (rows, parts[0].shape[1]))
+        return tuple(parts)
+    raise ValueError("cannot fuse float and quantized parts; load them all quantized or all dequantized")
+
+
+def _columns(value) -> int:
+    parts = value if isinstance(value, tuple) else (value,)
+    return int(parts[0].shape[-1])
+
+
+def fuse(state: dict, source: str = "<memory>") -> dict:
+    """HF names -> ours: each complete group of parts becomes one fused entry. An incomplete group is left
+    as it is, so the model's name check reports exactly what is missing."""
+    out = dict(state)
+    for fused, parts in FUSED_PARAMETERS.items():
+        prefixes = sorted(name[:-len(parts[0])] for name in state if name.endswith(parts[0]))
+        for prefix in prefixes:
+            names = [prefix + p for p in parts]
+            if all(n in out for n in names):
+                for n in names[1:]:
+                    if _columns(out[n]) != _columns(out[names[0]]) or len(getattr(out[n], "shape", ())) != 2:
+                        raise TinyLLMError(f"{source!r}: tensor {n} has shape {tuple(out[n].shape)}, expected "
+                                           f"{_columns(out[names[0]])} columns like {names[0]}")
+                out[prefix + fused] = concat_rows([out.pop(n) for n in names])
+    return out
+
+
+def fused_sizes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Rows of each part of each fused parameter, in FUSED_PARAMETERS order."""
+    q, kv = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
+    return {"self_attn.qkv_proj.weight": (q, kv, kv),
+            "mlp.gate_up_proj.weight": (config.intermediate_size, config.intermediate_size)}
+
+
+def split(state: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, torch.Tensor]:
+    """Ours -> HF names: float fused entries split back into their parts."""
+    out = {}
+    sizes = fused_sizes(config)
+    for name, value in state.items():
+        fused = next((f for f in FUSED_PARAMETERS if name.endswith(f)), None)
+        if fused is None:
+            out[name] = value
+            continue
+        prefix = name[:-len(fused)]
+        for part, rows in zip(FUSED_PARAMETERS[fused], value.split(sizes[fused])):
+            out[prefix + part] = rows
+    return out
