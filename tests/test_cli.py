@@ -1,4 +1,5 @@
 """The `tinyllm` command, run as a user would: a subprocess, its stdout, stderr and exit code."""
+
 import json
 import os
 import re
@@ -12,8 +13,9 @@ from helpers.model_files import random_tiny_llama, write_gguf
 
 def run(*args, input=None, timeout=120):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, "-m", "tinyllm", *args], capture_output=True, text=True,
-                          input=input, timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "tinyllm", *args], capture_output=True, text=True, input=input, timeout=timeout, env=env
+    )
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +31,11 @@ def test_generate_json_parses(tiny_gguf):
     out = json.loads(r.stdout)
     assert set(out) >= {"text", "ids", "finish_reason", "usage", "timings"}
     assert len(out["ids"]) == 6 and out["finish_reason"] == "length"
-    assert out["usage"] == {"prompt_tokens": out["usage"]["prompt_tokens"], "completion_tokens": 6,
-                            "total_tokens": out["usage"]["prompt_tokens"] + 6}
+    assert out["usage"] == {
+        "prompt_tokens": out["usage"]["prompt_tokens"],
+        "completion_tokens": 6,
+        "total_tokens": out["usage"]["prompt_tokens"] + 6,
+    }
     assert out["timings"]["ttft_s"] > 0
 
 
@@ -46,23 +51,28 @@ def test_cache_modes_print_the_same_greedy_text(tiny_gguf):
 def test_speculative_flags_print_the_same_text(tiny_gguf):
     base = ["generate", "the tin the tin the", "--model", tiny_gguf, "--max-tokens", "12", "--ignore-eos", "--json"]
     plain = json.loads(run(*base).stdout)
-    for extra in (["--speculative", "ngram", "--num-draft-tokens", "3"],
-                  ["--speculative", "draft", "--draft-layers", "1"]):
+    for extra in (
+        ["--speculative", "ngram", "--num-draft-tokens", "3"],
+        ["--speculative", "draft", "--draft-layers", "1"],
+    ):
         r = run(*base, *extra)
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout)
         assert out["ids"] == plain["ids"] and "acceptance_rate" in out["stats"]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["generate", "hi", "--model", "TINY", "--speculative", "draft"], "exactly one"),
-    (["generate", "hi", "--model", "TINY", "--draft-layers", "2"], "--speculative draft"),
-    (["generate", "hi", "--model", "/no/such/model.gguf"], "does not exist"),
-    (["generate", "", "--model", "TINY"], "empty"),
-    (["generate", "hi", "--model", "TINY", "--top-p", "1.5"], "top_p"),
-    (["generate", "hi", "--model", "TINY", "--prefill-chunk", "0"], "prefill_chunk"),
-    (["info", "--model", "/tmp"], "config.json"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["generate", "hi", "--model", "TINY", "--speculative", "draft"], "exactly one"),
+        (["generate", "hi", "--model", "TINY", "--draft-layers", "2"], "--speculative draft"),
+        (["generate", "hi", "--model", "/no/such/model.gguf"], "does not exist"),
+        (["generate", "", "--model", "TINY"], "empty"),
+        (["generate", "hi", "--model", "TINY", "--top-p", "1.5"], "top_p"),
+        (["generate", "hi", "--model", "TINY", "--prefill-chunk", "0"], "prefill_chunk"),
+        (["info", "--model", "/tmp"], "config.json"),
+    ],
+)
 def test_user_errors_are_one_line_and_exit_2(tiny_gguf, args, message):
     r = run(*[tiny_gguf if a == "TINY" else a for a in args])
     assert r.returncode == 2
@@ -87,8 +97,17 @@ def test_info_json(tiny_gguf):
 
 
 def test_chat_streams_replies(tiny_gguf):
-    r = run("chat", "--model", tiny_gguf, "--max-tokens", "4", "--temperature", "0", "--ignore-eos",
-            input="hello\nagain\n\n")
+    r = run(
+        "chat",
+        "--model",
+        tiny_gguf,
+        "--max-tokens",
+        "4",
+        "--temperature",
+        "0",
+        "--ignore-eos",
+        input="hello\nagain\n\n",
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.split("\n")
     assert len(lines) == 3 and all(line.startswith("> ") for line in lines)  # two replies, then the end
@@ -105,13 +124,27 @@ def test_default_model_cache_modes_agree():
 
 
 def test_structured_output_flags(tiny_gguf, tmp_path):
-    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99},
-                                               "ok": {"type": "boolean"}},
-              "required": ["n", "ok"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99}, "ok": {"type": "boolean"}},
+        "required": ["n", "ok"],
+        "additionalProperties": False,
+    }
     (tmp_path / "s.json").write_text(json.dumps(schema))
     (tmp_path / "g.gbnf").write_text('root ::= "tin" ("," "tin")*')
-    base = ["generate", "the tin", "--model", tiny_gguf, "--max-tokens", "40", "--json", "--temperature", "1",
-            "--seed", "3"]
+    base = [
+        "generate",
+        "the tin",
+        "--model",
+        tiny_gguf,
+        "--max-tokens",
+        "40",
+        "--json",
+        "--temperature",
+        "1",
+        "--seed",
+        "3",
+    ]
     out = json.loads(run(*base, "--json-schema", str(tmp_path / "s.json")).stdout)
     value = json.loads(out["text"])
     assert out["finish_reason"] == "stop" and set(value) == {"n", "ok"} and 0 <= value["n"] <= 99

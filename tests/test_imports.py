@@ -1,5 +1,6 @@
 """The package's imports flow one way: server/cli/bench -> llm -> engine (and the reference loop) ->
 {speculative, model, cache, sampling, text} -> loading; no module imports one that imports it back."""
+
 import ast
 from pathlib import Path
 
@@ -42,7 +43,7 @@ def test_no_import_cycles():
         state[m] = 1
         for n in g.get(m, ()):
             if state.get(n) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(path[path.index(n):] + [n]))
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(n) :] + [n]))
             if n in g and not state.get(n):
                 visit(n, path + [n])
         state[m] = 2
@@ -59,6 +60,15 @@ def test_imports_flow_downwards():
             assert not d.startswith(top) or m.startswith(top), f"{m} reaches up to {d}"
             if not m.startswith(top):
                 assert d != "tinyllm.llm" or m == "tinyllm.llm", f"{m} reaches up to the LLM"
-            if m.startswith(("tinyllm.engine", "tinyllm.speculative", "tinyllm.model", "tinyllm.cache",
-                             "tinyllm.sampling", "tinyllm.text", "tinyllm.loading")):
+            if m.startswith(
+                (
+                    "tinyllm.engine",
+                    "tinyllm.speculative",
+                    "tinyllm.model",
+                    "tinyllm.cache",
+                    "tinyllm.sampling",
+                    "tinyllm.text",
+                    "tinyllm.loading",
+                )
+            ):
                 assert not d.startswith(("tinyllm.llm", "tinyllm.reference")), f"{m} reaches up to {d}"

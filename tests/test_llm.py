@@ -1,11 +1,12 @@
 """LLM: one product path. generate/stream/chat run on the LLM's long-lived engine; a single prompt is a
 one-element batch; the reference loop answers cache="none"|"contiguous" and must agree."""
+
 import pytest
 import torch
 
+from helpers.tiny_models import tiny_llama
 from tinyllm import LLM, SamplingParams, TinyLLMError
 from tinyllm.outputs import STATS_KEYS
-from helpers.tiny_models import tiny_llama
 
 GREEDY = dict(temperature=0, max_tokens=12, ignore_eos=True)
 
@@ -120,8 +121,9 @@ def test_a_stream_dropped_before_its_first_piece_frees_its_request(llm):
 
 
 def test_score_and_logprobs_equal_the_full_forward(smollm_tokenizer):
-    llm = LLM.from_parts(tiny_llama(8, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=128),
-                         smollm_tokenizer)
+    llm = LLM.from_parts(
+        tiny_llama(8, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=128), smollm_tokenizer
+    )
     head = smollm_tokenizer.encode("The river")
     tail = smollm_tokenizer.encode(" runs to the sea", add_special_tokens=False)
     ids = head + tail
@@ -129,7 +131,8 @@ def test_score_and_logprobs_equal_the_full_forward(smollm_tokenizer):
         logp = torch.log_softmax(llm.model(torch.tensor([ids]))[0].float(), dim=-1)  # [T, V]
     lps = llm.logprobs(ids)
     assert lps[0] is None and [lp.logprob for lp in lps[1:]] == pytest.approx(
-        [logp[i, ids[i + 1]].item() for i in range(len(ids) - 1)], abs=1e-5)
+        [logp[i, ids[i + 1]].item() for i in range(len(ids) - 1)], abs=1e-5
+    )
     s = llm.score("The river", " runs to the sea")
     want = sum(logp[i - 1, ids[i]].item() for i in range(len(head), len(ids)))
     assert s.num_tokens == len(tail) and s.logprob == pytest.approx(want, abs=1e-4)

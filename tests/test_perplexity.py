@@ -1,6 +1,7 @@
 """`tinyllm perplexity` against HF transformers on the same weights: the strided-window loop written out here
 over transformers' own logits gives the same perplexity; the window rule scores every token but the first
 exactly once; bad input is one error line and exit 2."""
+
 import json
 import math
 
@@ -15,8 +16,10 @@ from tinyllm import LLM
 from tinyllm.errors import TinyLLMError
 from tinyllm.perplexity import make_windows, perplexity, window_size
 
-TEXT = ("The river runs to the sea, and yet the sea is never full; to the place the river comes from, "
-        "there it returns again. ") * 5
+TEXT = (
+    "The river runs to the sea, and yet the sea is never full; to the place the river comes from, "
+    "there it returns again. "
+) * 5
 
 
 @pytest.fixture(scope="module")
@@ -107,13 +110,16 @@ def test_window_size_defaults_and_limits():
         make_windows(1, 10, 10)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["perplexity", "/no/such/file.txt", "--model", "TINY"], "does not exist"),
-    (["perplexity", "EMPTY", "--model", "TINY"], "is empty"),
-    (["perplexity", "TEXT", "--model", "TINY", "--context", "1"], "at least 2"),
-    (["perplexity", "TEXT", "--model", "TINY", "--context", "64"], "more than the model"),
-    (["perplexity", "TEXT", "--model", "TINY", "--context", "16", "--stride", "17"], "stride"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["perplexity", "/no/such/file.txt", "--model", "TINY"], "does not exist"),
+        (["perplexity", "EMPTY", "--model", "TINY"], "is empty"),
+        (["perplexity", "TEXT", "--model", "TINY", "--context", "1"], "at least 2"),
+        (["perplexity", "TEXT", "--model", "TINY", "--context", "64"], "more than the model"),
+        (["perplexity", "TEXT", "--model", "TINY", "--context", "16", "--stride", "17"], "stride"),
+    ],
+)
 def test_cli_errors_are_one_line_and_exit_2(folder, text_file, tmp_path, args, message):
     empty = tmp_path / "empty.txt"
     empty.write_text(" \n")

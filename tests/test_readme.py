@@ -1,4 +1,5 @@
 """The README's server snippets (Python and shell) run as shown against a live `tinyllm serve` on 127.0.0.1."""
+
 import os
 import re
 import subprocess
@@ -24,9 +25,29 @@ def snippets(language: str, marker: str) -> list[str]:
 def live_server():
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(README.parent)}
-    proc = subprocess.Popen([sys.executable, "-m", "tinyllm", "serve", "--host", "127.0.0.1", "--port", str(port),
-                             "--threads", "1", "--max-num-seqs", "4", "--kv-memory-gb", "0.1", "--log-level", "warning"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tinyllm",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--threads",
+            "1",
+            "--max-num-seqs",
+            "4",
+            "--kv-memory-gb",
+            "0.1",
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:

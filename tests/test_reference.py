@@ -3,10 +3,10 @@
 import pytest
 import torch
 
+from helpers.tiny_models import ScriptedModel, tiny_llama
 from tinyllm import KVCache, SamplingParams, cache_dims, generate
 from tinyllm.sampling.rng import request_rng
 from tinyllm.sampling.sampler import process_logits
-from helpers.tiny_models import ScriptedModel, tiny_llama
 
 GREEDY = SamplingParams(temperature=0, max_tokens=20)
 
@@ -90,8 +90,9 @@ def test_seeded_sampling_uses_the_request_stream(smollm_tokenizer):
     tok = smollm_tokenizer
     model = tiny_llama(12, vocab_size=tok.vocab_size)
     prompt = [50, 51, 52, 50, 9000]
-    p = SamplingParams(temperature=0.9, top_k=50, top_p=0.9, repetition_penalty=1.3, frequency_penalty=0.2,
-                       seed=1234, max_tokens=12)
+    p = SamplingParams(
+        temperature=0.9, top_k=50, top_p=0.9, repetition_penalty=1.3, frequency_penalty=0.2, seed=1234, max_tokens=12
+    )
     g = generate(model, tok, prompt, p)
     rng, ids = request_rng(1234), []
     with torch.no_grad():
@@ -99,8 +100,11 @@ def test_seeded_sampling_uses_the_request_stream(smollm_tokenizer):
             logits = model(torch.tensor([prompt + ids]))[0, -1]
             dist = torch.log_softmax(process_logits(logits, p, prompt, ids), -1).double()
             cdf = dist.exp().cumsum(0)
-            token = int(torch.searchsorted(cdf, torch.tensor([rng.uniform(t) * float(cdf[-1])], dtype=torch.float64),
-                                           right=True)[0])
+            token = int(
+                torch.searchsorted(
+                    cdf, torch.tensor([rng.uniform(t) * float(cdf[-1])], dtype=torch.float64), right=True
+                )[0]
+            )
             assert token == lp.token == g.ids[t]
             assert abs(float(dist[token]) - lp.logprob) < 1e-4
             p_ = dist.exp()
@@ -147,8 +151,17 @@ def test_cache_modes_and_dims(smollm_tokenizer):
         generate(model, smollm_tokenizer, [1, 2, 3], GREEDY, cache=own)
 
     class HFStyle:
-        config = type("C", (), dict(num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2,
-                                    hidden_size=256, max_position_embeddings=512))()
+        config = type(
+            "C",
+            (),
+            dict(
+                num_hidden_layers=4,
+                num_attention_heads=8,
+                num_key_value_heads=2,
+                hidden_size=256,
+                max_position_embeddings=512,
+            ),
+        )()
 
     assert cache_dims(HFStyle()) == (4, 2, 32, 512)
     assert cache_dims(model) == (3, 2, 16, 128)

@@ -1,4 +1,5 @@
 """tinyllm: an exact, streaming LLM inference engine for Llama-family models, in PyTorch."""
+
 from .cache.kv_cache import KVCache
 from .cache.latent_cache import LatentCache
 from .config import ModelConfig
@@ -13,8 +14,23 @@ from .speculative.proposer import SpeculativeConfig
 from .text.detokenizer import IncrementalDecoder
 from .text.stop import StopMatcher
 
-__all__ = ["LLM", "Engine", "EngineConfig", "RequestOutput", "SpeculativeConfig", "Generation", "TokenLogprob",
-           "SamplingParams", "StructuredOutput",
-           "KVCache", "LatentCache", "IncrementalDecoder", "StopMatcher", "ModelConfig",
-           "TinyLLMError", "generate", "cache_dims"]
+__all__ = [
+    "LLM",
+    "Engine",
+    "EngineConfig",
+    "RequestOutput",
+    "SpeculativeConfig",
+    "Generation",
+    "TokenLogprob",
+    "SamplingParams",
+    "StructuredOutput",
+    "KVCache",
+    "LatentCache",
+    "IncrementalDecoder",
+    "StopMatcher",
+    "ModelConfig",
+    "TinyLLMError",
+    "generate",
+    "cache_dims",
+]
 __version__ = "0.1.0"

@@ -1,4 +1,5 @@
 """The `tinyllm` command: generate, chat, info (and bench, serve where installed)."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,13 +10,23 @@ from .errors import TinyLLMError
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="a .gguf file or a Hugging Face folder (default: SmolLM2-135M-Instruct)")
+    p.add_argument(
+        "--model", default=None, help="a .gguf file or a Hugging Face folder (default: SmolLM2-135M-Instruct)"
+    )
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="compute dtype")
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, ...)")
-    p.add_argument("--weights", default=None, choices=["native", "dequantized"],
-                   help="keep GGUF block formats as blocks (native, the default on the CPU) or expand them to float")
-    p.add_argument("--quantize", default=None, choices=["int8", "int4"],
-                   help="quantize a float model's weights at load (int8: Q8_0, int4: Q4_1; groups of 32)")
+    p.add_argument(
+        "--weights",
+        default=None,
+        choices=["native", "dequantized"],
+        help="keep GGUF block formats as blocks (native, the default on the CPU) or expand them to float",
+    )
+    p.add_argument(
+        "--quantize",
+        default=None,
+        choices=["int8", "int4"],
+        help="quantize a float model's weights at load (int8: Q8_0, int4: Q4_1; groups of 32)",
+    )
 
 
 def _add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -31,14 +42,26 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true")
     p.add_argument("--logprobs", type=int, default=None, help="report the top-N alternatives per token")
-    p.add_argument("--cache", default="paged", choices=["paged", "contiguous", "none"],
-                   help="paged: the engine (default); contiguous / none: the reference loop, with a plain KV "
-                        "cache or recomputing everything")
-    p.add_argument("--kv-dtype", default=None, choices=["float32", "float16", "bfloat16"],
-                   help="KV cache dtype (default: the model's)")
+    p.add_argument(
+        "--cache",
+        default="paged",
+        choices=["paged", "contiguous", "none"],
+        help="paged: the engine (default); contiguous / none: the reference loop, with a plain KV "
+        "cache or recomputing everything",
+    )
+    p.add_argument(
+        "--kv-dtype",
+        default=None,
+        choices=["float32", "float16", "bfloat16"],
+        help="KV cache dtype (default: the model's)",
+    )
     p.add_argument("--prefill-chunk", type=int, default=None, help="tokens per engine step (default 2048)")
-    p.add_argument("--speculative", default=None, choices=["ngram", "draft"],
-                   help="draft tokens by prompt lookup or with a draft model, verify them in one forward")
+    p.add_argument(
+        "--speculative",
+        default=None,
+        choices=["ngram", "draft"],
+        help="draft tokens by prompt lookup or with a draft model, verify them in one forward",
+    )
     p.add_argument("--num-draft-tokens", type=int, default=4)
     p.add_argument("--draft-model", default=None, help="a smaller model sharing the tokenizer")
     p.add_argument("--draft-layers", type=int, default=None, help="self-draft from the target's first N layers")
@@ -53,9 +76,17 @@ def _sampling(args, default_temperature: float) -> dict:
     return dict(
         max_tokens=args.max_tokens,
         temperature=default_temperature if args.temperature is None else args.temperature,
-        top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
-        presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty, seed=args.seed,
-        stop=tuple(args.stop), ignore_eos=args.ignore_eos, logprobs=args.logprobs, structured=_structured(args),
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty,
+        presence_penalty=args.presence_penalty,
+        frequency_penalty=args.frequency_penalty,
+        seed=args.seed,
+        stop=tuple(args.stop),
+        ignore_eos=args.ignore_eos,
+        logprobs=args.logprobs,
+        structured=_structured(args),
     )
 
 
@@ -67,8 +98,10 @@ def _structured(args):
         return StructuredOutput.json_object()
     if args.regex is not None:
         return StructuredOutput.regex(args.regex)
-    for flag, path, make in (("--json-schema", args.json_schema, StructuredOutput.json_schema),
-                             ("--grammar", args.grammar, StructuredOutput.grammar)):
+    for flag, path, make in (
+        ("--json-schema", args.json_schema, StructuredOutput.json_schema),
+        ("--grammar", args.grammar, StructuredOutput.grammar),
+    ):
         if path is not None:
             try:
                 with open(path, encoding="utf-8") as f:
@@ -84,8 +117,12 @@ def _engine_kwargs(args) -> dict:
     if args.speculative is not None:
         from .speculative.proposer import SpeculativeConfig
 
-        spec = SpeculativeConfig(method=args.speculative, num_draft_tokens=args.num_draft_tokens,
-                                 draft_model=args.draft_model, draft_layers=args.draft_layers)
+        spec = SpeculativeConfig(
+            method=args.speculative,
+            num_draft_tokens=args.num_draft_tokens,
+            draft_model=args.draft_model,
+            draft_layers=args.draft_layers,
+        )
     elif args.draft_model is not None or args.draft_layers is not None:
         raise TinyLLMError("--draft-model and --draft-layers need --speculative draft")
     return dict(cache=args.cache, kv_dtype=args.kv_dtype, prefill_chunk=args.prefill_chunk, speculative=spec)
@@ -117,11 +154,18 @@ def cmd_generate(args) -> int:
 
 
 def _generation_json(g) -> dict:
-    out = {"text": g.text, "ids": g.ids, "finish_reason": g.finish_reason, "usage": g.usage,
-           "timings": vars(g.timings), "stats": g.stats}
+    out = {
+        "text": g.text,
+        "ids": g.ids,
+        "finish_reason": g.finish_reason,
+        "usage": g.usage,
+        "timings": vars(g.timings),
+        "stats": g.stats,
+    }
     if g.logprobs and g.logprobs[0].top is not None:
-        out["logprobs"] = [{"token": t.token, "logprob": t.logprob, "top": t.top, "entropy": t.entropy}
-                           for t in g.logprobs]
+        out["logprobs"] = [
+            {"token": t.token, "logprob": t.logprob, "top": t.top, "entropy": t.entropy} for t in g.logprobs
+        ]
     return out
 
 
@@ -169,8 +213,10 @@ def cmd_perplexity(args) -> int:
     ids = llm.tokenizer.encode(text)
     with WindowBar() as bar:
         result = perplexity(llm, ids, args.context, args.stride, on_window=bar)
-    print(f"perplexity: {result.perplexity:.4f} (mean NLL {result.mean_nll:.6f} over {result.num_scored} tokens, "
-          f"{len(result.windows)} windows of {result.context}, stride {result.stride}, {result.seconds:.1f} s)")
+    print(
+        f"perplexity: {result.perplexity:.4f} (mean NLL {result.mean_nll:.6f} over {result.num_scored} tokens, "
+        f"{len(result.windows)} windows of {result.context}, stride {result.stride}, {result.seconds:.1f} s)"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result.to_json(), f, indent=1)
@@ -205,8 +251,9 @@ class WindowBar:
         from tqdm import tqdm
 
         if self.bar is None:
-            self.bar = tqdm(total=num_windows, desc="scoring", unit="window", leave=False,
-                            disable=not sys.stderr.isatty())
+            self.bar = tqdm(
+                total=num_windows, desc="scoring", unit="window", leave=False, disable=not sys.stderr.isatty()
+            )
         self.nll, self.count = self.nll + score.nll, self.count + score.window.num_scored
         self.bar.set_postfix(ppl=f"{math.exp(self.nll / self.count):.3f}", refresh=False)
         self.bar.update(1)
@@ -237,9 +284,13 @@ def build_parser() -> argparse.ArgumentParser:
     pp = sub.add_parser("perplexity", help="the perplexity of a text file, scored in windows of N tokens")
     pp.add_argument("file", help="a UTF-8 text file")
     pp.add_argument("--context", type=int, default=None, help="tokens per window (default: min(512, the model's))")
-    pp.add_argument("--stride", type=int, default=None,
-                    help="tokens between window starts (default: the context); with a smaller stride each window's "
-                         "first context - stride tokens are context only")
+    pp.add_argument(
+        "--stride",
+        type=int,
+        default=None,
+        help="tokens between window starts (default: the context); with a smaller stride each window's "
+        "first context - stride tokens are context only",
+    )
     pp.add_argument("--json", default=None, metavar="OUT", help="write the result (per-window NLL too) as JSON")
     _add_model_args(pp)
     pp.set_defaults(func=cmd_perplexity)
@@ -249,9 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_optional_commands(sub) -> None:
     """Commands whose modules may bring heavier imports register themselves here."""
-    from .server.cli import add_serve_command  # argparse only: the web stack loads when `serve` runs
-
     from .bench.cli import add_bench_command  # each bench module imports torch only when it runs
+    from .server.cli import add_serve_command  # argparse only: the web stack loads when `serve` runs
 
     add_serve_command(sub)
     add_bench_command(sub)

@@ -1,4 +1,5 @@
 """The model's architecture, read from metadata (GGUF `llama.*` keys or config.json)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -38,8 +39,16 @@ class ModelConfig:
     architecture: str = "llama"
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers",
-                     "num_heads", "num_kv_heads", "head_dim", "max_position_embeddings"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "max_position_embeddings",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")

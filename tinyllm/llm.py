@@ -5,11 +5,12 @@ sharing, speculative decoding): a single prompt is a one-element batch. `cache="
 cache object) runs the labelled reference loop (tinyllm.reference) instead, the oracle the engine is tested
 against. An LLM is not thread-safe; streams of one LLM may be interleaved in one thread (they share steps).
 """
+
 from __future__ import annotations
 
 import os
 from collections import deque
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 
@@ -67,8 +68,15 @@ def is_prompt_list(prompt) -> bool:
 class LLM:
     """A model ready to generate. `LLM()` loads the default model; `LLM(path)` a .gguf file or HF folder."""
 
-    def __init__(self, model: str | os.PathLike | None = None, *, dtype: str | torch.dtype = "float32",
-                 device: str | torch.device = "cpu", weights: str | None = None, quantize: str | None = None):
+    def __init__(
+        self,
+        model: str | os.PathLike | None = None,
+        *,
+        dtype: str | torch.dtype = "float32",
+        device: str | torch.device = "cpu",
+        weights: str | None = None,
+        quantize: str | None = None,
+    ):
         """weights: "native" keeps GGUF block formats as blocks, "dequantized" expands them to float (the
         reference); default native on the CPU. quantize: "int8" | "int4" quantizes a float model at load."""
         loaded = load(model, parse_dtype(dtype), device, weights=weights, quantize=quantize)
@@ -79,7 +87,7 @@ class LLM:
         self._init_engine_state()
 
     @classmethod
-    def from_parts(cls, model, tokenizer, eos_ids=None, path: str = "<memory>") -> "LLM":
+    def from_parts(cls, model, tokenizer, eos_ids=None, path: str = "<memory>") -> LLM:
         """An LLM around a model and tokenizer already in memory (tests, custom models)."""
         llm = cls.__new__(cls)
         llm.path, llm.format = path, "memory"
@@ -101,9 +109,17 @@ class LLM:
         return Engine(self, **options)
 
     # ---- generation
-    def generate(self, prompt: str | Sequence[int] | list, *, cache: str | object = ENGINE_CACHE,
-                 kv_dtype: str | torch.dtype | None = None, prefill_chunk: int | None = None, speculative=None,
-                 params: SamplingParams | None = None, **sampling):
+    def generate(
+        self,
+        prompt: str | Sequence[int] | list,
+        *,
+        cache: str | object = ENGINE_CACHE,
+        kv_dtype: str | torch.dtype | None = None,
+        prefill_chunk: int | None = None,
+        speculative=None,
+        params: SamplingParams | None = None,
+        **sampling,
+    ):
         """One prompt (text or ids) -> Generation; a list of prompts -> list[Generation], run together.
         `speculative` ("ngram", "draft" or a SpeculativeConfig) drafts tokens and verifies them in one
         forward; the output is the same. `cache="none"|"contiguous"` runs the reference loop instead."""
@@ -115,9 +131,17 @@ class LLM:
             gens = [self._reference_generate(x, p, cache, kv_dtype, prefill_chunk, spec) for x in prompts]
         return gens if is_prompt_list(prompt) else gens[0]
 
-    def stream(self, prompt: str | Sequence[int], *, cache: str | object = ENGINE_CACHE,
-               kv_dtype: str | torch.dtype | None = None, prefill_chunk: int | None = None, speculative=None,
-               params: SamplingParams | None = None, **sampling) -> Iterator[str]:
+    def stream(
+        self,
+        prompt: str | Sequence[int],
+        *,
+        cache: str | object = ENGINE_CACHE,
+        kv_dtype: str | torch.dtype | None = None,
+        prefill_chunk: int | None = None,
+        speculative=None,
+        params: SamplingParams | None = None,
+        **sampling,
+    ) -> Iterator[str]:
         """Yield text pieces as they become final (never text that a stop string later cuts). Closing the
         iterator early aborts the request and frees its KV blocks."""
         p, spec = sampling_params(params, sampling), speculative_config(speculative)
@@ -140,11 +164,14 @@ class LLM:
     def score(self, prompt: str | Sequence[int], continuation: str | Sequence[int]) -> Score:
         """The logprob of `continuation` after `prompt`, each encoded on its own and joined (as lm-eval does)."""
         head = prompt_ids_of(self.tokenizer, prompt)
-        tail = (self.tokenizer.encode(continuation, add_special_tokens=False) if isinstance(continuation, str)
-                else list(continuation))
+        tail = (
+            self.tokenizer.encode(continuation, add_special_tokens=False)
+            if isinstance(continuation, str)
+            else list(continuation)
+        )
         if not tail:
             raise TinyLLMError("continuation must have at least one token, got none")
-        scored = self._prompt_logprobs(head + tail, 1)[len(head):]
+        scored = self._prompt_logprobs(head + tail, 1)[len(head) :]
         return Score(sum(lp.logprob for lp in scored), all(lp.top[0][0] == lp.token for lp in scored), len(tail))
 
     def _prompt_logprobs(self, ids: list[int], top_n: int) -> list:
@@ -155,14 +182,17 @@ class LLM:
     def _shared_engine(self, kv_dtype, prefill_chunk) -> Engine:
         """The LLM's engine, rebuilt only when the KV dtype or the chunk budget changes (and it is idle)."""
         dtype = self.model.dtype if kv_dtype is None else parse_dtype(kv_dtype, "kv_dtype")
-        if prefill_chunk is not None and (isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int)
-                                          or prefill_chunk < 1):
+        if prefill_chunk is not None and (
+            isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int) or prefill_chunk < 1
+        ):
             raise TinyLLMError(f"prefill_chunk must be a positive integer, got {prefill_chunk!r}")
         key = (dtype, prefill_chunk or DEFAULT_CHUNK_BUDGET)
         if self._engine is None or self._engine_key != key:
             if self._engine is not None and self._pending:
-                raise TinyLLMError("kv_dtype and prefill_chunk cannot change while this LLM's streams are open "
-                                   "(finish or close them first)")
+                raise TinyLLMError(
+                    "kv_dtype and prefill_chunk cannot change while this LLM's streams are open "
+                    "(finish or close them first)"
+                )
             name = str(dtype).removeprefix("torch.")
             self._engine = Engine(self, EngineConfig(kv_dtype=name, max_num_batched_tokens=key[1]))
             self._engine_key = key
@@ -219,9 +249,19 @@ class LLM:
         if spec is not None:
             proposer, k = make_proposer(spec, self._drafts), spec.num_draft_tokens
         dtype = self.model.dtype if kv_dtype is None else parse_dtype(kv_dtype, "kv_dtype")
-        return iter_generate(self.model, self.tokenizer, prompt, p, cache=cache, kv_dtype=dtype,
-                             eos_ids=self.eos_ids, prefill_chunk=prefill_chunk, proposer=proposer,
-                             num_draft_tokens=k, grammars=self.grammars)
+        return iter_generate(
+            self.model,
+            self.tokenizer,
+            prompt,
+            p,
+            cache=cache,
+            kv_dtype=dtype,
+            eos_ids=self.eos_ids,
+            prefill_chunk=prefill_chunk,
+            proposer=proposer,
+            num_draft_tokens=k,
+            grammars=self.grammars,
+        )
 
     def _reference_generate(self, prompt, p, cache, kv_dtype, prefill_chunk, spec) -> Generation:
         steps = self._reference_steps(prompt, p, cache, kv_dtype, prefill_chunk, spec)
@@ -239,14 +279,26 @@ class LLM:
         n_params += sum(w.shape[0] * w.shape[1] for w in quant_weights(self.model))
         memory = weight_summary(self.model)
         return {
-            "path": self.path, "format": self.format, "architecture": c.architecture,
-            "parameters": n_params, "layers": c.num_layers, "heads": c.num_heads, "kv_heads": c.num_kv_heads,
-            "head_dim": c.head_dim, "hidden_size": c.hidden_size, "vocab_size": c.vocab_size,
-            "context_length": c.context_length, "rope_theta": c.rope_theta,
-            "tied_embeddings": c.tie_word_embeddings, "dtype": str(self.model.dtype).removeprefix("torch."),
-            "weight_types": self.weight_types, "weights_in_memory": memory,
-            "weight_bytes": sum(m["bytes"] for m in memory.values()), "kv_bytes_per_token": c.kv_bytes_per_token(4),
-            "tokenizer": self.tokenizer.kind, "eos_ids": list(self.eos_ids),
+            "path": self.path,
+            "format": self.format,
+            "architecture": c.architecture,
+            "parameters": n_params,
+            "layers": c.num_layers,
+            "heads": c.num_heads,
+            "kv_heads": c.num_kv_heads,
+            "head_dim": c.head_dim,
+            "hidden_size": c.hidden_size,
+            "vocab_size": c.vocab_size,
+            "context_length": c.context_length,
+            "rope_theta": c.rope_theta,
+            "tied_embeddings": c.tie_word_embeddings,
+            "dtype": str(self.model.dtype).removeprefix("torch."),
+            "weight_types": self.weight_types,
+            "weights_in_memory": memory,
+            "weight_bytes": sum(m["bytes"] for m in memory.values()),
+            "kv_bytes_per_token": c.kv_bytes_per_token(4),
+            "tokenizer": self.tokenizer.kind,
+            "eos_ids": list(self.eos_ids),
         }
 
 
@@ -259,7 +311,7 @@ class TextStream:
         self._outputs = llm._outputs(engine, [request_id])
         self._closed = False
 
-    def __iter__(self) -> "TextStream":
+    def __iter__(self) -> TextStream:
         return self
 
     def __next__(self) -> str:

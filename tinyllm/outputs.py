@@ -1,4 +1,5 @@
 """What generation hands back: a finished request's Generation, and a step's RequestOutput."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,33 +9,42 @@ from enum import Enum
 class FinishReason(str, Enum):
     """Why a request ended; the one table of finish reasons (the engine's statuses map onto it)."""
 
-    STOP = "stop"      # EOS / end-of-turn id, a stop token id, or a stop string
+    STOP = "stop"  # EOS / end-of-turn id, a stop token id, or a stop string
     LENGTH = "length"  # max_tokens reached, or the model's context (or the KV pool) is full
-    ABORT = "abort"    # cancelled by the caller
-    ERROR = "error"    # its own processing failed (the other requests went on)
+    ABORT = "abort"  # cancelled by the caller
+    ERROR = "error"  # its own processing failed (the other requests went on)
 
 
 @dataclass
 class TokenLogprob:
     token: int
-    logprob: float                                   # under the distribution the token was drawn from
+    logprob: float  # under the distribution the token was drawn from
     top: list[tuple[int, float]] = field(default_factory=list)  # top-n alternatives, descending
-    entropy: float = 0.0                             # of that distribution, in nats
+    entropy: float = 0.0  # of that distribution, in nats
 
 
 @dataclass
 class Timings:
     prefill_s: float = 0.0  # from first being scheduled to the first generated token
-    decode_s: float = 0.0   # from the first generated token to the end
-    ttft_s: float = 0.0     # from the call (arrival) to the first generated token
+    decode_s: float = 0.0  # from the first generated token to the end
+    ttft_s: float = 0.0  # from the call (arrival) to the first generated token
     total_s: float = 0.0
 
 
 # Generation.stats always has exactly these keys, whichever path, options or number of prompts.
 STATS_KEYS = (
-    "prompt_tokens", "completion_tokens", "cached_tokens", "preemptions", "prefill_tokens_per_s",
-    "decode_tokens_per_s", "drafted", "accepted", "acceptance_rate", "tokens_per_target_forward",
-    "token_times", "arrival",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "preemptions",
+    "prefill_tokens_per_s",
+    "decode_tokens_per_s",
+    "drafted",
+    "accepted",
+    "acceptance_rate",
+    "tokens_per_target_forward",
+    "token_times",
+    "arrival",
 )
 
 
@@ -51,8 +61,11 @@ class Generation:
 
     @property
     def usage(self) -> dict:
-        return {"prompt_tokens": len(self.prompt_ids), "completion_tokens": len(self.ids),
-                "total_tokens": len(self.prompt_ids) + len(self.ids)}
+        return {
+            "prompt_tokens": len(self.prompt_ids),
+            "completion_tokens": len(self.ids),
+            "total_tokens": len(self.prompt_ids) + len(self.ids),
+        }
 
 
 @dataclass

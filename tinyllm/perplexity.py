@@ -14,6 +14,7 @@ token but the first is scored exactly once: in window k the scored tokens are th
 The perplexity is exp of the mean negative log-likelihood over all scored tokens; each token's logprob is
 the log-softmax of the model's own logits (no sampling settings apply), from the engine's prompt logprobs.
 """
+
 from __future__ import annotations
 
 import math
@@ -72,12 +73,26 @@ class PerplexityResult:
         return math.exp(self.mean_nll)
 
     def to_json(self) -> dict:
-        return {"tokens": self.num_tokens, "tokens_scored": self.num_scored, "context": self.context,
-                "stride": self.stride, "mean_nll": self.mean_nll, "perplexity": self.perplexity,
-                "seconds": self.seconds,
-                "windows": [{"start": w.window.start, "end": w.window.end, "first_scored": w.window.first_scored,
-                             "tokens_scored": w.window.num_scored, "nll": w.nll, "mean_nll": w.mean_nll}
-                            for w in self.windows]}
+        return {
+            "tokens": self.num_tokens,
+            "tokens_scored": self.num_scored,
+            "context": self.context,
+            "stride": self.stride,
+            "mean_nll": self.mean_nll,
+            "perplexity": self.perplexity,
+            "seconds": self.seconds,
+            "windows": [
+                {
+                    "start": w.window.start,
+                    "end": w.window.end,
+                    "first_scored": w.window.first_scored,
+                    "tokens_scored": w.window.num_scored,
+                    "nll": w.nll,
+                    "mean_nll": w.mean_nll,
+                }
+                for w in self.windows
+            ],
+        }
 
 
 def window_size(context: int | None, model_context: int) -> int:
@@ -88,8 +103,10 @@ def window_size(context: int | None, model_context: int) -> int:
     if size < 2:
         raise TinyLLMError(f"context must be at least 2 tokens (one of context, one scored), got {size}")
     if size > limit:
-        raise TinyLLMError(f"context {size} is more than the model can score at once ({limit} tokens: its "
-                           f"context of {model_context} less one)")
+        raise TinyLLMError(
+            f"context {size} is more than the model can score at once ({limit} tokens: its "
+            f"context of {model_context} less one)"
+        )
     return size
 
 
@@ -112,8 +129,13 @@ def make_windows(num_tokens: int, context: int, stride: int) -> list[Window]:
     return windows
 
 
-def perplexity(llm, ids: list[int], context: int | None = None, stride: int | None = None,
-               on_window: Callable[[WindowScore, int], None] | None = None) -> PerplexityResult:
+def perplexity(
+    llm,
+    ids: list[int],
+    context: int | None = None,
+    stride: int | None = None,
+    on_window: Callable[[WindowScore, int], None] | None = None,
+) -> PerplexityResult:
     """Score the token ids in windows with llm's engine; on_window(score, number of
     windows) is called as each window is scored."""
     size = window_size(context, llm.config.context_length)
@@ -124,10 +146,10 @@ def perplexity(llm, ids: list[int], context: int | None = None, stride: int | No
     per_batch = max(1, BATCH_TOKENS // size)
     began = time.perf_counter()
     for i in range(0, len(windows), per_batch):
-        batch = windows[i:i + per_batch]
-        gens = llm.generate([ids[w.start:w.end] for w in batch], params=params)
+        batch = windows[i : i + per_batch]
+        gens = llm.generate([ids[w.start : w.end] for w in batch], params=params)
         for w, gen in zip(batch, gens):
-            scored = gen.prompt_logprobs[w.first_scored - w.start:]
+            scored = gen.prompt_logprobs[w.first_scored - w.start :]
             score = WindowScore(w, -math.fsum(lp.logprob for lp in scored))
             result.windows.append(score)
             if on_window is not None:

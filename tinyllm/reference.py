@@ -8,10 +8,12 @@ paged cache for one sequence, or a cache object of the caller's). It shares prom
 
 Data flows one way: prompt ids -> model -> sampler -> incremental detokenizer -> stop matcher -> text.
 """
+
 from __future__ import annotations
 
 import time
-from typing import Callable, Generator as PyGenerator, Sequence
+from collections.abc import Callable, Sequence
+from collections.abc import Generator as PyGenerator
 
 import torch
 
@@ -75,7 +77,7 @@ class SequenceState:
         if self.kv is None:  # recompute over the whole sequence
             self.fed += new_ids
             logits = self.model(torch.tensor([self.fed], device=self.device), last_only=last)[0]  # [T, V]
-            return logits[-1] if last else logits[-len(new_ids):]
+            return logits[-1] if last else logits[-len(new_ids) :]
         logits = self.model(torch.tensor([new_ids], device=self.device), cache=self.kv, last_only=last)[0]
         return logits[-1] if last else logits
 
@@ -93,14 +95,21 @@ def prefill(seq: SequenceState, ids: list[int], chunk: int | None) -> torch.Tens
         return seq.feed(ids)
     step = chunk or len(ids)
     for start in range(0, len(ids), step):
-        logits = seq.feed(ids[start:start + step])
+        logits = seq.feed(ids[start : start + step])
     return logits
 
 
 def sample_next(req: Request, logits: torch.Tensor) -> SampleResult:
     """The request's token at its next position, from that position's logits [V]."""
-    return sample(logits, req.params, prompt_ids=req.prompt_ids, generated_ids=req.output_ids, rng=req.rng,
-                  position=len(req.output_ids), constraint=req.constraint)
+    return sample(
+        logits,
+        req.params,
+        prompt_ids=req.prompt_ids,
+        generated_ids=req.output_ids,
+        rng=req.rng,
+        position=len(req.output_ids),
+        constraint=req.constraint,
+    )
 
 
 def decode_one(seq: SequenceState, req: Request) -> list[SampleResult]:
@@ -122,9 +131,19 @@ def speculative_step(seq: SequenceState, req: Request, proposer, k: int) -> list
     return results
 
 
-def iter_generate(model, tok, prompt, p: SamplingParams, cache="contiguous", kv_dtype=torch.float32,
-                  eos_ids: Sequence[int] = (), prefill_chunk: int | None = None, proposer=None,
-                  num_draft_tokens: int = 4, grammars: Grammars | None = None) -> PyGenerator[str, None, Generation]:
+def iter_generate(
+    model,
+    tok,
+    prompt,
+    p: SamplingParams,
+    cache="contiguous",
+    kv_dtype=torch.float32,
+    eos_ids: Sequence[int] = (),
+    prefill_chunk: int | None = None,
+    proposer=None,
+    num_draft_tokens: int = 4,
+    grammars: Grammars | None = None,
+) -> PyGenerator[str, None, Generation]:
     """Yield text pieces as they become final; return the Generation. `grammars` compiles p.structured (one
     is built for the call when not given)."""
     arrival = time.perf_counter()
@@ -144,13 +163,15 @@ def iter_generate(model, tok, prompt, p: SamplingParams, cache="contiguous", kv_
     return make_generation(req)
 
 
-def _setup(model, tok, prompt, p, cache, kv_dtype, eos_ids, prefill_chunk,
-           grammars: Grammars | None) -> tuple[Request, SequenceState]:
+def _setup(
+    model, tok, prompt, p, cache, kv_dtype, eos_ids, prefill_chunk, grammars: Grammars | None
+) -> tuple[Request, SequenceState]:
     """Validate everything before any state is created."""
     if not isinstance(p, SamplingParams):
         raise TinyLLMError(f"sampling parameters must be a SamplingParams, got {type(p).__name__}")
-    if prefill_chunk is not None and (isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int)
-                                      or prefill_chunk < 1):
+    if prefill_chunk is not None and (
+        isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int) or prefill_chunk < 1
+    ):
         raise TinyLLMError(f"prefill_chunk must be a positive integer, got {prefill_chunk!r}")
     prompt_ids = prompt_ids_of(tok, prompt)
     _, _, _, max_len = cache_dims(model)
@@ -164,15 +185,26 @@ def _setup(model, tok, prompt, p, cache, kv_dtype, eos_ids, prefill_chunk,
     return Request.create("reference", prompt_ids, p, budget, tok, eos_ids, constraint), SequenceState(model, kv)
 
 
-def generate(model, tok, prompt, p: SamplingParams, cache="contiguous", kv_dtype=torch.float32,
-             on_text: Callable[[str], None] | None = None, eos_ids: Sequence[int] = (),
-             prefill_chunk: int | None = None, proposer=None, num_draft_tokens: int = 4,
-             grammars: Grammars | None = None) -> Generation:
+def generate(
+    model,
+    tok,
+    prompt,
+    p: SamplingParams,
+    cache="contiguous",
+    kv_dtype=torch.float32,
+    on_text: Callable[[str], None] | None = None,
+    eos_ids: Sequence[int] = (),
+    prefill_chunk: int | None = None,
+    proposer=None,
+    num_draft_tokens: int = 4,
+    grammars: Grammars | None = None,
+) -> Generation:
     """Generate a completion for `prompt` (text or ids) with the reference loop; `on_text` receives each
     final text piece. With a proposer (tinyllm.speculative), drafts are verified k at a time; the output is
     unchanged."""
-    steps = iter_generate(model, tok, prompt, p, cache, kv_dtype, eos_ids, prefill_chunk, proposer, num_draft_tokens,
-                          grammars)
+    steps = iter_generate(
+        model, tok, prompt, p, cache, kv_dtype, eos_ids, prefill_chunk, proposer, num_draft_tokens, grammars
+    )
     while True:
         try:
             piece = next(steps)

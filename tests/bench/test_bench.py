@@ -1,5 +1,6 @@
 """Smoke runs of every `tinyllm bench` kind with --quick on a tiny random model: the JSON has the expected
 keys and sane values. Benchmarks are never pass/fail on speed, so no timing is asserted."""
+
 import importlib.util
 import json
 import os
@@ -55,7 +56,6 @@ def test_decode(folder, tmp_path):
     assert positive(r["ratios"]["contiguous_over_none"]["8"])
     assert r["ratios"]["aims"]["at"] == 8
 
-
     assert r["prefill"]["prompt_tokens"] == 32 and positive(r["prefill"]["ours_tokens_per_s"])
     assert r["prefill"]["llamacpp_tokens_per_s"] is None  # llama.cpp runs GGUF files only
 
@@ -63,12 +63,16 @@ def test_decode(folder, tmp_path):
 @pytest.mark.skipif(not HAS_LLAMACPP, reason="llama-cpp-python is not installed")
 def test_decode_and_load_beside_llamacpp(tmp_path):
     path = str(tmp_path / "tiny.gguf")
-    write_gguf(random_tiny_llama(3, hidden_size=64, max_position_embeddings=512), path,
-               quant_types={"weight": "Q8_0"}, pre="gpt-2")
-    r = bench("decode", path, tmp_path / "d", "--no-reference", "--modes", "contiguous")
+    write_gguf(
+        random_tiny_llama(3, hidden_size=64, max_position_embeddings=512),
+        path,
+        quant_types={"weight": "Q8_0"},
+        pre="gpt-2",
+    )
+    r = bench("decode", path, tmp_path / "d", "--no-reference", "--modes", "engine")
     rows = {row["mode"]: row for row in r["rows"] if row["new_tokens"] == 8}
-    assert set(rows) == {"contiguous", "llama.cpp"} and positive(rows["llama.cpp"]["decode_tokens_per_s"])
-    assert positive(r["ratios"]["contiguous_over_llamacpp"]["8"])
+    assert set(rows) == {"engine", "llama.cpp"} and positive(rows["llama.cpp"]["decode_tokens_per_s"])
+    assert positive(r["ratios"]["engine_over_llamacpp"]["8"])
     assert positive(r["prefill"]["llamacpp_tokens_per_s"]) and positive(r["prefill"]["ours_over_llamacpp"])
     r = bench("load", path, tmp_path / "l", "--no-reference")
     assert positive(r["load"]["llamacpp_s"]) and r["load"]["ours_rss_added"] is not None

@@ -1,4 +1,5 @@
 """BlockPool: ref counts, LRU eviction of cached blocks, chained keys confirmed by tokens."""
+
 import pytest
 
 from tinyllm.cache.block_pool import BlockPool, block_key

@@ -1,4 +1,5 @@
 """BlockTable: reserve (allocate + copy-on-write pairs), truncate, slots, and the in-place slot range."""
+
 import torch
 
 from tinyllm.cache.block_pool import BlockPool

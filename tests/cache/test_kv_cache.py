@@ -1,12 +1,14 @@
 """KVCache: the seed's hand example, exactness against a full recompute, and every boundary of update."""
+
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from helpers.tiny_models import tiny_llama
 from tinyllm import KVCache
 from tinyllm.cache.fill import offset_causal_mask
 from tinyllm.reference import cache_dims
-from helpers.tiny_models import tiny_llama
 
 
 def make_cache(model, max_len=128, dtype=torch.float32, batch=1):
@@ -78,7 +80,7 @@ def test_chunked_prefill_equals_whole():
         cache = make_cache(model)
         parts, start = [], 0
         for size in (3, 1, 5, 2):
-            parts.append(model(ids[:, start:start + size], cache=cache))
+            parts.append(model(ids[:, start : start + size], cache=cache))
             start += size
     assert torch.allclose(torch.cat(parts, dim=1), whole, atol=1e-5, rtol=0)
 
@@ -107,8 +109,8 @@ def test_batched_cache_equals_single_rows():
         model(ids[:, :4], cache=cache)
         batched = model(ids[:, 4:], cache=cache)
         for b in range(3):
-            alone = model(ids[b:b + 1])[:, 4:]
-            assert torch.allclose(batched[b:b + 1], alone, atol=1e-5, rtol=0)
+            alone = model(ids[b : b + 1])[:, 4:]
+            assert torch.allclose(batched[b : b + 1], alone, atol=1e-5, rtol=0)
 
 
 def test_update_copies_and_checks():

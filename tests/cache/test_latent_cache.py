@@ -1,4 +1,5 @@
 """LatentCache and the small MLA attention that uses it as its hook."""
+
 import pytest
 import torch
 

@@ -1,15 +1,16 @@
 """PagedKVCache honours the KVCache contract: same returns as contiguous storage, rollback, copy-on-write."""
+
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from tinyllm.cache.block_table import blocks_for
-from hypothesis import given, settings, strategies as st
-
+from helpers.tiny_models import tiny_llama
 from tinyllm import KVCache
 from tinyllm.cache.block_pool import BlockPool
+from tinyllm.cache.block_table import blocks_for
 from tinyllm.cache.paged_cache import PagedKVCache, PagedStorage
 from tinyllm.reference import cache_dims
-from helpers.tiny_models import tiny_llama
 
 
 def paged_for(model, max_len=64, block_size=4, dtype=torch.float32, num_blocks=None):

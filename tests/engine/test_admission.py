@@ -1,21 +1,28 @@
 """The scheduler with fabricated requests and no model: a long prefill leaves room for a short newcomer."""
+
 import pytest
 
 from tinyllm.cache.block_pool import BlockPool
 from tinyllm.engine.kv_manager import KVManager
 from tinyllm.engine.request import Request
 from tinyllm.engine.scheduler import Scheduler, default_long_prefill_threshold
-from tinyllm.text.output_stream import OutputStream
 from tinyllm.sampling.params import SamplingParams
 from tinyllm.sampling.rng import request_rng
+from tinyllm.text.output_stream import OutputStream
 
 P = 16
 
 
 def request(rid: str, num_prompt: int) -> Request:
     # The scheduler reads ids and counts only: no decoder or stop matcher is needed.
-    return Request(rid, list(range(1, num_prompt + 1)), SamplingParams(temperature=0), 8,
-                   OutputStream(decoder=None, matcher=None), request_rng(0))
+    return Request(
+        rid,
+        list(range(1, num_prompt + 1)),
+        SamplingParams(temperature=0),
+        8,
+        OutputStream(decoder=None, matcher=None),
+        request_rng(0),
+    )
 
 
 def scheduler(budget: int = 256, num_blocks: int = 1024, **kw) -> Scheduler:
@@ -60,7 +67,7 @@ def test_partial_prefills_share_one_allowance_and_a_short_prompt_overtakes():
         s.add(request(rid, 4000 if rid.startswith("long") else 5))
     step = run_step(s)
     assert step == {"long1": (0, 128), "short": (0, 5)}  # long2 waits its turn at the head of the queue
-    assert list(r.request_id for r in s.waiting) == ["long2"]
+    assert [r.request_id for r in s.waiting] == ["long2"]
     assert run_step(s)["long2"] == (0, 128)  # nobody behind it: admitted, with the rest of the budget
 
 

@@ -1,12 +1,13 @@
 """Engine: batched == alone, seeded reproducibility under batching and preemption, prefix cache, cleanup."""
+
 import random
 
 import pytest
 import torch
 
+from helpers.tiny_models import tiny_llama
 from tinyllm import LLM, SamplingParams, TinyLLMError, generate
 from tinyllm.engine.engine import Engine
-from helpers.tiny_models import tiny_llama
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
 
@@ -30,8 +31,8 @@ def run_all(engine, ps, params):
     """Drive the engine by hand, checking the streamed deltas; returns Generations in order."""
     plist = params if isinstance(params, list) else [params] * len(ps)
     ids = [engine.add_request(p, sp) for p, sp in zip(ps, plist)]
-    streamed = {i: "" for i in ids}
-    finishes = {i: 0 for i in ids}
+    streamed = dict.fromkeys(ids, "")
+    finishes = dict.fromkeys(ids, 0)
     while engine.has_unfinished():
         for out in engine.step():
             streamed[out.request_id] += out.text
@@ -65,8 +66,9 @@ def test_batch_of_16_greedy_equals_alone(llm):
 
 def test_seeded_sampling_identical_alone_batched_and_after_preemption(llm):
     ps = prompts(16, seed=2)
-    params = [SamplingParams(temperature=1.0, top_p=0.95, seed=100 + i, max_tokens=10, ignore_eos=True)
-              for i in range(16)]
+    params = [
+        SamplingParams(temperature=1.0, top_p=0.95, seed=100 + i, max_tokens=10, ignore_eos=True) for i in range(16)
+    ]
     solo = [alone(llm, p, sp).ids for p, sp in zip(ps, params)]
     big = Engine(llm, max_num_seqs=16, max_num_batched_tokens=128, block_size=8, num_blocks=256)
     assert [g.ids for g in run_all(big, ps, params)] == solo
@@ -86,8 +88,9 @@ def test_prefix_cache_cold_and_warm_give_the_same_output(llm):
     assert warm.stats["cached_tokens"] >= 64
     assert warm.ids == cold.ids
     others = run_all(engine, [system + t for t in tails[1:]], GREEDY)
-    fresh = Engine(llm, max_num_seqs=4, max_num_batched_tokens=32, block_size=8, num_blocks=128,
-                   enable_prefix_caching=False)
+    fresh = Engine(
+        llm, max_num_seqs=4, max_num_batched_tokens=32, block_size=8, num_blocks=128, enable_prefix_caching=False
+    )
     assert [g.ids for g in others] == [g.ids for g in run_all(fresh, [system + t for t in tails[1:]], GREEDY)]
     assert all(g.stats["cached_tokens"] >= 64 for g in others)
     assert engine.pool_stats().cached_free > 0

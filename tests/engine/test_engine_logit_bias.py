@@ -1,9 +1,10 @@
 """logit_bias through the engine and LLM.generate: it bans and forces tokens, each request keeps its own bias in a
 batch, and a biased request gives the reference loop's answer however it is batched."""
+
 import pytest
 
-from tinyllm import LLM, SamplingParams, TinyLLMError, generate
 from helpers.tiny_models import tiny_llama
+from tinyllm import LLM, SamplingParams, TinyLLMError, generate
 
 PROMPTS = [[5, 90, 310, 7], [44, 12, 900, 1000, 3, 8], [70, 71]]
 
@@ -30,8 +31,10 @@ def test_minus_100_on_the_greedy_token_changes_it_and_plus_100_forces_one(llm):
 
 def test_batched_equals_alone_with_a_different_bias_per_request(llm):
     biases = [{1234: 8.0, 99: -100}, {}, {7: 5.5, 300: 3.0}]
-    params = [SamplingParams(temperature=0.9, seed=10 + i, max_tokens=8, ignore_eos=True, logit_bias=b)
-              for i, b in enumerate(biases)]
+    params = [
+        SamplingParams(temperature=0.9, seed=10 + i, max_tokens=8, ignore_eos=True, logit_bias=b)
+        for i, b in enumerate(biases)
+    ]
     batched = llm.engine().generate(PROMPTS, params)
     for prompt, p, got in zip(PROMPTS, params, batched):
         ref = generate(llm.model, llm.tokenizer, prompt, p, eos_ids=llm.eos_ids)

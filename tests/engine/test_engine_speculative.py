@@ -1,16 +1,19 @@
 """Speculative decoding inside the engine: same tokens as plain decoding, pool clean afterwards."""
+
 import pytest
 
+from helpers.tiny_models import tiny_llama
 from tinyllm import LLM, SamplingParams
 from tinyllm.engine.engine import Engine
 from tinyllm.speculative.proposer import SpeculativeConfig
-from helpers.tiny_models import tiny_llama
 
 
 @pytest.fixture(scope="module")
 def llm(smollm_tokenizer):
-    return LLM.from_parts(tiny_llama(51, vocab_size=smollm_tokenizer.vocab_size, num_layers=4,
-                                     max_position_embeddings=256), smollm_tokenizer)
+    return LLM.from_parts(
+        tiny_llama(51, vocab_size=smollm_tokenizer.vocab_size, num_layers=4, max_position_embeddings=256),
+        smollm_tokenizer,
+    )
 
 
 def workload():
@@ -26,9 +29,14 @@ def run(engine, prompts, params):
     return [engine.generation(i) for i in ids]
 
 
-@pytest.mark.parametrize("spec", [SpeculativeConfig("ngram", num_draft_tokens=3),
-                                  SpeculativeConfig("draft", num_draft_tokens=2, draft_layers=2),
-                                  SpeculativeConfig("draft", num_draft_tokens=3, draft_layers=3)])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        SpeculativeConfig("ngram", num_draft_tokens=3),
+        SpeculativeConfig("draft", num_draft_tokens=2, draft_layers=2),
+        SpeculativeConfig("draft", num_draft_tokens=3, draft_layers=3),
+    ],
+)
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_engine_speculative_equals_plain(llm, spec, temperature):
     params = SamplingParams(temperature=temperature, seed=9, max_tokens=14, ignore_eos=True)

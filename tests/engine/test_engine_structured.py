@@ -1,6 +1,7 @@
 """Structured output through the engine on a tiny random model with the real SmolLM2 tokenizer: the mask makes
 every output valid, and a constrained request gives the reference loop's answer alone, batched with unconstrained
 requests, streamed, preempted and with speculative drafts (whose rejection rolls the grammar back)."""
+
 import json
 import random
 import re
@@ -13,27 +14,60 @@ from tinyllm import LLM, SamplingParams, SpeculativeConfig, StructuredOutput, ge
 from tinyllm.engine.engine import Engine
 
 SCHEMAS = {
-    "nested": {"type": "object", "properties": {
-        "user": {"type": "object", "properties": {
-            "name": {"type": "string", "pattern": "^[A-Z][a-z]{1,6}$"},
-            "age": {"type": "integer", "minimum": 18, "maximum": 99}},
-            "required": ["name", "age"], "additionalProperties": False}},
-        "required": ["user"], "additionalProperties": False},
-    "array": {"type": "object", "properties": {
-        "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "minItems": 2, "maxItems": 4}},
-        "required": ["tags"], "additionalProperties": False},
-    "numbers": {"type": "object", "properties": {
-        "score": {"type": "number", "minimum": -1.5, "maximum": 2.5},
-        "count": {"type": "integer", "minimum": 0, "maximum": 10}},
-        "required": ["score", "count"], "additionalProperties": False},
-    "optional": {"type": "object", "properties": {
-        "id": {"type": "integer", "minimum": 1, "maximum": 999},
-        "note": {"type": "string", "maxLength": 8},
-        "ok": {"type": "boolean"}},
-        "required": ["id"], "additionalProperties": False},
-    "enum_list": {"type": "array", "items": {"type": "object", "properties": {
-        "kind": {"enum": ["a", "b", None]}, "n": {"type": "integer", "minimum": 0, "maximum": 3}},
-        "required": ["kind", "n"], "additionalProperties": False}, "minItems": 1, "maxItems": 3},
+    "nested": {
+        "type": "object",
+        "properties": {
+            "user": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "pattern": "^[A-Z][a-z]{1,6}$"},
+                    "age": {"type": "integer", "minimum": 18, "maximum": 99},
+                },
+                "required": ["name", "age"],
+                "additionalProperties": False,
+            }
+        },
+        "required": ["user"],
+        "additionalProperties": False,
+    },
+    "array": {
+        "type": "object",
+        "properties": {
+            "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "minItems": 2, "maxItems": 4}
+        },
+        "required": ["tags"],
+        "additionalProperties": False,
+    },
+    "numbers": {
+        "type": "object",
+        "properties": {
+            "score": {"type": "number", "minimum": -1.5, "maximum": 2.5},
+            "count": {"type": "integer", "minimum": 0, "maximum": 10},
+        },
+        "required": ["score", "count"],
+        "additionalProperties": False,
+    },
+    "optional": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer", "minimum": 1, "maximum": 999},
+            "note": {"type": "string", "maxLength": 8},
+            "ok": {"type": "boolean"},
+        },
+        "required": ["id"],
+        "additionalProperties": False,
+    },
+    "enum_list": {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {"kind": {"enum": ["a", "b", None]}, "n": {"type": "integer", "minimum": 0, "maximum": 3}},
+            "required": ["kind", "n"],
+            "additionalProperties": False,
+        },
+        "minItems": 1,
+        "maxItems": 3,
+    },
 }
 REGEX = r"[A-Z][a-z]{2,6} [0-9]{2,3}-[0-9]{4}( (yes|no))?"  # \d is Unicode digits (versions differ)
 PROMPTS = [[5, 90, 310, 7], [44, 12, 900, 1000, 3, 8], [70, 71]]
@@ -46,8 +80,9 @@ def llm(smollm_tokenizer):
 
 
 def schema_params(name, seed, temperature=1.0):
-    return SamplingParams(temperature=temperature, seed=seed, max_tokens=160,
-                          structured=StructuredOutput.json_schema(SCHEMAS[name]))
+    return SamplingParams(
+        temperature=temperature, seed=seed, max_tokens=160, structured=StructuredOutput.json_schema(SCHEMAS[name])
+    )
 
 
 def reference(llm, prompt, p, **kw):
@@ -64,8 +99,10 @@ def test_every_output_validates_against_its_schema(llm, name):
 
 
 def test_regex_outputs_fully_match(llm):
-    params = [SamplingParams(temperature=1.0, seed=s, max_tokens=40, structured=StructuredOutput.regex(REGEX))
-              for s in range(8)]
+    params = [
+        SamplingParams(temperature=1.0, seed=s, max_tokens=40, structured=StructuredOutput.regex(REGEX))
+        for s in range(8)
+    ]
     for g in llm.engine().generate([PROMPTS[s % 3] for s in range(8)], params):
         assert g.finish_reason == "stop" and re.fullmatch(REGEX, g.text), g.text
 
@@ -113,8 +150,10 @@ def test_preempted_equals_not_preempted(llm):
     assert sum(g.stats["preemptions"] for g in gens) > 0  # the pool really was too small
 
 
-@pytest.mark.parametrize("spec", [SpeculativeConfig("ngram", num_draft_tokens=3),
-                                  SpeculativeConfig("draft", num_draft_tokens=3, draft_layers=2)])
+@pytest.mark.parametrize(
+    "spec",
+    [SpeculativeConfig("ngram", num_draft_tokens=3), SpeculativeConfig("draft", num_draft_tokens=3, draft_layers=2)],
+)
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_speculative_constrained_equals_plain_constrained(llm, spec, temperature):
     # the prompt holds JSON like the output, so n-gram lookup finds drafts; most are then rejected

@@ -1,9 +1,10 @@
 """Per-request fault isolation in the engine step: an injected fault fails that request only."""
+
 import pytest
 
+from helpers.tiny_models import tiny_llama
 from tinyllm import LLM, SamplingParams
 from tinyllm.engine.engine import Engine
-from helpers.tiny_models import tiny_llama
 
 PARAMS = SamplingParams(temperature=0.8, seed=4, max_tokens=10, ignore_eos=True)
 
@@ -34,8 +35,9 @@ class RaisingRng:
 
 @pytest.fixture(scope="module")
 def llm(smollm_tokenizer):
-    return LLM.from_parts(tiny_llama(5, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=128),
-                          smollm_tokenizer)
+    return LLM.from_parts(
+        tiny_llama(5, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=128), smollm_tokenizer
+    )
 
 
 def run(engine, faults: dict):

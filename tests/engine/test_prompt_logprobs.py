@@ -1,12 +1,13 @@
 """Prompt logprobs from the engine equal the log-softmax of the model's own full-forward logits at every prompt
 position: alone, batched, in small prefill chunks, after a prefix-cache hit would have skipped positions, and
 across preemption."""
+
 import pytest
 import torch
 
+from helpers.tiny_models import tiny_llama
 from tinyllm import LLM, SamplingParams
 from tinyllm.engine.engine import Engine
-from helpers.tiny_models import tiny_llama
 
 PROMPTS = [[5, 90, 310, 7, 44, 12, 900, 1000, 3, 8] * 4, [70, 71, 72], [9] * 37]
 

@@ -1,5 +1,6 @@
 """Token acceptance (the stop-id rule, stop strings, the budget) over every finish case, and the one
 Generation builder; no model."""
+
 import pytest
 
 from tinyllm.engine.request import Request, RequestStatus, accept_tokens, make_generation
@@ -75,8 +76,9 @@ def test_several_results_stop_at_the_first_that_ends(smollm_tokenizer):
     assert acc.num_new == 2 and req.output_ids == [40, 41] and acc.finish is RequestStatus.FINISHED_LENGTH
 
 
-@pytest.mark.parametrize("status", [RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH,
-                                    RequestStatus.FINISHED_ABORTED])
+@pytest.mark.parametrize(
+    "status", [RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_ABORTED]
+)
 def test_generation_has_one_set_of_stats_keys(smollm_tokenizer, status):
     req = request(smollm_tokenizer)
     accept_tokens(req, results([40, 41]), now=req.times.arrival + 1)

@@ -1,4 +1,5 @@
 """Scheduler and KV manager driven alone with fabricated requests and no model (no tensors at all)."""
+
 import pytest
 
 from tinyllm.cache.block_pool import BlockPool
@@ -79,7 +80,7 @@ def test_admission_stops_at_max_num_seqs_and_at_the_budget():
     assert [c.request.request_id for c in plan.chunks] == ["0", "1"]
     assert [r.status for r in reqs] == [RequestStatus.RUNNING, RequestStatus.RUNNING, RequestStatus.WAITING]
     pool, kv, sched = make(budget=6)
-    for r in (x := [fake_request(str(i), range(4)) for i in range(3)]):
+    for r in [fake_request(str(i), range(4)) for i in range(3)]:
         sched.add(r)
     plan = sched.schedule()
     # 4 tokens for the first; 2 left do not reach a block boundary for the second, so it waits

@@ -1,4 +1,5 @@
 """Write tiny random Llama models to disk, as a Hugging Face folder and as GGUF files."""
+
 from __future__ import annotations
 
 import json
@@ -8,12 +9,14 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from tinyllm.loading.fusion import split
 from helpers.tiny_models import tiny_llama
+from tinyllm.loading.fusion import split
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def byte_level_vocab() -> tuple[list[str], list[str]]:
@@ -37,8 +40,15 @@ def tiny_tokenizer_json(folder: str) -> None:
     tok.add_special_tokens(SPECIALS)
     tok.save(os.path.join(folder, "tokenizer.json"))
     with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
-        json.dump({"chat_template": CHAT_TEMPLATE, "bos_token": "<|im_start|>", "eos_token": "<|im_end|>",
-                   "add_bos_token": False}, f)
+        json.dump(
+            {
+                "chat_template": CHAT_TEMPLATE,
+                "bos_token": "<|im_start|>",
+                "eos_token": "<|im_end|>",
+                "add_bos_token": False,
+            },
+            f,
+        )
 
 
 def tiny_vocab_size() -> int:
@@ -57,13 +67,25 @@ def hf_state_dict(model) -> dict[str, torch.Tensor]:
 def write_hf_folder(model, folder: str, state: dict | None = None) -> str:
     os.makedirs(folder, exist_ok=True)
     c = model.config
-    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": c.vocab_size,
-              "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
-              "num_hidden_layers": c.num_layers, "num_attention_heads": c.num_heads,
-              "num_key_value_heads": c.num_kv_heads, "head_dim": c.head_dim,
-              "max_position_embeddings": c.max_position_embeddings, "rope_theta": c.rope_theta,
-              "rms_norm_eps": c.rms_norm_eps, "tie_word_embeddings": c.tie_word_embeddings,
-              "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32"}
+    config = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "vocab_size": c.vocab_size,
+        "hidden_size": c.hidden_size,
+        "intermediate_size": c.intermediate_size,
+        "num_hidden_layers": c.num_layers,
+        "num_attention_heads": c.num_heads,
+        "num_key_value_heads": c.num_kv_heads,
+        "head_dim": c.head_dim,
+        "max_position_embeddings": c.max_position_embeddings,
+        "rope_theta": c.rope_theta,
+        "rms_norm_eps": c.rms_norm_eps,
+        "tie_word_embeddings": c.tie_word_embeddings,
+        "hidden_act": "silu",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": "float32",
+    }
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(config, f)
     with open(os.path.join(folder, "generation_config.json"), "w") as f:
@@ -77,12 +99,18 @@ def write_hf_folder(model, folder: str, state: dict | None = None) -> str:
 
 
 GGUF_NAMES = {
-    "model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-    "lm_head.weight": "output.weight", "input_layernorm.weight": "attn_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
-    "post_attention_layernorm.weight": "ffn_norm.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight",
+    "model.embed_tokens.weight": "token_embd.weight",
+    "model.norm.weight": "output_norm.weight",
+    "lm_head.weight": "output.weight",
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
 }
 
 
@@ -99,8 +127,9 @@ def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, rows // n_head // 2, cols).swapaxes(1, 2).reshape(rows, cols)
 
 
-def write_gguf(model, path: str, quant_types: dict[str, str] | None = None,
-               pre: str = "gpt2") -> dict[str, torch.Tensor]:
+def write_gguf(
+    model, path: str, quant_types: dict[str, str] | None = None, pre: str = "gpt2"
+) -> dict[str, torch.Tensor]:
     """Write `model` to a GGUF file; tensors whose GGUF name matches a key suffix of quant_types are stored
     in that type. Returns the state dict as the file stores it after dequantization (our names/layout).
     `pre` names the pre-tokenizer (llama.cpp knows GPT-2's as "gpt-2" only)."""
@@ -157,8 +186,13 @@ def write_gguf(model, path: str, quant_types: dict[str, str] | None = None,
 
 QUANTIZABLE = ("F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
 # K-quant block sizes in bytes (256 weights each) and the byte offsets of their float16 scales.
-K_BLOCKS = {"Q2_K": (84, (80, 82)), "Q3_K": (110, (108,)), "Q4_K": (144, (0, 2)),
-            "Q5_K": (176, (0, 2)), "Q6_K": (210, (208,))}
+K_BLOCKS = {
+    "Q2_K": (84, (80, 82)),
+    "Q3_K": (110, (108,)),
+    "Q4_K": (144, (0, 2)),
+    "Q5_K": (176, (0, 2)),
+    "Q6_K": (210, (208,)),
+}
 
 
 def random_k_blocks(a: np.ndarray, kind: str) -> np.ndarray:
@@ -170,5 +204,5 @@ def random_k_blocks(a: np.ndarray, kind: str) -> np.ndarray:
     blocks = rng.integers(0, 256, size=(rows, cols // 256, size), dtype=np.uint8)
     scale = np.frombuffer(np.float16(0.01).tobytes(), dtype=np.uint8)
     for off in scale_offsets:
-        blocks[:, :, off:off + 2] = scale
+        blocks[:, :, off : off + 2] = scale
     return blocks.reshape(rows, cols // 256 * size)

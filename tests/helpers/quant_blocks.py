@@ -1,4 +1,5 @@
 """Quantized weights for the kernel tests: gguf's own quantizer where it has one, else random bytes."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,8 +23,10 @@ def random_blocks(fmt: str, n: int, k: int, seed: int, scale: float | None = Non
             bits[inf_or_nan] ^= 0x4000  # clear the top exponent bit there: finite
             field = bits.view(np.uint8).reshape(*raw.shape[:2], 2)
         else:
-            field = rng.uniform(-scale, scale, raw.shape[:2]).astype(np.float16).view(np.uint8).reshape(*raw.shape[:2], 2)
-        raw[..., off:off + 2] = field
+            field = (
+                rng.uniform(-scale, scale, raw.shape[:2]).astype(np.float16).view(np.uint8).reshape(*raw.shape[:2], 2)
+            )
+        raw[..., off : off + 2] = field
     return raw.reshape(n, -1)
 
 

@@ -1,4 +1,5 @@
 """Tiny models built in the tests: a random Llama and a scripted model whose greedy output we choose."""
+
 from __future__ import annotations
 
 import torch
@@ -9,9 +10,19 @@ from tinyllm.model.llama import LlamaForCausalLM
 
 
 def tiny_config(**overrides) -> ModelConfig:
-    values = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_layers=3, num_heads=4,
-                  num_kv_heads=2, head_dim=16, max_position_embeddings=128, rope_theta=10000.0,
-                  rms_norm_eps=1e-5, tie_word_embeddings=False)
+    values = dict(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=3,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        max_position_embeddings=128,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+    )
     values.update(overrides)
     return ModelConfig(**values)
 
@@ -36,8 +47,16 @@ class ScriptedModel(nn.Module):
     def __init__(self, script: list[int], prompt_len: int, vocab_size: int = 300, max_len: int = 256):
         super().__init__()
         self.script, self.prompt_len = list(script), prompt_len
-        self.config = ModelConfig(vocab_size=vocab_size, hidden_size=8, intermediate_size=8, num_layers=1,
-                                  num_heads=1, num_kv_heads=1, head_dim=8, max_position_embeddings=max_len)
+        self.config = ModelConfig(
+            vocab_size=vocab_size,
+            hidden_size=8,
+            intermediate_size=8,
+            num_layers=1,
+            num_heads=1,
+            num_kv_heads=1,
+            head_dim=8,
+            max_position_embeddings=max_len,
+        )
         self.anchor = nn.Parameter(torch.zeros(1))
 
     def forward(self, ids, positions=None, cache=None, *, last_only=False):

@@ -1,5 +1,6 @@
 """Smoke run of `tinyllm bench kernels --quick`: one row per shape and M, with positive times. No timing is
 asserted (benchmarks are never pass/fail on speed)."""
+
 import json
 import os
 

@@ -1,11 +1,12 @@
 """The reference dequantize equals gguf's own, bit for bit; the native decode equals the reference; bad weights
 are refused with a sentence naming the value."""
+
 import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType, quants
-from helpers.quant_blocks import quantized, random_blocks
 
+from helpers.quant_blocks import quantized, random_blocks
 from tinyllm.kernels import FORMATS, QuantWeight, check_blocks, dequantize, native
 from tinyllm.kernels.reference import SCALE_OFFSETS
 
@@ -67,12 +68,15 @@ def test_unknown_format_names_itself_and_the_supported_ones():
     assert "IQ2_XS" in str(e.value) and all(name in str(e.value) for name in FORMATS)
 
 
-@pytest.mark.parametrize("data, shape, words", [
-    (torch.zeros(2, 19, dtype=torch.uint8), (2, 32), ["19", "18"]),      # wrong bytes per row
-    (torch.zeros(3, 18, dtype=torch.uint8), (2, 32), ["3", "N=2"]),       # wrong row count
-    (torch.zeros(2, 18, dtype=torch.uint8), (2, 48), ["K=48", "32"]),     # K not a multiple of the block
-    (torch.zeros(2, 18, dtype=torch.int16), (2, 32), ["uint8", "int16"]),  # wrong dtype
-])
+@pytest.mark.parametrize(
+    "data, shape, words",
+    [
+        (torch.zeros(2, 19, dtype=torch.uint8), (2, 32), ["19", "18"]),  # wrong bytes per row
+        (torch.zeros(3, 18, dtype=torch.uint8), (2, 32), ["3", "N=2"]),  # wrong row count
+        (torch.zeros(2, 18, dtype=torch.uint8), (2, 48), ["K=48", "32"]),  # K not a multiple of the block
+        (torch.zeros(2, 18, dtype=torch.int16), (2, 32), ["uint8", "int16"]),  # wrong dtype
+    ],
+)
 def test_bad_layout_is_refused_with_the_values(data, shape, words):
     with pytest.raises(ValueError) as e:
         QuantWeight(data, "Q4_0", shape)
@@ -88,7 +92,6 @@ def test_check_blocks_refuses_a_non_finite_scale(fmt, bad):
     check_blocks(w)  # a healthy table passes
     for off in SCALE_OFFSETS[fmt]:
         corrupt = raw.copy().reshape(4, 2, f.type_size)
-        corrupt[2, 1, off:off + 2] = np.array([bad], dtype=np.float16).view(np.uint8)
+        corrupt[2, 1, off : off + 2] = np.array([bad], dtype=np.float16).view(np.uint8)
         with pytest.raises(ValueError, match="block 1 of row 2"):
             check_blocks(QuantWeight(torch.from_numpy(corrupt.reshape(4, -1)), fmt, (4, 2 * f.block_size)))
-

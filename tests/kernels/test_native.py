@@ -1,5 +1,6 @@
 """Building the kernels: cached per source hash, safe when two processes build at once, and a failed build falls
 back with one warning that names the reason."""
+
 import os
 import subprocess
 import sys
@@ -7,18 +8,26 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PROBE = ("import warnings\n"
-         "warnings.simplefilter('always')\n"
-         "from tinyllm.kernels import native, native_available\n"
-         "with warnings.catch_warnings(record=True) as caught:\n"
-         "    warnings.simplefilter('always')\n"
-         "    ok = native_available() and native_available()\n"
-         "print(ok, len(caught), caught[0].message if caught else '')\n")
+PROBE = (
+    "import warnings\n"
+    "warnings.simplefilter('always')\n"
+    "from tinyllm.kernels import native, native_available\n"
+    "with warnings.catch_warnings(record=True) as caught:\n"
+    "    warnings.simplefilter('always')\n"
+    "    ok = native_available() and native_available()\n"
+    "print(ok, len(caught), caught[0].message if caught else '')\n"
+)
 
 
 def probe(env: dict) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", PROBE], cwd=ROOT, env={**os.environ, **env},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", PROBE],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_two_processes_building_at_once_both_load_one_cached_library(tmp_path):
@@ -30,7 +39,7 @@ def test_two_processes_building_at_once_both_load_one_cached_library(tmp_path):
     procs = [probe(env), probe(env)]
     outs = [p.communicate(timeout=600) for p in procs]
     assert all(out.startswith("True 0") for out, _ in outs), outs
-    built = [p for p in (tmp_path / "tinyllm" / "kernels").iterdir()]
+    built = list((tmp_path / "tinyllm" / "kernels").iterdir())
     assert len(built) == 1 and (built[0] / native.LIB_NAME).exists()  # one entry, no temporary folder left
 
 

@@ -4,6 +4,7 @@ The bound: the kernels decode every weight bit-identically to the reference (tes
 the two results are the same K products summed in different orders. Any order of a float32 sum of K terms
 (with or without FMA) is within gamma_K * sum_k |x_k w_k| of the exact value, gamma_K = K u / (1 - K u),
 u = 2^-24; the two results are therefore within 2 gamma_K * (|x| @ |W|^T) of each other, per element."""
+
 import importlib
 import os
 import subprocess
@@ -12,12 +13,12 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers.quant_blocks import weight
 
+from helpers.quant_blocks import weight
 from tinyllm.kernels import FORMATS, dequantize, native, qmatmul
 
 ALL = list(FORMATS)
-U = 2.0 ** -24
+U = 2.0**-24
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -113,17 +114,25 @@ def test_wrong_feature_count_names_both():
 
 
 def test_fallback_warns_once_with_the_reason():
-    code = ("import warnings, torch\n"
-            "from tinyllm.kernels import qmatmul, native_available\n"
-            "from tests.helpers.quant_blocks import weight\n"
-            "with warnings.catch_warnings(record=True) as caught:\n"
-            "    warnings.simplefilter('always')\n"
-            "    w = weight('Q4_1', 4, 32)\n"
-            "    for _ in range(3): qmatmul(torch.randn(1, 32), w)\n"
-            "    assert not native_available()\n"
-            "print(len(caught)); print(caught[0].message)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "TINYLLM_NATIVE": "0"}, cwd=ROOT)
+    code = (
+        "import warnings, torch\n"
+        "from tinyllm.kernels import qmatmul, native_available\n"
+        "from tests.helpers.quant_blocks import weight\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    w = weight('Q4_1', 4, 32)\n"
+        "    for _ in range(3): qmatmul(torch.randn(1, 32), w)\n"
+        "    assert not native_available()\n"
+        "print(len(caught)); print(caught[0].message)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TINYLLM_NATIVE": "0"},
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr
     count, message = done.stdout.splitlines()[:2]
     assert count == "1" and "TINYLLM_NATIVE=0" in message

@@ -1,11 +1,12 @@
 """GGUF block tables are checked at load: a corrupt one is an error naming the tensor, never garbage."""
+
 import struct
 
 import gguf
 import pytest
 
-from tinyllm import LLM, TinyLLMError
 from helpers.model_files import random_tiny_llama, write_gguf
+from tinyllm import LLM, TinyLLMError
 
 QUANT_MODEL = dict(hidden_size=64, intermediate_size=96, num_heads=4, num_kv_heads=2, head_dim=16)
 

@@ -1,4 +1,5 @@
 """Loading: a tiny random Llama written as a HF folder and as GGUF files loads with the same logits."""
+
 import json
 import os
 
@@ -6,10 +7,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from tinyllm import LLM, TinyLLMError
-from tinyllm.loading.loader import load
-from tinyllm.loading.fusion import fuse
 from helpers.model_files import hf_state_dict, random_tiny_llama, write_gguf, write_hf_folder
+from tinyllm import LLM, TinyLLMError
+from tinyllm.loading.fusion import fuse
+from tinyllm.loading.loader import load
 
 IDS = torch.tensor([[5, 80, 200, 7, 33, 150, 9, 260, 1, 44]])
 
@@ -26,8 +27,18 @@ def test_hf_folder_and_gguf_give_the_same_logits(tmp_path, tied):
     hf = load(write_hf_folder(model, str(tmp_path / "hf")))
     write_gguf(model, str(tmp_path / "m.gguf"))
     gg = load(str(tmp_path / "m.gguf"))
-    for field in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-                  "max_position_embeddings", "rope_theta", "tie_word_embeddings", "rotary_dim"):
+    for field in (
+        "vocab_size",
+        "hidden_size",
+        "num_layers",
+        "num_heads",
+        "num_kv_heads",
+        "head_dim",
+        "max_position_embeddings",
+        "rope_theta",
+        "tie_word_embeddings",
+        "rotary_dim",
+    ):
         assert getattr(hf.config, field) == getattr(gg.config, field), field
     assert torch.allclose(logits_of(hf.model), expected, atol=1e-5, rtol=0)
     assert torch.allclose(logits_of(gg.model), expected, atol=1e-5, rtol=0)
@@ -38,8 +49,9 @@ def test_hf_folder_and_gguf_give_the_same_logits(tmp_path, tied):
 QUANT_MODEL = dict(hidden_size=256, intermediate_size=256, num_heads=4, num_kv_heads=2, head_dim=64)
 
 
-@pytest.mark.parametrize("kind", ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
-                                  "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
+@pytest.mark.parametrize(
+    "kind", ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+)
 def test_quantized_gguf_loads_as_its_dequantized_weights(tmp_path, kind):
     model = random_tiny_llama(2, **QUANT_MODEL)
     stored = write_gguf(model, str(tmp_path / "q.gguf"), quant_types={"weight": kind} if kind else None)
@@ -63,7 +75,7 @@ def test_sharded_safetensors(tmp_path):
     for i, part in enumerate((names[:half], names[half:])):
         shard = f"model-{i + 1:05d}-of-00002.safetensors"
         save_file({n: state[n] for n in part}, os.path.join(folder, shard))
-        weight_map.update({n: shard for n in part})
+        weight_map.update(dict.fromkeys(part, shard))
     with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
         json.dump({"weight_map": weight_map}, f)
     assert torch.allclose(logits_of(load(folder).model), logits_of(model), atol=1e-5, rtol=0)
@@ -96,7 +108,10 @@ def test_unsupported_architecture_and_types(tmp_path):
     w = gguf.GGUFWriter(str(tmp_path / "f.gguf"), "falcon")
     w.add_block_count(1)
     w.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
     with pytest.raises(TinyLLMError, match="architecture 'falcon'"):
         LLM(str(tmp_path / "f.gguf"))
 
@@ -139,11 +154,15 @@ def test_unsupported_tensor_type(tmp_path):
     for field in g.fields.values():
         if field.name.startswith("GGUF.") or field.name == "general.architecture":
             continue
-        w.add_key_value(field.name, field.contents(), field.types[0],
-                        sub_type=field.types[-1] if len(field.types) > 1 else None)
+        w.add_key_value(
+            field.name, field.contents(), field.types[0], sub_type=field.types[-1] if len(field.types) > 1 else None
+        )
     for t in g.tensors:
         data = np.asarray(t.data, dtype=np.float32).reshape([int(d) for d in reversed(t.shape)])
         w.add_tensor(t.name, data.astype(np.float64) if t.name == "output_norm.weight" else data)
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
     with pytest.raises(TinyLLMError, match="type F64"):
         LLM(str(tmp_path / "odd.gguf"))

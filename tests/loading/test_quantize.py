@@ -1,18 +1,19 @@
 """Quantizing float weights at load (loading/quantize.py): the blocks decode (with gguf's own decoder) to
 within what the format predicts of the float weights, and a quantized model equals its dequantized twin."""
+
 import numpy as np
 import pytest
 import torch
 
+from helpers.model_files import random_tiny_llama, write_gguf, write_hf_folder
 from tinyllm import LLM, TinyLLMError
 from tinyllm.kernels import dequantize
 from tinyllm.loading.loader import load
 from tinyllm.loading.quantize import quantize_q4_1, quantize_q8_0
 from tinyllm.model.quant_linear import quant_weights
-from helpers.model_files import random_tiny_llama, write_gguf, write_hf_folder
 
 IDS = torch.tensor([[5, 80, 200, 7, 33, 150, 9, 260, 1, 44]])
-F16_STEP = 2.0 ** -11  # float16's relative rounding of a scale or minimum
+F16_STEP = 2.0**-11  # float16's relative rounding of a scale or minimum
 QUANT_MODEL = dict(hidden_size=64, intermediate_size=96, num_heads=4, num_kv_heads=2, head_dim=16)
 
 

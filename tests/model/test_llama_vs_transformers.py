@@ -1,4 +1,5 @@
 """The default model against the reference implementation (HF transformers' LlamaForCausalLM, same GGUF)."""
+
 import os
 
 import pytest
@@ -53,8 +54,9 @@ def test_greedy_generate_equals_reference(llm, reference):
     for text in PROMPTS:
         ids = llm.tokenizer.encode(text)
         with torch.no_grad():
-            out = reference.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False,
-                                     eos_token_id=sorted(eos), pad_token_id=2)[0, len(ids):].tolist()
+            out = reference.generate(
+                torch.tensor([ids]), max_new_tokens=32, do_sample=False, eos_token_id=sorted(eos), pad_token_id=2
+            )[0, len(ids) :].tolist()
         ref_ids = out[: next((i for i, t in enumerate(out) if t in eos), len(out))]
         g = llm.generate(text, max_tokens=32, temperature=0)
         assert g.ids == ref_ids

@@ -4,14 +4,15 @@ Llama written as a GGUF with quantized tensors, loaded both ways.
 Bound: the native path differs from "dequantize, then F.linear" only in the order of float32 sums, so each
 logit differs by a few ulps of the magnitudes summed; 1e-5 of the largest logit leaves room for that through
 every layer and nothing for a wrong block, row or scale (those move logits by whole percents)."""
+
 import pytest
 import torch
 
+from helpers.model_files import random_tiny_llama, write_gguf
 from tinyllm import LLM
 from tinyllm.kernels import FORMATS
 from tinyllm.loading.loader import load
 from tinyllm.model.quant_linear import QuantEmbedding, QuantLinear, quant_weights
-from helpers.model_files import random_tiny_llama, write_gguf
 
 IDS = torch.tensor([[5, 80, 200, 7, 33, 150, 9, 260, 1, 44]])
 QUANT_MODEL = dict(hidden_size=256, intermediate_size=256, num_heads=4, num_kv_heads=2, head_dim=64)
@@ -100,8 +101,9 @@ def unfused_views_stay_in_the_mmap(loaded) -> int:
     ranges = _mapped_ranges(loaded.path)
     assert ranges, "the file is not memory-mapped"
     model = loaded.model
-    views = [model.model.embed_tokens.weight] + [w for layer in model.model.layers
-                                                for w in layer.self_attn.o_proj.parts + layer.mlp.down_proj.parts]
+    views = [model.model.embed_tokens.weight] + [
+        w for layer in model.model.layers for w in layer.self_attn.o_proj.parts + layer.mlp.down_proj.parts
+    ]
     for w in views:
         assert any(lo <= w.data.data_ptr() and w.data.data_ptr() + w.data.numel() <= hi for lo, hi in ranges)
     inside = {id(w) for w in views}

@@ -1,5 +1,6 @@
 """Constraint: the grammar matcher as a function of the generated ids (forward, rollback, EOS only when the
 grammar accepts) and the errors of grammars that cannot compile; on the real SmolLM2 vocabulary."""
+
 import random
 
 import pytest
@@ -32,8 +33,13 @@ def test_a_regex_allows_exactly_its_continuations_and_eos_only_at_its_end(gramma
 
 
 def test_the_mask_follows_history_back_and_forth_like_a_fresh_matcher(grammars, smollm_tokenizer):
-    structured = StructuredOutput.json_schema({"type": "object", "properties": {
-        "xs": {"type": "array", "items": {"type": "integer"}, "maxItems": 3}}, "required": ["xs"]})
+    structured = StructuredOutput.json_schema(
+        {
+            "type": "object",
+            "properties": {"xs": {"type": "array", "items": {"type": "integer"}, "maxItems": 3}},
+            "required": ["xs"],
+        }
+    )
     ids = smollm_tokenizer.encode('{"xs":[12,7,301]}', add_special_tokens=False)
     walker = grammars.constraint(structured)
     rng = random.Random(0)
@@ -53,11 +59,14 @@ def test_the_sampler_only_draws_allowed_tokens_even_against_a_strong_bias(gramma
     assert got.logprob == pytest.approx(-torch.log(torch.tensor(10.0)).item(), abs=1e-5)  # 10 digits left
 
 
-@pytest.mark.parametrize("structured, message", [
-    (StructuredOutput.json_schema({"type": "nope"}), "the json_schema cannot be compiled: .*nope"),
-    (StructuredOutput.regex("a("), "the regex cannot be compiled: .*unclosed group"),
-    (StructuredOutput.grammar("start: foo"), "the grammar cannot be compiled: .*unknown name"),
-])
+@pytest.mark.parametrize(
+    "structured, message",
+    [
+        (StructuredOutput.json_schema({"type": "nope"}), "the json_schema cannot be compiled: .*nope"),
+        (StructuredOutput.regex("a("), "the regex cannot be compiled: .*unclosed group"),
+        (StructuredOutput.grammar("start: foo"), "the grammar cannot be compiled: .*unknown name"),
+    ],
+)
 def test_what_cannot_compile_is_a_one_line_error(grammars, structured, message):
     with pytest.raises(TinyLLMError, match=message) as info:
         grammars.compile(structured)

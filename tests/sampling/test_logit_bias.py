@@ -1,4 +1,5 @@
 """logit_bias: validation in SamplingParams, where it enters the logits pipeline, and the sampler honouring it."""
+
 import pytest
 import torch
 
@@ -16,12 +17,21 @@ def test_a_map_is_normalised_to_sorted_pairs_and_compares_by_value():
     assert hash(p) == hash(SamplingParams(logit_bias={2: -3.5, 7: 1}))
 
 
-@pytest.mark.parametrize("bad, words", [
-    ({-1: 1.0}, "token ids"), ({True: 1.0}, "token ids"), ({"5": 1.0}, "token ids"), ({1.5: 1.0}, "token ids"),
-    ({5: 100.5}, "[-100, 100]"), ({5: float("nan")}, "[-100, 100]"), ({5: float("inf")}, "[-100, 100]"),
-    ({5: True}, "[-100, 100]"), (dict.fromkeys(range(MAX_LOGIT_BIAS_ENTRIES + 1), 1.0), "at most 300"),
-    (5, "must map"),
-])
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        ({-1: 1.0}, "token ids"),
+        ({True: 1.0}, "token ids"),
+        ({"5": 1.0}, "token ids"),
+        ({1.5: 1.0}, "token ids"),
+        ({5: 100.5}, "[-100, 100]"),
+        ({5: float("nan")}, "[-100, 100]"),
+        ({5: float("inf")}, "[-100, 100]"),
+        ({5: True}, "[-100, 100]"),
+        (dict.fromkeys(range(MAX_LOGIT_BIAS_ENTRIES + 1), 1.0), "at most 300"),
+        (5, "must map"),
+    ],
+)
 def test_bad_maps_are_refused_naming_logit_bias(bad, words):
     with pytest.raises(TinyLLMError, match="logit_bias") as info:
         SamplingParams(logit_bias=bad)

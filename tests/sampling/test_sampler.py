@@ -1,4 +1,5 @@
 """sample / sample_batch / request_rng: greedy, seeded replay, distribution, batching."""
+
 import math
 
 import pytest
@@ -23,8 +24,9 @@ Z_999 = 3.090232306167813  # standard normal quantile for an upper tail of 0.001
 
 
 def draw(logits, params, position=0, seed=0, prompt=(), generated=()):
-    return sample(logits, params, prompt_ids=list(prompt), generated_ids=list(generated),
-                  rng=request_rng(seed), position=position)
+    return sample(
+        logits, params, prompt_ids=list(prompt), generated_ids=list(generated), rng=request_rng(seed), position=position
+    )
 
 
 def flat_logits(vocab=50, seed=0):
@@ -32,6 +34,7 @@ def flat_logits(vocab=50, seed=0):
 
 
 # -- request_rng -------------------------------------------------------------------
+
 
 def test_uniform_is_a_pure_function_of_seed_position_stream():
     rng = request_rng(123)
@@ -96,6 +99,7 @@ def test_uniforms_are_uniform(stream):
 
 # -- greedy ------------------------------------------------------------------------
 
+
 def test_greedy_takes_the_argmax_lowest_index_on_ties():
     greedy = SamplingParams(temperature=0.0)
     assert draw(LOGITS, greedy).token == 0
@@ -105,8 +109,9 @@ def test_greedy_takes_the_argmax_lowest_index_on_ties():
 
 def test_greedy_ignores_the_seed_and_position():
     row = flat_logits(seed=3)
-    tokens = {draw(row, SamplingParams(temperature=0.0, seed=s), position=p, seed=s).token
-              for s in range(5) for p in range(5)}
+    tokens = {
+        draw(row, SamplingParams(temperature=0.0, seed=s), position=p, seed=s).token for s in range(5) for p in range(5)
+    }
     assert tokens == {int(row.argmax())}
 
 
@@ -123,6 +128,7 @@ def test_greedy_reports_the_penalised_distribution():
 
 
 # -- seeded sampling ---------------------------------------------------------------
+
 
 def test_same_seed_and_position_give_the_same_token_in_any_call_order():
     row = flat_logits()
@@ -156,12 +162,14 @@ def _replay(logits, params, prompt, generated, seed, position):
     return token, float(logp[token]), entropy
 
 
-@pytest.mark.parametrize("params", [
-    SamplingParams(),
-    SamplingParams(temperature=0.7, top_k=10, top_p=0.9, min_p=0.02),
-    SamplingParams(temperature=1.3, repetition_penalty=1.3, presence_penalty=0.4,
-                   frequency_penalty=0.3),
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(),
+        SamplingParams(temperature=0.7, top_k=10, top_p=0.9, min_p=0.02),
+        SamplingParams(temperature=1.3, repetition_penalty=1.3, presence_penalty=0.4, frequency_penalty=0.3),
+    ],
+)
 def test_seeded_sample_replays_by_hand(params):
     row = flat_logits(seed=5) * 2
     prompt, generated = [1, 2, 3, 3, 7], [7, 9, 9, 4]
@@ -192,17 +200,19 @@ class FixedRng:
         return self.u
 
 
-@pytest.mark.parametrize(("u", "token"), [
-    (0.0, 1),  # u = 0 must not pick the probability-0 token 0
-    (0.25, 1),
-    (0.5, 3),  # cdf == u * total exactly: the first index strictly above is token 3
-    (0.75, 3),
-    (1.0 - 2.0**-53, 3),  # the largest uniform never runs onto the dropped tail
-])
+@pytest.mark.parametrize(
+    ("u", "token"),
+    [
+        (0.0, 1),  # u = 0 must not pick the probability-0 token 0
+        (0.25, 1),
+        (0.5, 3),  # cdf == u * total exactly: the first index strictly above is token 3
+        (0.75, 3),
+        (1.0 - 2.0**-53, 3),  # the largest uniform never runs onto the dropped tail
+    ],
+)
 def test_inverse_cdf_edges(u, token):
     row = torch.tensor([float("-inf"), 0.0, float("-inf"), 0.0, float("-inf")])
-    result = sample(row, SamplingParams(), prompt_ids=[], generated_ids=[], rng=FixedRng(u),
-                    position=0)
+    result = sample(row, SamplingParams(), prompt_ids=[], generated_ids=[], rng=FixedRng(u), position=0)
     assert result.token == token
 
 
@@ -213,12 +223,15 @@ def test_never_draws_a_dropped_token():
     assert {draw(row, params, p).token for p in range(500)} <= allowed
 
 
-@pytest.mark.parametrize("params", [
-    SamplingParams(),
-    SamplingParams(top_k=3),
-    SamplingParams(temperature=0.7, top_p=0.8),
-    SamplingParams(temperature=1.5, top_k=6, min_p=0.1, repetition_penalty=1.5),
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(),
+        SamplingParams(top_k=3),
+        SamplingParams(temperature=0.7, top_p=0.8),
+        SamplingParams(temperature=1.5, top_k=6, min_p=0.1, repetition_penalty=1.5),
+    ],
+)
 def test_draws_follow_the_filtered_distribution(params):
     row = torch.tensor([2.0, 1.5, 1.2, 1.0, 0.4, 0.2, -0.5, -1.0])
     probs = torch.softmax(process_logits(row, params, [1], []), -1).double()
@@ -236,13 +249,13 @@ def test_draws_follow_the_filtered_distribution(params):
 
 # -- what a result reports ---------------------------------------------------------
 
+
 def test_logprob_and_entropy_describe_the_filtered_distribution():
     result = draw(LOGITS, SamplingParams(top_k=2, logprobs=5), position=4)
     assert result.token in (0, 1)
     expected = {0: math.log(2 / 3), 1: math.log(1 / 3)}
     assert result.logprob == pytest.approx(expected[result.token], abs=1e-6)
-    assert result.entropy == pytest.approx(-(2 / 3 * math.log(2 / 3) + 1 / 3 * math.log(1 / 3)),
-                                           abs=1e-6)
+    assert result.entropy == pytest.approx(-(2 / 3 * math.log(2 / 3) + 1 / 3 * math.log(1 / 3)), abs=1e-6)
     # only the two live tokens are alternatives
     assert [t for t, _ in result.top_logprobs] == [0, 1]
     assert result.top_logprobs[0][1] == pytest.approx(math.log(2 / 3), abs=1e-6)
@@ -274,13 +287,13 @@ def test_sample_does_not_modify_its_inputs():
     row = flat_logits()
     before = row.clone()
     prompt, generated = [1, 2], [3, 3]
-    draw(row, SamplingParams(repetition_penalty=2.0, frequency_penalty=1.0, top_k=5),
-         prompt=prompt, generated=generated)
+    draw(
+        row, SamplingParams(repetition_penalty=2.0, frequency_penalty=1.0, top_k=5), prompt=prompt, generated=generated
+    )
     assert torch.equal(row, before) and prompt == [1, 2] and generated == [3, 3]
 
 
-@pytest.mark.parametrize("bad", [torch.tensor([0.0, float("nan")]),
-                                 torch.full((3,), float("-inf")), torch.zeros(2, 3)])
+@pytest.mark.parametrize("bad", [torch.tensor([0.0, float("nan")]), torch.full((3,), float("-inf")), torch.zeros(2, 3)])
 def test_unusable_logits_are_rejected(bad):
     with pytest.raises(ValueError, match="logits"):
         draw(bad, SamplingParams())
@@ -293,6 +306,7 @@ def test_half_precision_logits_are_accepted():
 
 
 # -- batches -----------------------------------------------------------------------
+
 
 def _same(a: SampleResult, b: SampleResult) -> None:
     assert a.token == b.token
@@ -312,13 +326,18 @@ PARAM_CHOICES = [
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 6).flatmap(lambda b: st.tuples(
-    st.lists(st.sampled_from(PARAM_CHOICES), min_size=b, max_size=b),
-    st.lists(st.lists(st.integers(0, 11), max_size=4), min_size=b, max_size=b),
-    st.lists(st.lists(st.integers(0, 11), max_size=4), min_size=b, max_size=b),
-    st.lists(st.integers(0, 1000), min_size=b, max_size=b),
-    st.lists(st.integers(0, 1000), min_size=b, max_size=b),
-    st.integers(0, 2**31))))
+@given(
+    st.integers(1, 6).flatmap(
+        lambda b: st.tuples(
+            st.lists(st.sampled_from(PARAM_CHOICES), min_size=b, max_size=b),
+            st.lists(st.lists(st.integers(0, 11), max_size=4), min_size=b, max_size=b),
+            st.lists(st.lists(st.integers(0, 11), max_size=4), min_size=b, max_size=b),
+            st.lists(st.integers(0, 1000), min_size=b, max_size=b),
+            st.lists(st.integers(0, 1000), min_size=b, max_size=b),
+            st.integers(0, 2**31),
+        )
+    )
+)
 def test_sample_batch_equals_per_row_sample(case):
     params, prompts, generated, seeds, positions, data_seed = case
     batch = len(params)
@@ -328,8 +347,17 @@ def test_sample_batch_equals_per_row_sample(case):
     results = sample_batch(logits, params, prompts, generated, rngs, positions)
     assert len(results) == batch
     for i in range(batch):
-        _same(results[i], sample(logits[i], params[i], prompt_ids=prompts[i],
-                                 generated_ids=generated[i], rng=rngs[i], position=positions[i]))
+        _same(
+            results[i],
+            sample(
+                logits[i],
+                params[i],
+                prompt_ids=prompts[i],
+                generated_ids=generated[i],
+                rng=rngs[i],
+                position=positions[i],
+            ),
+        )
 
 
 def test_all_greedy_batch_is_one_argmax_with_lowest_index_ties():
@@ -343,15 +371,18 @@ def test_all_greedy_batch_is_one_argmax_with_lowest_index_ties():
 
 def test_sample_batch_checks_lengths():
     with pytest.raises(ValueError, match="positions"):
-        sample_batch(torch.zeros(2, 3), [SamplingParams()] * 2, [[]] * 2, [[]] * 2,
-                     [request_rng(0)] * 2, [0])
+        sample_batch(torch.zeros(2, 3), [SamplingParams()] * 2, [[]] * 2, [[]] * 2, [request_rng(0)] * 2, [0])
 
 
 # -- tiny temperatures and broken distributions ----------------------------------------
 
+
 def test_a_temperature_below_the_greedy_line_is_greedy():
     logits = flat_logits(seed=4) * 20
-    tiny, greedy = draw(logits, SamplingParams(temperature=1e-50, logprobs=2)), draw(logits, SamplingParams(temperature=0, logprobs=2))
+    tiny, greedy = (
+        draw(logits, SamplingParams(temperature=1e-50, logprobs=2)),
+        draw(logits, SamplingParams(temperature=0, logprobs=2)),
+    )
     assert tiny == greedy and tiny.token == int(torch.argmax(logits)) and math.isfinite(tiny.logprob)
 
 

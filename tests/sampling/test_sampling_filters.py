@@ -26,15 +26,19 @@ def kept(logits: torch.Tensor) -> list[int]:
 
 # -- seed 002's worked numbers -------------------------------------------------------
 
-@pytest.mark.parametrize(("top_p", "expected"), [
-    (0.5, [0]),  # the mass before token 1 is 0.5, already >= 0.5
-    (0.6, [0, 1]),  # token 1 crosses 0.6 and is kept
-    (0.75, [0, 1]),  # mass before token 2 is exactly 0.75
-    (0.9, [0, 1, 2]),  # mass before token 3 is 0.9 >= 0.9: dropped
-    (0.95, [0, 1, 2, 3]),
-    (0.97, [0, 1, 2, 3, 4]),
-    (1.0, [0, 1, 2, 3, 4]),
-])
+
+@pytest.mark.parametrize(
+    ("top_p", "expected"),
+    [
+        (0.5, [0]),  # the mass before token 1 is 0.5, already >= 0.5
+        (0.6, [0, 1]),  # token 1 crosses 0.6 and is kept
+        (0.75, [0, 1]),  # mass before token 2 is exactly 0.75
+        (0.9, [0, 1, 2]),  # mass before token 3 is 0.9 >= 0.9: dropped
+        (0.95, [0, 1, 2, 3]),
+        (0.97, [0, 1, 2, 3, 4]),
+        (1.0, [0, 1, 2, 3, 4]),
+    ],
+)
 def test_top_p_worked_numbers(top_p, expected):
     out = top_p_filter(LOGITS, top_p)
     assert kept(out) == expected
@@ -127,6 +131,7 @@ def test_filters_reject_bad_arguments():
 
 # -- temperature and the order of operations ----------------------------------------
 
+
 def test_temperature_divides_the_logits():
     out = apply_temperature(LOGITS, 2.0)
     assert torch.allclose(torch.softmax(out, -1), torch.softmax(LOGITS / 2.0, -1), atol=1e-7)
@@ -175,6 +180,7 @@ def test_process_logits_for_greedy_is_the_penalised_logits():
 
 # -- penalties ---------------------------------------------------------------------
 
+
 def test_repetition_penalty_divides_positive_and_multiplies_negative_logits():
     row = torch.tensor([2.0, -2.0, 1.0, 0.5, 0.0])
     before = row.clone()
@@ -214,8 +220,7 @@ def test_prompt_is_not_counted_as_generated():
 
 
 def test_negative_penalties_encourage():
-    out = apply_penalties(torch.zeros(3), SamplingParams(presence_penalty=-1.0,
-                                                         frequency_penalty=-0.5), [], [1, 1])
+    out = apply_penalties(torch.zeros(3), SamplingParams(presence_penalty=-1.0, frequency_penalty=-0.5), [], [1, 1])
     assert out.tolist() == [0.0, 2.0, 0.0]
 
 
@@ -223,8 +228,7 @@ def test_penalties_accept_tensors_and_reject_out_of_range_ids():
     row = torch.tensor([2.0, 2.0, 2.0])
     params = SamplingParams(repetition_penalty=2.0, frequency_penalty=1.0)
     from_lists = apply_penalties(row, params, [0], [2, 2])
-    assert torch.equal(apply_penalties(row, params, torch.tensor([0]), torch.tensor([2, 2])),
-                       from_lists)
+    assert torch.equal(apply_penalties(row, params, torch.tensor([0]), torch.tensor([2, 2])), from_lists)
     assert from_lists.tolist() == [1.0, 2.0, -1.0]
     with pytest.raises(ValueError, match="token ids"):
         apply_penalties(row, params, [3], [])
@@ -239,6 +243,7 @@ def test_neutral_penalties_return_an_equal_copy():
 
 
 # -- properties --------------------------------------------------------------------
+
 
 def _reference_top_p(row: torch.Tensor, top_p: float) -> list[int]:
     """The rule, slowly: a token is dropped iff the mass strictly before it is >= p.
@@ -263,20 +268,25 @@ def _margins(row: torch.Tensor, top_p: float) -> float:
     return float((probs.cumsum(0) - probs - top_p).abs().min())
 
 
-rows_1d = st.integers(2, 40).flatmap(
-    lambda v: st.lists(st.floats(-20, 20, width=32), min_size=v, max_size=v))
+rows_1d = st.integers(2, 40).flatmap(lambda v: st.lists(st.floats(-20, 20, width=32), min_size=v, max_size=v))
 rows_2d = st.tuples(st.integers(1, 4), st.integers(2, 30)).flatmap(
-    lambda bv: st.lists(st.lists(st.floats(-20, 20, width=32), min_size=bv[1], max_size=bv[1]),
-                        min_size=bv[0], max_size=bv[0]))
+    lambda bv: st.lists(
+        st.lists(st.floats(-20, 20, width=32), min_size=bv[1], max_size=bv[1]), min_size=bv[0], max_size=bv[0]
+    )
+)
 any_rows = st.one_of(rows_1d, rows_2d).map(lambda x: torch.tensor(x, dtype=torch.float32))
 top_ps = st.floats(1e-6, 1.0, exclude_min=False)
 min_ps = st.floats(0.0, 1.0)
 
 
 def _filters(k: int, p: float, m: float):
-    return [lambda x: top_k_filter(x, k), lambda x: top_p_filter(x, p),
-            lambda x: min_p_filter(x, m), lambda x: apply_temperature(x, 0.7),
-            lambda x: min_p_filter(top_p_filter(top_k_filter(x, k), p), m)]
+    return [
+        lambda x: top_k_filter(x, k),
+        lambda x: top_p_filter(x, p),
+        lambda x: min_p_filter(x, m),
+        lambda x: apply_temperature(x, 0.7),
+        lambda x: min_p_filter(top_p_filter(top_k_filter(x, k), p), m),
+    ]
 
 
 @settings(max_examples=150, deadline=None)

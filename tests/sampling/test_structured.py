@@ -1,4 +1,5 @@
 """StructuredOutput and its place in SamplingParams: kinds, normalised schemas, one-sentence errors."""
+
 import json
 
 import pytest
@@ -14,14 +15,17 @@ def test_a_schema_dict_and_its_text_are_the_same_value_and_keep_key_order():
     assert SamplingParams(structured=from_dict) == SamplingParams(structured=from_text)
 
 
-@pytest.mark.parametrize("kind, spec, message", [
-    ("yaml", "x", "kind must be one of json_object, json_schema, regex, grammar, got 'yaml'"),
-    ("json_schema", "{not json", "the json_schema is not valid JSON"),
-    ("json_schema", "[1, 2]", "the json_schema must be a JSON object, got list"),
-    ("regex", "", "a regex constraint needs a non-empty string"),
-    ("grammar", 5, "a grammar constraint needs a non-empty string, got 5"),
-    ("json_object", "{}", "a json_object constraint takes no spec"),
-])
+@pytest.mark.parametrize(
+    "kind, spec, message",
+    [
+        ("yaml", "x", "kind must be one of json_object, json_schema, regex, grammar, got 'yaml'"),
+        ("json_schema", "{not json", "the json_schema is not valid JSON"),
+        ("json_schema", "[1, 2]", "the json_schema must be a JSON object, got list"),
+        ("regex", "", "a regex constraint needs a non-empty string"),
+        ("grammar", 5, "a grammar constraint needs a non-empty string, got 5"),
+        ("json_object", "{}", "a json_object constraint takes no spec"),
+    ],
+)
 def test_bad_specs_are_refused_naming_the_value(kind, spec, message):
     with pytest.raises(TinyLLMError, match=message.replace("(", r"\(").replace("[", r"\[")):
         StructuredOutput(kind, spec)

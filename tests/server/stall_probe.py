@@ -7,6 +7,7 @@ chunks in the window around each body.
 
     OMP_NUM_THREADS=1 PYTHONPATH=$PWD python tests/server/stall_probe.py
 """
+
 from __future__ import annotations
 
 import json
@@ -64,8 +65,9 @@ def run_stream(url: str, times: list[float], done: threading.Event) -> None:
 
 def probe(url: str, name: str, raw: bytes) -> None:
     health, chunks, done = [], [], threading.Event()
-    threads = [threading.Thread(target=f, args=(url, t, done)) for f, t in ((poll_health, health),
-                                                                          (run_stream, chunks))]
+    threads = [
+        threading.Thread(target=f, args=(url, t, done)) for f, t in ((poll_health, health), (run_stream, chunks))
+    ]
     for t in threads:
         t.start()
     time.sleep(1.0)
@@ -78,8 +80,10 @@ def probe(url: str, name: str, raw: bytes) -> None:
         t.join()
     end = time.perf_counter()
     window = (start - 0.5, end)
-    print(f"{name}: {len(raw) / 1e6:.1f} MB -> {r.status_code} in {answered - start:.2f} s; longest gap: "
-          f"/health {longest_gap(health, *window):.3f} s, stream {longest_gap(chunks, *window):.3f} s")
+    print(
+        f"{name}: {len(raw) / 1e6:.1f} MB -> {r.status_code} in {answered - start:.2f} s; longest gap: "
+        f"/health {longest_gap(health, *window):.3f} s, stream {longest_gap(chunks, *window):.3f} s"
+    )
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
 """Request bodies are parsed and validated off the event loop, and oversized counts are refused before
 validation: a stuck validator leaves /health and other requests answering; 400-shaped errors stay the same."""
+
 import threading
 
 import httpx
@@ -17,8 +18,9 @@ CHAT = [{"role": "user", "content": "Hi"}]
 
 @pytest.fixture(scope="module")
 def url(smollm_tokenizer, one_thread):
-    llm = LLM.from_parts(tiny_llama(5, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=CONTEXT),
-                         smollm_tokenizer)
+    llm = LLM.from_parts(
+        tiny_llama(5, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=CONTEXT), smollm_tokenizer
+    )
     with ServerThread(create_app(llm, num_blocks=32)) as srv:
         yield srv.wait_ready().url
 
@@ -50,8 +52,9 @@ def post(url: str, path: str, body: dict) -> httpx.Response:
 def test_validation_runs_off_the_event_loop(url, monkeypatch):
     spy = ValidatorSpy(ChatCompletionRequest, monkeypatch, hold=True)
     answers = []
-    slow = threading.Thread(target=lambda: answers.append(
-        post(url, "/v1/chat/completions", {"messages": CHAT, "max_tokens": 2})))
+    slow = threading.Thread(
+        target=lambda: answers.append(post(url, "/v1/chat/completions", {"messages": CHAT, "max_tokens": 2}))
+    )
     slow.start()
     try:
         assert spy.entered.wait(30)
@@ -67,12 +70,15 @@ def test_validation_runs_off_the_event_loop(url, monkeypatch):
     assert spy.threads and all(name not in ("tinyllm-engine", "tinyllm-uvicorn") for name in spy.threads)
 
 
-@pytest.mark.parametrize("path, model, body", [
-    ("/v1/chat/completions", ChatCompletionRequest, {"messages": CHAT * (CONTEXT + 1)}),
-    ("/v1/completions", CompletionRequest, {"prompt": [5] * CONTEXT}),
-    ("/v1/completions", CompletionRequest, {"prompt": [[5, 6], [5] * CONTEXT]}),
-    ("/v1/completions", CompletionRequest, {"prompt": ["a"] * 65}),
-])
+@pytest.mark.parametrize(
+    "path, model, body",
+    [
+        ("/v1/chat/completions", ChatCompletionRequest, {"messages": CHAT * (CONTEXT + 1)}),
+        ("/v1/completions", CompletionRequest, {"prompt": [5] * CONTEXT}),
+        ("/v1/completions", CompletionRequest, {"prompt": [[5, 6], [5] * CONTEXT]}),
+        ("/v1/completions", CompletionRequest, {"prompt": ["a"] * 65}),
+    ],
+)
 def test_counts_over_the_limits_are_refused_before_validation(url, monkeypatch, path, model, body):
     spy = ValidatorSpy(model, monkeypatch)
     r = post(url, path, body)
@@ -82,13 +88,16 @@ def test_counts_over_the_limits_are_refused_before_validation(url, monkeypatch, 
     assert within.status_code == 200 and spy.calls == 1
 
 
-@pytest.mark.parametrize("content, content_type, says", [
-    (b'{"prompt": "x"', "application/json", "not valid JSON"),
-    (b"\xff\xfe", "application/json", "not valid JSON"),
-    (b"[1, 2]", "application/json", "must be a JSON object"),
-    (b'{"prompt": "x"}', "text/plain", "application/json"),
-    (b'{"prompt": 5}', "application/json", "prompt"),
-])
+@pytest.mark.parametrize(
+    "content, content_type, says",
+    [
+        (b'{"prompt": "x"', "application/json", "not valid JSON"),
+        (b"\xff\xfe", "application/json", "not valid JSON"),
+        (b"[1, 2]", "application/json", "must be a JSON object"),
+        (b'{"prompt": "x"}', "text/plain", "application/json"),
+        (b'{"prompt": 5}', "application/json", "prompt"),
+    ],
+)
 def test_bad_bodies_answer_400_in_openai_shape(url, content, content_type, says):
     r = httpx.post(f"{url}/v1/completions", content=content, headers={"content-type": content_type}, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
@@ -97,8 +106,12 @@ def test_bad_bodies_answer_400_in_openai_shape(url, content, content_type, says)
 
 def test_openapi_documents_the_request_bodies(url):
     spec = httpx.get(f"{url}/openapi.json", timeout=30).json()
-    for path, model in (("/v1/chat/completions", "ChatCompletionRequest"), ("/v1/completions", "CompletionRequest"),
-                        ("/tokenize", "TokenizeRequest"), ("/detokenize", "DetokenizeRequest")):
+    for path, model in (
+        ("/v1/chat/completions", "ChatCompletionRequest"),
+        ("/v1/completions", "CompletionRequest"),
+        ("/tokenize", "TokenizeRequest"),
+        ("/detokenize", "DetokenizeRequest"),
+    ):
         ref = spec["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
         assert ref == f"#/components/schemas/{model}"
     schemas = spec["components"]["schemas"]

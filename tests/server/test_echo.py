@@ -1,13 +1,14 @@
 """/v1/completions echo and prompt_logprobs through the official openai client: the prompt's logprobs equal the
 log-softmax of the model's own full-forward logits at each position."""
+
 import openai
 import pytest
 import torch
 
+from helpers.tiny_models import tiny_llama
 from tinyllm import LLM
 from tinyllm.server import create_app
 from tinyllm.server.runner import ServerThread
-from helpers.tiny_models import tiny_llama
 
 MODEL = "tiny"
 PROMPT = "The river runs to the sea, and the sea"
@@ -15,8 +16,9 @@ PROMPT = "The river runs to the sea, and the sea"
 
 @pytest.fixture(scope="module")
 def llm(smollm_tokenizer):
-    return LLM.from_parts(tiny_llama(4, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=256),
-                          smollm_tokenizer)
+    return LLM.from_parts(
+        tiny_llama(4, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=256), smollm_tokenizer
+    )
 
 
 @pytest.fixture(scope="module")
@@ -46,15 +48,17 @@ def test_echo_with_max_tokens_0_scores_the_prompt(client, llm):
 
 def test_echo_then_completion(client, llm):
     ids = llm.tokenizer.encode(PROMPT)
-    plain = client.completions.create(model=MODEL, prompt=ids, max_tokens=3, temperature=0, logprobs=0,
-                                      extra_body={"ignore_eos": True})
-    echoed = client.completions.create(model=MODEL, prompt=ids, max_tokens=3, temperature=0, logprobs=0, echo=True,
-                                       extra_body={"ignore_eos": True})
+    plain = client.completions.create(
+        model=MODEL, prompt=ids, max_tokens=3, temperature=0, logprobs=0, extra_body={"ignore_eos": True}
+    )
+    echoed = client.completions.create(
+        model=MODEL, prompt=ids, max_tokens=3, temperature=0, logprobs=0, echo=True, extra_body={"ignore_eos": True}
+    )
     text = echoed.choices[0].text
     assert text == llm.tokenizer.decode(ids) + plain.choices[0].text
     lps = echoed.choices[0].logprobs
     assert len(lps.tokens) == len(ids) + 3
-    assert lps.token_logprobs[len(ids):] == pytest.approx(plain.choices[0].logprobs.token_logprobs, abs=1e-6)
+    assert lps.token_logprobs[len(ids) :] == pytest.approx(plain.choices[0].logprobs.token_logprobs, abs=1e-6)
 
 
 def test_prompt_logprobs_extra_field(client, llm):

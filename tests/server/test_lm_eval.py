@@ -1,6 +1,7 @@
 """lm-evaluation-harness's `local-completions` model against a live `tinyllm serve`: its loglikelihood pairs
 (logprob, is_greedy), which it reads from /v1/completions echo with logprobs, equal LLM.score on the same
 tiny model and the same token ids."""
+
 import os
 import subprocess
 import sys
@@ -37,10 +38,31 @@ def folder(tmp_path_factory):
 def base_url(folder):
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "tinyllm", "serve", "--model", folder, "--host", "127.0.0.1",
-                             "--port", str(port), "--threads", "1", "--kv-memory-gb", "0.05",
-                             "--served-model-name", "tiny", "--log-level", "warning"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tinyllm",
+            "serve",
+            "--model",
+            folder,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--threads",
+            "1",
+            "--kv-memory-gb",
+            "0.05",
+            "--served-model-name",
+            "tiny",
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
@@ -76,8 +98,14 @@ def test_local_completions_loglikelihood_equals_llm_score(folder, base_url):
     llm = LLM(folder)
     requests = REQUESTS + [greedy_request(llm)]
     # the tiny model's tokenizer.json, loaded by transformers from the folder: no download
-    lm = LocalCompletionsAPI(base_url=base_url, model="tiny", tokenizer_backend="huggingface", tokenizer=folder,
-                             max_length=128, max_retries=1)
+    lm = LocalCompletionsAPI(
+        base_url=base_url,
+        model="tiny",
+        tokenizer_backend="huggingface",
+        tokenizer=folder,
+        max_length=128,
+        max_retries=1,
+    )
     instances = [Instance("loglikelihood", doc={}, arguments=pair, idx=i) for i, pair in enumerate(requests)]
     got = lm.loglikelihood(instances)
 

@@ -1,5 +1,6 @@
 """The HTTP server through the official openai client, plus /health, /tokenize, /detokenize, /v1/models,
 /metrics and fault isolation. A tiny random model keeps the server starting in a fraction of a second."""
+
 import json
 import threading
 
@@ -7,10 +8,10 @@ import httpx
 import openai
 import pytest
 
+from helpers.tiny_models import tiny_llama
 from tinyllm import LLM
 from tinyllm.server import create_app
 from tinyllm.server.runner import ServerThread
-from helpers.tiny_models import tiny_llama
 
 MODEL = "tiny"
 KEY = "test-key"
@@ -87,9 +88,9 @@ def test_completions_text_ids_and_batches(client, smollm_tokenizer):
 def test_stop_string_cuts_the_answer(client):
     full = client.completions.create(model=MODEL, prompt="Once", max_tokens=24, seed=9, temperature=0.0)
     text = full.choices[0].text
-    stop = text[len(text) // 2: len(text) // 2 + 3]
+    stop = text[len(text) // 2 : len(text) // 2 + 3]
     cut = client.completions.create(model=MODEL, prompt="Once", max_tokens=24, seed=9, temperature=0.0, stop=[stop])
-    assert cut.choices[0].text == text[:text.index(stop)]
+    assert cut.choices[0].text == text[: text.index(stop)]
     assert cut.choices[0].finish_reason == "stop"
 
 
@@ -130,11 +131,20 @@ def test_cached_tokens_reported_on_a_repeated_prompt(client):
     assert again.usage.prompt_tokens_details.cached_tokens >= 16
 
 
-@pytest.mark.parametrize("bad, param", [
-    (dict(temperature=-1.0), "temperature"), (dict(top_p=2.0), "top_p"), (dict(max_tokens=0), "max_tokens"),
-    (dict(n=0), "n"), (dict(extra_body={"top_k": "many"}), "top_k"), (dict(presence_penalty=3.0), "presence_penalty"),
-    (dict(top_logprobs=3), "top_logprobs"), (dict(seed=-1), "seed"), (dict(stop=[""]), "stop"),
-])
+@pytest.mark.parametrize(
+    "bad, param",
+    [
+        (dict(temperature=-1.0), "temperature"),
+        (dict(top_p=2.0), "top_p"),
+        (dict(max_tokens=0), "max_tokens"),
+        (dict(n=0), "n"),
+        (dict(extra_body={"top_k": "many"}), "top_k"),
+        (dict(presence_penalty=3.0), "presence_penalty"),
+        (dict(top_logprobs=3), "top_logprobs"),
+        (dict(seed=-1), "seed"),
+        (dict(stop=[""]), "stop"),
+    ],
+)
 def test_bad_parameters_are_400_naming_the_field(client, bad, param):
     with pytest.raises(openai.BadRequestError) as info:
         chat(client, **bad)
@@ -180,18 +190,28 @@ def test_models_tokenize_detokenize(server, client, smollm_tokenizer):
 def test_metrics_text(server, client):
     chat(client, seed=1, max_tokens=3)
     text = httpx.get(f"{server.url}/metrics").text
-    for name in ("tinyllm_requests_running", "tinyllm_requests_waiting", "tinyllm_kv_blocks_used",
-                 "tinyllm_kv_blocks_total 128.0", "tinyllm_kv_blocks_cached", "tinyllm_prompt_tokens_total",
-                 "tinyllm_generation_tokens_total", "tinyllm_time_to_first_token_seconds_bucket",
-                 "tinyllm_inter_token_latency_seconds_bucket",
-                 'tinyllm_requests_finished_total{finish_reason="length"}'):
+    for name in (
+        "tinyllm_requests_running",
+        "tinyllm_requests_waiting",
+        "tinyllm_kv_blocks_used",
+        "tinyllm_kv_blocks_total 128.0",
+        "tinyllm_kv_blocks_cached",
+        "tinyllm_prompt_tokens_total",
+        "tinyllm_generation_tokens_total",
+        "tinyllm_time_to_first_token_seconds_bucket",
+        "tinyllm_inter_token_latency_seconds_bucket",
+        'tinyllm_requests_finished_total{finish_reason="length"}',
+    ):
         assert name in text
 
 
 def test_bodies_that_are_not_json_objects(server):
     url = f"{server.url}/v1/completions"
-    for kwargs in (dict(content=b"[1, 2]", headers={"content-type": "application/json"}), dict(content=b"{}"),
-                   dict(content=b'{"prompt": "x"', headers={"content-type": "application/json"})):
+    for kwargs in (
+        dict(content=b"[1, 2]", headers={"content-type": "application/json"}),
+        dict(content=b"{}"),
+        dict(content=b'{"prompt": "x"', headers={"content-type": "application/json"}),
+    ):
         r = httpx.post(url, headers={**auth(), **kwargs.pop("headers", {})}, **kwargs)
         assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
     big = httpx.post(url, content=b" " * (17 << 20), headers={**auth(), "content-type": "application/json"})
@@ -256,8 +276,7 @@ def test_a_bug_in_a_handler_is_a_500_with_the_error_object(server, client, monke
         raise KeyError(token_id)
 
     monkeypatch.setattr(texts, "get", broken)
-    r = httpx.post(f"{server.url}/v1/completions", headers=auth(),
-                   json={"prompt": "x", "max_tokens": 2, "logprobs": 1})
+    r = httpx.post(f"{server.url}/v1/completions", headers=auth(), json={"prompt": "x", "max_tokens": 2, "logprobs": 1})
     assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
     monkeypatch.undo()
     assert chat(client, seed=2, logprobs=True).choices[0].logprobs is not None
@@ -279,7 +298,7 @@ def test_a_fault_mid_stream_ends_the_stream_with_an_error_event(server):
         text = httpx.post(f"{server.url}/v1/completions", json=body, headers=auth(), timeout=30).text
     finally:
         engine.step = real_step
-    events = [e[len("data: "):] for e in text.split("\n\n") if e]
+    events = [e[len("data: ") :] for e in text.split("\n\n") if e]
     assert events[-1] == "[DONE]" and '"server_error"' in events[-2]
     assert json.loads(events[0])["choices"][0]["text"] is not None  # text came before the fault
 
@@ -303,20 +322,32 @@ def test_health_is_503_while_loading(smollm_tokenizer, one_thread):
 
 
 def test_logit_bias_forces_and_bans_tokens(client, smollm_tokenizer):
-    forced = client.completions.create(model=MODEL, prompt="Rivers", max_tokens=4, temperature=0,
-                                       logit_bias={"1234": 100}, extra_body={"ignore_eos": True})
+    forced = client.completions.create(
+        model=MODEL,
+        prompt="Rivers",
+        max_tokens=4,
+        temperature=0,
+        logit_bias={"1234": 100},
+        extra_body={"ignore_eos": True},
+    )
     assert forced.choices[0].text == smollm_tokenizer.decode([1234] * 4)
     plain = client.completions.create(model=MODEL, prompt="Rivers", max_tokens=1, temperature=0, logprobs=0)
     first = smollm_tokenizer.encode(plain.choices[0].text, add_special_tokens=False)[0]
-    again = client.completions.create(model=MODEL, prompt="Rivers", max_tokens=1, temperature=0,
-                                      logit_bias={str(first): -100})
+    again = client.completions.create(
+        model=MODEL, prompt="Rivers", max_tokens=1, temperature=0, logit_bias={str(first): -100}
+    )
     assert again.choices[0].text != plain.choices[0].text
 
 
-@pytest.mark.parametrize("bias, words", [
-    ({"x": 1}, "decimal integers"), ({"5": 101}, "[-100, 100]"), ({"49152": 1}, "vocabulary"),
-    ({str(i): 1 for i in range(301)}, "at most 300"),
-])
+@pytest.mark.parametrize(
+    "bias, words",
+    [
+        ({"x": 1}, "decimal integers"),
+        ({"5": 101}, "[-100, 100]"),
+        ({"49152": 1}, "vocabulary"),
+        ({str(i): 1 for i in range(301)}, "at most 300"),
+    ],
+)
 def test_bad_logit_bias_is_400_naming_it(client, bias, words):
     with pytest.raises(openai.BadRequestError) as info:
         chat(client, logit_bias=bias)

@@ -2,6 +2,7 @@
 either plausible or of a random JSON type, random extra fields, random nesting, and bodies that are not
 objects or not JSON at all. Whatever comes in, the answer is never a 5xx (nor a streamed server
 error), and the server still answers /health afterwards with nothing left running."""
+
 import json
 
 import httpx
@@ -9,22 +10,26 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers.tiny_models import tiny_llama
 from tinyllm import LLM
 from tinyllm.server import create_app
 from tinyllm.server.runner import ServerThread
-from helpers.tiny_models import tiny_llama
 
 CONTEXT = 192  # a short context bounds every generation, however large the max_tokens drawn
 
-scalars = (st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=12))
-anything = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
-                        | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=8)
+scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=12)
+anything = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=8,
+)
 
 
 text = st.text(max_size=40)
 ids = st.lists(st.integers(0, 49151), min_size=1, max_size=6)
-message = st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant"]),
-                                 "content": st.text(max_size=20)})
+message = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "user", "assistant"]), "content": st.text(max_size=20)}
+)
 
 # Valid values, so that many requests get as far as generating; then "edge" values (out of range, odd
 # but well-typed) and, through `anything`, values of every other JSON type.
@@ -47,20 +52,38 @@ SAMPLING = {
     "ignore_eos": (st.booleans(), st.just("no")),
     "stop_token_ids": (st.lists(st.integers(0, 49151), max_size=3), st.lists(st.integers(-3, 2**64), max_size=3)),
 }
-CHAT = {**SAMPLING, "messages": (st.lists(message, min_size=1, max_size=3),
-                                 st.lists(st.fixed_dictionaries({"role": text}, optional={"content": anything}),
-                                          max_size=3)),
-        "logprobs": (st.booleans(), st.integers(0, 3)), "top_logprobs": (st.integers(0, 20), st.integers(21, 99)),
-        "max_completion_tokens": (st.integers(1, 8), st.integers(-2, 0))}
-COMPLETION = {**SAMPLING, "prompt": (text.filter(bool) | ids | st.lists(text.filter(bool), min_size=1, max_size=3)
-                                     | st.lists(ids, min_size=1, max_size=3),
-                                     st.just("") | st.just([]) | st.lists(st.integers(-5, 2**64), max_size=3)
-                                     | st.just([[]])),
-              "logprobs": (st.integers(0, 20), st.integers(21, 99) | st.booleans())}
-TOKENIZE = {"model": SAMPLING["model"], "prompt": (text, st.just(None)), "messages": CHAT["messages"],
-            "add_special_tokens": (st.booleans(), st.just(0)), "add_generation_prompt": (st.booleans(), st.just(0))}
-DETOKENIZE = {"model": SAMPLING["model"], "tokens": (st.lists(st.integers(0, 49151), max_size=8),
-                                                     st.lists(st.integers(-5, 2**64), max_size=8))}
+CHAT = {
+    **SAMPLING,
+    "messages": (
+        st.lists(message, min_size=1, max_size=3),
+        st.lists(st.fixed_dictionaries({"role": text}, optional={"content": anything}), max_size=3),
+    ),
+    "logprobs": (st.booleans(), st.integers(0, 3)),
+    "top_logprobs": (st.integers(0, 20), st.integers(21, 99)),
+    "max_completion_tokens": (st.integers(1, 8), st.integers(-2, 0)),
+}
+COMPLETION = {
+    **SAMPLING,
+    "prompt": (
+        text.filter(bool)
+        | ids
+        | st.lists(text.filter(bool), min_size=1, max_size=3)
+        | st.lists(ids, min_size=1, max_size=3),
+        st.just("") | st.just([]) | st.lists(st.integers(-5, 2**64), max_size=3) | st.just([[]]),
+    ),
+    "logprobs": (st.integers(0, 20), st.integers(21, 99) | st.booleans()),
+}
+TOKENIZE = {
+    "model": SAMPLING["model"],
+    "prompt": (text, st.just(None)),
+    "messages": CHAT["messages"],
+    "add_special_tokens": (st.booleans(), st.just(0)),
+    "add_generation_prompt": (st.booleans(), st.just(0)),
+}
+DETOKENIZE = {
+    "model": SAMPLING["model"],
+    "tokens": (st.lists(st.integers(0, 49151), max_size=8), st.lists(st.integers(-5, 2**64), max_size=8)),
+}
 
 
 def with_logprobs(body: dict) -> dict:
@@ -71,8 +94,9 @@ def with_logprobs(body: dict) -> dict:
 def bodies(fields: dict, required: tuple, fix=lambda body: body):
     """Valid bodies, valid ones with one field made odd, bodies of random fields, random extra fields,
     JSON that is not an object, and bytes that are not JSON."""
-    valid = st.fixed_dictionaries({k: fields[k][0] for k in required},
-                                  optional={k: v[0] for k, v in fields.items() if k not in required}).map(fix)
+    valid = st.fixed_dictionaries(
+        {k: fields[k][0] for k in required}, optional={k: v[0] for k, v in fields.items() if k not in required}
+    ).map(fix)
     odd_value = st.sampled_from(sorted(fields)).flatmap(lambda k: st.tuples(st.just(k), fields[k][1] | anything))
     one_odd = st.tuples(valid, odd_value).map(lambda t: {**t[0], t[1][0]: t[1][1]})
     random = st.fixed_dictionaries({}, optional={k: v[0] | v[1] | anything for k, v in fields.items()})
@@ -81,14 +105,18 @@ def bodies(fields: dict, required: tuple, fix=lambda body: body):
     kind = st.integers(0, 3).flatmap(lambda k: valid if k < 2 else one_odd if k == 2 else random)
     objects = st.tuples(kind, extras).map(lambda t: {**t[1], **t[0]})
     # allow_nan: Python's parser reads NaN and Infinity, so the server must refuse them itself.
-    return (objects.map(lambda b: json.dumps(b).encode()) | anything.map(lambda v: json.dumps(v).encode())
-            | st.binary(max_size=30))
+    return (
+        objects.map(lambda b: json.dumps(b).encode())
+        | anything.map(lambda v: json.dumps(v).encode())
+        | st.binary(max_size=30)
+    )
 
 
 @pytest.fixture(scope="module")
 def http(smollm_tokenizer, one_thread):
-    llm = LLM.from_parts(tiny_llama(3, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=CONTEXT),
-                         smollm_tokenizer)
+    llm = LLM.from_parts(
+        tiny_llama(3, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=CONTEXT), smollm_tokenizer
+    )
     with ServerThread(create_app(llm, served_model_name="tiny", num_blocks=256)) as srv:
         with httpx.Client(base_url=srv.wait_ready().url, timeout=60) as client:
             yield client
@@ -105,8 +133,9 @@ def check(http: httpx.Client, path: str, body: bytes) -> None:
         assert '"server_error"' not in r.text, (r.text, body)
 
 
-FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                        HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 
 
 @FUZZ

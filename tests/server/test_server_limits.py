@@ -1,5 +1,6 @@
 """One request must not hurt the others: cheap limits before tokenizing, work off the event loop and the
 engine thread, lone surrogates, stop caps, slow clients, per-request faults, and OpenAI's shapes."""
+
 import json
 import socket
 import threading
@@ -7,12 +8,12 @@ import threading
 import httpx
 import pytest
 
+from helpers.tiny_models import tiny_llama
 from tinyllm import LLM
 from tinyllm.server import create_app
 from tinyllm.server.admission import MAX_STOP_CHARS, MAX_STOP_STRINGS
 from tinyllm.server.runner import ServerThread
 from tinyllm.server.slow_clients import ConnectionLimits
-from helpers.tiny_models import tiny_llama
 
 CONTEXT = 256
 CHAT = [{"role": "user", "content": "Hi"}]
@@ -20,8 +21,9 @@ CHAT = [{"role": "user", "content": "Hi"}]
 
 @pytest.fixture(scope="module")
 def server(smollm_tokenizer, one_thread):
-    llm = LLM.from_parts(tiny_llama(3, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=CONTEXT),
-                         smollm_tokenizer)
+    llm = LLM.from_parts(
+        tiny_llama(3, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=CONTEXT), smollm_tokenizer
+    )
     llm.path = "/models/Tiny-Model.Q4_1.gguf"  # as if loaded from a file: its name and stem are aliases
     limits = ConnectionLimits(header_timeout_s=0.5, body_timeout_s=0.5)
     with ServerThread(create_app(llm, num_blocks=64, limits=limits), limits=limits) as srv:
@@ -58,11 +60,14 @@ class Spy:
 def test_oversized_prompts_are_refused_before_tokenizing(server, ready, monkeypatch):
     spy = Spy(ready.tokenizer, monkeypatch)
     too_long = "x" * (ready.limits.max_chars + 1)
-    cases = [("/v1/completions", {"prompt": too_long}), ("/v1/completions", {"prompt": [5] * CONTEXT}),
-             ("/v1/completions", {"prompt": ["a", too_long]}),
-             ("/v1/chat/completions", {"messages": CHAT * (CONTEXT + 1)}),
-             ("/v1/chat/completions", {"messages": [{"role": "user", "content": too_long}]}),
-             ("/tokenize", {"prompt": too_long})]
+    cases = [
+        ("/v1/completions", {"prompt": too_long}),
+        ("/v1/completions", {"prompt": [5] * CONTEXT}),
+        ("/v1/completions", {"prompt": ["a", too_long]}),
+        ("/v1/chat/completions", {"messages": CHAT * (CONTEXT + 1)}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": too_long}]}),
+        ("/tokenize", {"prompt": too_long}),
+    ]
     for path, body in cases:
         r = post(server, path, body)
         assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", (path, r.text)
@@ -95,14 +100,21 @@ def test_tokenizing_runs_off_the_event_loop_and_the_engine_thread(server, ready,
     assert spy.threads and all(name not in ("tinyllm-engine", "tinyllm-uvicorn") for name in spy.threads)
 
 
-@pytest.mark.parametrize("path, body", [
-    ("/v1/completions", {"prompt": "a\ud800b", "max_tokens": 2}),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a\udc00b"}], "max_tokens": 2}),
-    ("/tokenize", {"prompt": "a\ud800b"}),
-])
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("/v1/completions", {"prompt": "a\ud800b", "max_tokens": 2}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a\udc00b"}], "max_tokens": 2}),
+        ("/tokenize", {"prompt": "a\ud800b"}),
+    ],
+)
 def test_lone_surrogates_become_replacement_characters(server, ready, path, body):
-    r = httpx.post(f"{server.url}{path}", content=json.dumps(body).encode(), timeout=60,
-                   headers={"content-type": "application/json"})
+    r = httpx.post(
+        f"{server.url}{path}",
+        content=json.dumps(body).encode(),
+        timeout=60,
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 200, r.text
     if path == "/tokenize":
         assert r.json()["tokens"] == ready.tokenizer.encode("a\ufffdb")
@@ -121,8 +133,10 @@ def test_a_slow_client_is_cut_off(server):
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")  # headers never finish
         assert s.recv(100) == b""  # the server closed the connection
     with socket.create_connection((server.host, server.port), timeout=10) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: 100\r\n\r\n{\"prompt\":")  # the body stops arriving
+        s.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100\r\n\r\n{"prompt":'
+        )  # the body stops arriving
         answer = b""
         while b"stopped arriving" not in answer and (chunk := s.recv(4096)):  # headers and body may split
             answer += chunk
@@ -143,7 +157,7 @@ def test_a_fault_in_one_request_is_a_500_for_it_alone(server, monkeypatch):
     bad = post(server, "/v1/completions", {"prompt": "x", "max_tokens": 4, "stop": ["BOOM"]})
     assert bad.status_code == 500 and "injected fault" in bad.json()["error"]["message"]
     streamed = post(server, "/v1/completions", {"prompt": "x", "max_tokens": 4, "stop": ["BOOM"], "stream": True})
-    events = [e[len("data: "):] for e in streamed.text.split("\n\n") if e]
+    events = [e[len("data: ") :] for e in streamed.text.split("\n\n") if e]
     assert events[-1] == "[DONE]" and '"server_error"' in events[-2]
     good = post(server, "/v1/completions", {"prompt": "x", "max_tokens": 4, "stop": ["never"]})
     assert good.status_code == 200
@@ -151,7 +165,9 @@ def test_a_fault_in_one_request_is_a_500_for_it_alone(server, monkeypatch):
 
 def test_openai_conformance_details(server):
     for name in ("Tiny-Model.Q4_1.gguf", "Tiny-Model.Q4_1"):
-        assert post(server, "/v1/chat/completions", {"model": name, "messages": CHAT, "max_tokens": 1}).status_code == 200
+        assert (
+            post(server, "/v1/chat/completions", {"model": name, "messages": CHAT, "max_tokens": 1}).status_code == 200
+        )
         card = httpx.get(f"{server.url}/v1/models/{name}")
         assert card.status_code == 200 and card.json()["id"] == "tinyllm"  # the served name
     r = post(server, "/v1/completions", {"prompt": "x", "ignore_eos": True}).json()

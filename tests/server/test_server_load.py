@@ -1,6 +1,7 @@
 """32 concurrent streaming clients, a third of them hanging up mid-stream: the others' answers are exactly
 their non-streamed twins', and afterwards no request runs and no KV block is held. A non-streaming
 client that hangs up is aborted too."""
+
 import asyncio
 import json
 import re
@@ -9,18 +10,19 @@ import time
 import httpx
 import pytest
 
+from helpers.tiny_models import tiny_llama
 from tinyllm import LLM
 from tinyllm.server import create_app
 from tinyllm.server.runner import ServerThread
-from helpers.tiny_models import tiny_llama
 
 CLIENTS = 32
 
 
 @pytest.fixture(scope="module")
 def url(smollm_tokenizer, one_thread):
-    llm = LLM.from_parts(tiny_llama(2, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=512),
-                         smollm_tokenizer)
+    llm = LLM.from_parts(
+        tiny_llama(2, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=512), smollm_tokenizer
+    )
     app = create_app(llm, num_blocks=512, max_num_seqs=CLIENTS, max_num_batched_tokens=512)
     with ServerThread(app) as srv:
         yield srv.wait_ready().url
@@ -37,8 +39,9 @@ def wait_idle(url: str, timeout: float = 15.0) -> str:
     deadline = time.monotonic() + timeout
     while True:
         text = httpx.get(f"{url}/metrics").text
-        busy = [metric(text, n) for n in ("tinyllm_requests_running", "tinyllm_requests_waiting",
-                                          "tinyllm_kv_blocks_used")]
+        busy = [
+            metric(text, n) for n in ("tinyllm_requests_running", "tinyllm_requests_waiting", "tinyllm_kv_blocks_used")
+        ]
         if busy == [0, 0, 0]:
             return text
         assert time.monotonic() < deadline, f"still busy after {timeout} s: {busy}"
@@ -49,8 +52,9 @@ def request(i: int) -> tuple[str, dict, bool]:
     """Client i's endpoint, body and whether it hangs up: chat and completions alternate; every third
     client asks for a long answer (ignoring EOS, so it cannot end early) and leaves after 3 chunks."""
     leaves = i % 3 == 0
-    common = dict(max_tokens=400 if leaves else 12, seed=1000 + i, ignore_eos=leaves,
-                  stream_options={"include_usage": True})
+    common = dict(
+        max_tokens=400 if leaves else 12, seed=1000 + i, ignore_eos=leaves, stream_options={"include_usage": True}
+    )
     if i % 2:
         return "/v1/completions", dict(common, prompt=f"Story number {i} begins"), leaves
     return "/v1/chat/completions", dict(common, messages=[{"role": "user", "content": f"Tell story {i}."}]), leaves
@@ -93,8 +97,9 @@ async def run_clients(url: str):
 
 
 def test_concurrent_streams_with_hangups(url):
-    aborted_before = metric(httpx.get(f"{url}/metrics").text, "tinyllm_requests_finished_total",
-                            '{finish_reason="abort"}')
+    aborted_before = metric(
+        httpx.get(f"{url}/metrics").text, "tinyllm_requests_finished_total", '{finish_reason="abort"}'
+    )
     streams, twins = asyncio.run(run_clients(url))
     for i, whole in twins.items():
         chunks = streams[i]["chunks"]

@@ -1,22 +1,24 @@
 """Server-sent events read raw with httpx: framing, role first, one finish_reason per choice, the usage
 chunk, [DONE] last, deltas that add up to the non-streamed answer, and stop strings never streamed."""
+
 import json
 
 import httpx
 import pytest
 
+from helpers.tiny_models import tiny_llama
 from tinyllm import LLM
 from tinyllm.server import create_app
 from tinyllm.server.runner import ServerThread
-from helpers.tiny_models import tiny_llama
 
 CHAT = [{"role": "user", "content": "Write about bridges."}]
 
 
 @pytest.fixture(scope="module")
 def url(smollm_tokenizer, one_thread):
-    llm = LLM.from_parts(tiny_llama(1, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=512),
-                         smollm_tokenizer)
+    llm = LLM.from_parts(
+        tiny_llama(1, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=512), smollm_tokenizer
+    )
     with ServerThread(create_app(llm, num_blocks=128)) as srv:
         yield srv.wait_ready().url
 
@@ -30,7 +32,7 @@ def sse_events(response: httpx.Response) -> list:
     events = []
     for block in raw[:-2].split("\n\n"):
         assert block.startswith("data: ") and "\n" not in block, block
-        payload = block[len("data: "):]
+        payload = block[len("data: ") :]
         events.append(payload if payload == "[DONE]" else json.loads(payload))
     assert events[-1] == "[DONE]" and "[DONE]" not in events[:-1]
     return events[:-1]
@@ -95,8 +97,8 @@ def test_stop_strings_are_never_streamed(url, seed):
     if len(full) < 12:
         pytest.skip("the random model ended early")
     # A stop string spanning several tokens, found in the middle of the text.
-    stop = full[len(full) // 3: len(full) // 3 + 8]
-    cut = full[:full.index(stop)]
+    stop = full[len(full) // 3 : len(full) // 3 + 8]
+    cut = full[: full.index(stop)]
     chunks = stream(url, "/v1/completions", {**base, "stop": [stop]})
     pieces = [c["choices"][0]["text"] for c in chunks]
     assert "".join(pieces) == cut and chunks[-1]["choices"][0]["finish_reason"] == "stop"
@@ -107,13 +109,15 @@ def test_stop_strings_are_never_streamed(url, seed):
 
 
 def test_chat_stream_logprobs(url):
-    chunks = stream(url, "/v1/chat/completions", dict(messages=CHAT, max_tokens=6, seed=2, logprobs=True,
-                                                       top_logprobs=2))
+    chunks = stream(
+        url, "/v1/chat/completions", dict(messages=CHAT, max_tokens=6, seed=2, logprobs=True, top_logprobs=2)
+    )
     items = [t for c in chunks if c["choices"][0]["logprobs"] for t in c["choices"][0]["logprobs"]["content"]]
     assert len(items) == 6 or chunks[-1]["choices"][0]["finish_reason"] == "stop"
     # the top 2, plus the sampled token when it is not one of them
-    assert all(len(t["top_logprobs"]) in (2, 3) and t["token"] in [x["token"] for x in t["top_logprobs"]]
-               for t in items)
+    assert all(
+        len(t["top_logprobs"]) in (2, 3) and t["token"] in [x["token"] for x in t["top_logprobs"]] for t in items
+    )
 
 
 def test_a_bad_streamed_request_is_a_plain_400(url):

@@ -2,6 +2,7 @@
 the SDK's parse() with a Pydantic model), vLLM's guided_* / structured_outputs and llama.cpp's json_schema / grammar
 extras on both endpoints; every answer obeys its constraint, streamed equals whole, and what cannot compile, or a
 constraint sent twice, is a 400 naming the field."""
+
 import json
 import re
 from typing import Literal
@@ -18,11 +19,16 @@ from tinyllm.server.runner import ServerThread
 
 MODEL = "tiny"
 CHAT = [{"role": "user", "content": "Describe a city as JSON."}]
-SCHEMA = {"type": "object", "properties": {
-    "city": {"type": "string", "pattern": "^[A-Z][a-z]{2,8}$"},
-    "population": {"type": "integer", "minimum": 1000, "maximum": 99999},
-    "rivers": {"type": "array", "items": {"enum": ["Rhine", "Main", "Elbe"]}, "minItems": 1, "maxItems": 3}},
-    "required": ["city", "population", "rivers"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "pattern": "^[A-Z][a-z]{2,8}$"},
+        "population": {"type": "integer", "minimum": 1000, "maximum": 99999},
+        "rivers": {"type": "array", "items": {"enum": ["Rhine", "Main", "Elbe"]}, "minItems": 1, "maxItems": 3},
+    },
+    "required": ["city", "population", "rivers"],
+    "additionalProperties": False,
+}
 
 
 class City(BaseModel):
@@ -33,8 +39,9 @@ class City(BaseModel):
 
 @pytest.fixture(scope="module")
 def client(smollm_tokenizer, one_thread):
-    llm = LLM.from_parts(tiny_llama(5, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=512),
-                         smollm_tokenizer)
+    llm = LLM.from_parts(
+        tiny_llama(5, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=512), smollm_tokenizer
+    )
     with ServerThread(create_app(llm, served_model_name=MODEL, num_blocks=256)) as srv:
         yield openai.OpenAI(base_url=f"{srv.wait_ready().url}/v1", api_key="x", max_retries=0, timeout=120)
 
@@ -70,8 +77,7 @@ def test_response_format_json_object_is_a_json_object(client):
 
 def test_the_sdk_parses_a_pydantic_model(client):
     for seed in range(3):
-        r = client.chat.completions.parse(model=MODEL, messages=CHAT, max_tokens=150, seed=seed,
-                                          response_format=City)
+        r = client.chat.completions.parse(model=MODEL, messages=CHAT, max_tokens=150, seed=seed, response_format=City)
         city = r.choices[0].message.parsed
         assert isinstance(city, City) and city.kind in ("town", "city") and 1 <= city.area <= 500
 
@@ -83,8 +89,9 @@ def test_streamed_equals_whole(client):
     assert "".join(pieces) == whole
 
 
-@pytest.mark.parametrize("extra", [{"guided_json": SCHEMA}, {"json_schema": SCHEMA},
-                                   {"structured_outputs": {"json": SCHEMA}}])
+@pytest.mark.parametrize(
+    "extra", [{"guided_json": SCHEMA}, {"json_schema": SCHEMA}, {"structured_outputs": {"json": SCHEMA}}]
+)
 def test_schema_extras_on_completions(client, extra):
     r = complete(client, seed=2, n=3, extra_body=extra)
     for choice in r.choices:
@@ -94,8 +101,10 @@ def test_schema_extras_on_completions(client, extra):
 
 def test_regex_choice_and_grammar_extras(client):
     pattern = r"[A-Z][a-z]{2,5}-[0-9]{2}"
-    for r in (complete(client, seed=4, n=3, extra_body={"guided_regex": pattern}),
-              complete(client, seed=4, n=3, extra_body={"structured_outputs": {"regex": pattern}})):
+    for r in (
+        complete(client, seed=4, n=3, extra_body={"guided_regex": pattern}),
+        complete(client, seed=4, n=3, extra_body={"structured_outputs": {"regex": pattern}}),
+    ):
         assert all(re.fullmatch(pattern, c.text) for c in r.choices)
     choices = ["yes", "no", 'say "maybe"']
     r = chat(client, seed=5, n=4, extra_body={"guided_choice": choices})
@@ -105,19 +114,34 @@ def test_regex_choice_and_grammar_extras(client):
     assert all(re.fullmatch(r"\[[a-c](,[a-c])*\]", c.text) for c in r.choices)
 
 
-@pytest.mark.parametrize("kw, param, message", [
-    (dict(response_format=json_schema_format({"type": "nope"})), "response_format",
-     "the json_schema cannot be compiled"),
-    (dict(response_format={"type": "xml"}), "response_format", "response_format: response_format type must be"),
-    (dict(response_format={"type": "json_schema", "json_schema": {"schema": {}}}), "response_format",
-     "must be an object with a name"),
-    (dict(extra_body={"guided_regex": "a("}), "guided_regex", "the regex cannot be compiled"),
-    (dict(extra_body={"guided_json": SCHEMA, "guided_regex": "a"}), "guided_regex",
-     "only one structured-output field may be sent"),
-    (dict(extra_body={"structured_outputs": {}}), "structured_outputs", "must set exactly one of"),
-    (dict(ignore_eos=True, response_format={"type": "json_object"}, extra_body={}), "ignore_eos",
-     "ignore_eos cannot be combined with structured output"),
-])
+@pytest.mark.parametrize(
+    "kw, param, message",
+    [
+        (
+            dict(response_format=json_schema_format({"type": "nope"})),
+            "response_format",
+            "the json_schema cannot be compiled",
+        ),
+        (dict(response_format={"type": "xml"}), "response_format", "response_format: response_format type must be"),
+        (
+            dict(response_format={"type": "json_schema", "json_schema": {"schema": {}}}),
+            "response_format",
+            "must be an object with a name",
+        ),
+        (dict(extra_body={"guided_regex": "a("}), "guided_regex", "the regex cannot be compiled"),
+        (
+            dict(extra_body={"guided_json": SCHEMA, "guided_regex": "a"}),
+            "guided_regex",
+            "only one structured-output field may be sent",
+        ),
+        (dict(extra_body={"structured_outputs": {}}), "structured_outputs", "must set exactly one of"),
+        (
+            dict(ignore_eos=True, response_format={"type": "json_object"}, extra_body={}),
+            "ignore_eos",
+            "ignore_eos cannot be combined with structured output",
+        ),
+    ],
+)
 def test_bad_constraints_are_400_naming_the_field(client, kw, param, message):
     ignore_eos = kw.pop("ignore_eos", None)
     if ignore_eos is not None:

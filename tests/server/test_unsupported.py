@@ -1,13 +1,14 @@
 """Fields the server does not honour are a 400 naming the field (never a 200 that ignored them), through the
 official openai client; their neutral values and harmless fields are accepted."""
+
 import openai
 import pytest
 
+from helpers.tiny_models import tiny_llama
 from tinyllm import LLM
 from tinyllm.server import create_app
 from tinyllm.server.runner import ServerThread
 from tinyllm.server.unsupported import CHAT_FIELDS, COMPLETION_FIELDS
-from helpers.tiny_models import tiny_llama
 
 MODEL = "tiny"
 CHAT = [{"role": "user", "content": "Tell me about rivers."}]
@@ -16,8 +17,9 @@ TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"
 
 @pytest.fixture(scope="module")
 def client(smollm_tokenizer, one_thread):
-    llm = LLM.from_parts(tiny_llama(0, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=256),
-                         smollm_tokenizer)
+    llm = LLM.from_parts(
+        tiny_llama(0, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=256), smollm_tokenizer
+    )
     with ServerThread(create_app(llm, served_model_name=MODEL, num_blocks=64)) as srv:
         yield openai.OpenAI(base_url=f"{srv.wait_ready().url}/v1", api_key="x", max_retries=0, timeout=60)
 
@@ -30,13 +32,24 @@ def complete(client, **kw):
     return client.completions.create(model=MODEL, prompt="Rivers", max_tokens=2, **kw)
 
 
-@pytest.mark.parametrize("field, value", [
-    ("tools", [TOOL]), ("tool_choice", "auto"), ("tool_choice", "required"),
-    ("functions", [TOOL["function"]]), ("function_call", "auto"),
-    ("audio", {"voice": "alloy", "format": "wav"}), ("modalities", ["text", "audio"]),
-    ("prediction", {"type": "content", "content": "x"}), ("reasoning_effort", "low"), ("store", True),
-    ("service_tier", "priority"), ("web_search_options", {}), ("verbosity", "low"),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("tools", [TOOL]),
+        ("tool_choice", "auto"),
+        ("tool_choice", "required"),
+        ("functions", [TOOL["function"]]),
+        ("function_call", "auto"),
+        ("audio", {"voice": "alloy", "format": "wav"}),
+        ("modalities", ["text", "audio"]),
+        ("prediction", {"type": "content", "content": "x"}),
+        ("reasoning_effort", "low"),
+        ("store", True),
+        ("service_tier", "priority"),
+        ("web_search_options", {}),
+        ("verbosity", "low"),
+    ],
+)
 def test_openai_chat_fields_not_honoured_are_400_naming_the_field(client, field, value):
     with pytest.raises(openai.BadRequestError) as info:
         chat(client, **{field: value})
@@ -45,20 +58,33 @@ def test_openai_chat_fields_not_honoured_are_400_naming_the_field(client, field,
     assert body["message"].startswith(f"{field} is not supported")
 
 
-@pytest.mark.parametrize("field, value", [
-    ("regex", "[0-9]+"), ("guided_decoding_backend", "xgrammar"),
-    ("min_tokens", 3), ("use_beam_search", True), ("prompt_logprobs", 1), ("echo", True),
-    ("chat_template", "{{ messages }}"), ("add_generation_prompt", False), ("skip_special_tokens", False),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("regex", "[0-9]+"),
+        ("guided_decoding_backend", "xgrammar"),
+        ("min_tokens", 3),
+        ("use_beam_search", True),
+        ("prompt_logprobs", 1),
+        ("echo", True),
+        ("chat_template", "{{ messages }}"),
+        ("add_generation_prompt", False),
+        ("skip_special_tokens", False),
+    ],
+)
 def test_other_servers_extras_that_change_the_answer_are_400(client, field, value):
     with pytest.raises(openai.BadRequestError) as info:
         chat(client, extra_body={field: value})
     assert info.value.body["param"] == field
 
 
-@pytest.mark.parametrize("field, value", [
-    ("suffix", " and lakes."), ("best_of", 3),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("suffix", " and lakes."),
+        ("best_of", 3),
+    ],
+)
 def test_completion_fields_not_honoured_are_400(client, field, value):
     with pytest.raises(openai.BadRequestError) as info:
         complete(client, **{field: value})
@@ -67,17 +93,30 @@ def test_completion_fields_not_honoured_are_400(client, field, value):
 
 def test_messages_with_tool_calls_are_400(client):
     call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
-    messages = CHAT + [{"role": "assistant", "content": None, "tool_calls": [call]},
-                       {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
+    messages = CHAT + [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]
     with pytest.raises(openai.BadRequestError) as info:
         chat(client, messages=messages)
     assert info.value.body["param"] == "messages" and "messages[1].tool_calls" in info.value.body["message"]
 
 
 def test_neutral_values_and_harmless_fields_are_accepted(client):
-    r = chat(client, seed=1, response_format={"type": "text"}, tools=[], tool_choice="none", store=False,
-             modalities=["text"], user="u1", metadata={"k": "v"}, service_tier="auto", parallel_tool_calls=True,
-             extra_body={"some_unknown_extra": 1, "min_tokens": 0})
+    r = chat(
+        client,
+        seed=1,
+        response_format={"type": "text"},
+        tools=[],
+        tool_choice="none",
+        store=False,
+        modalities=["text"],
+        user="u1",
+        metadata={"k": "v"},
+        service_tier="auto",
+        parallel_tool_calls=True,
+        extra_body={"some_unknown_extra": 1, "min_tokens": 0},
+    )
     plain = chat(client, seed=1)
     assert r.choices[0].message.content == plain.choices[0].message.content
     c = complete(client, seed=1, best_of=1, echo=False, suffix="", logit_bias={})

@@ -1,19 +1,19 @@
 """Speculative decoding: same tokens as plain decoding, caches rolled back exactly, stops inside drafts."""
+
 import math
 
 import pytest
 import torch
 
-from tinyllm.cache.block_table import blocks_for
-
+from helpers.tiny_models import ScriptedModel, tiny_llama
 from tinyllm import KVCache, SamplingParams, TinyLLMError, generate
+from tinyllm.cache.block_table import blocks_for
 from tinyllm.cache.paged_cache import PagedKVCache
 from tinyllm.reference import cache_dims
 from tinyllm.sampling.filters import process_logits
 from tinyllm.speculative.draft_model import DraftModelProposer, self_draft
 from tinyllm.speculative.ngram import NgramProposer
 from tinyllm.speculative.proposer import SpeculativeConfig
-from helpers.tiny_models import ScriptedModel, tiny_llama
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
 
@@ -54,11 +54,16 @@ def test_ngram_proposer_drafts_what_followed_the_latest_match():
 @pytest.mark.parametrize("cache", ["contiguous", "paged", "none"])
 @pytest.mark.parametrize("kind", ["ngram", "self_draft", "reject_all", "accept_all"])
 def test_greedy_speculative_equals_plain(model, smollm_tokenizer, cache, kind):
-    proposer = {"ngram": lambda: NgramProposer(), "self_draft": lambda: DraftModelProposer(self_draft(model, 2)),
-                "reject_all": lambda: FixedProposer(0), "accept_all": lambda: DraftModelProposer(model)}[kind]()
+    proposer = {
+        "ngram": lambda: NgramProposer(),
+        "self_draft": lambda: DraftModelProposer(self_draft(model, 2)),
+        "reject_all": lambda: FixedProposer(0),
+        "accept_all": lambda: DraftModelProposer(model),
+    }[kind]()
     plain = generate(model, smollm_tokenizer, repetitive_prompt(), GREEDY, cache=cache)
-    spec = generate(model, smollm_tokenizer, repetitive_prompt(), GREEDY, cache=cache, proposer=proposer,
-                    num_draft_tokens=4)
+    spec = generate(
+        model, smollm_tokenizer, repetitive_prompt(), GREEDY, cache=cache, proposer=proposer, num_draft_tokens=4
+    )
     assert spec.ids == plain.ids and spec.text == plain.text
     s = spec.stats
     if kind == "reject_all":
@@ -102,7 +107,7 @@ def test_first_speculative_tokens_follow_the_target_distribution(model, smollm_t
 
     def target_logits(ids):
         with torch.no_grad():
-            return process_logits(model(torch.tensor([ids]))[0, -1], p, prompt, ids[len(prompt):])
+            return process_logits(model(torch.tensor([ids]))[0, -1], p, prompt, ids[len(prompt) :])
 
     draft = FixedProposer(lambda ids: [int(target_logits(ids).argmax())])  # the likeliest: often accepted
     seconds: dict[int, dict[int, int]] = {}
@@ -127,15 +132,17 @@ def test_eos_and_stop_strings_inside_an_accepted_run(smollm_tokenizer):
     prompt = tok.encode("Hi")
     script = words[:3] + [2] + words[3:]
     model = ScriptedModel(script, len(prompt), vocab_size=tok.vocab_size)
-    oracle = FixedProposer(lambda ids: script[len(ids) - len(prompt):])
-    g = generate(model, tok, prompt, GREEDY.replace(ignore_eos=False), eos_ids=(2,), proposer=oracle,
-                 num_draft_tokens=6)
+    oracle = FixedProposer(lambda ids: script[len(ids) - len(prompt) :])
+    g = generate(
+        model, tok, prompt, GREEDY.replace(ignore_eos=False), eos_ids=(2,), proposer=oracle, num_draft_tokens=6
+    )
     assert g.ids == words[:3] and g.finish_reason == "stop" and g.text == tok.decode(words[:3])
     model2 = ScriptedModel(words, len(prompt), vocab_size=tok.vocab_size)
-    oracle2 = FixedProposer(lambda ids: words[len(ids) - len(prompt):])
+    oracle2 = FixedProposer(lambda ids: words[len(ids) - len(prompt) :])
     pieces = []
-    g = generate(model2, tok, prompt, GREEDY.replace(stop=["thr"]), proposer=oracle2, num_draft_tokens=6,
-                 on_text=pieces.append)
+    g = generate(
+        model2, tok, prompt, GREEDY.replace(stop=["thr"]), proposer=oracle2, num_draft_tokens=6, on_text=pieces.append
+    )
     assert g.text == " one two " and "".join(pieces) == g.text and g.finish_reason == "stop"
     assert g.ids == words[:3]  # the token holding the stop string ends it; nothing after it leaks
     g = generate(model2, tok, prompt, GREEDY.replace(max_tokens=4), proposer=oracle2, num_draft_tokens=6)

@@ -1,9 +1,11 @@
 """IncrementalDecoder against its slow oracle, decode(all ids), on SmolLM2's tokenizer and a byte tokenizer."""
+
 from __future__ import annotations
 
 import pytest
 import tokenizers
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tokenizers import decoders, models, pre_tokenizers
 
 from tinyllm.text.detokenizer import IncrementalDecoder
@@ -144,8 +146,9 @@ def test_rejects_bad_ids_and_tokenizers(byte_tok):
 # ---- the streaming invariant, by property ----------------------------------------------------------
 
 # Every kind of character the tokenizer splits: ASCII, accents, CJK, emoji (4 bytes), and U+FFFD itself.
-TEXT = st.text(st.one_of(st.characters(exclude_categories=["Cs"]), st.sampled_from("aé日本🙂👍🏽 \n" + FFFD)),
-               max_size=40)
+TEXT = st.text(
+    st.one_of(st.characters(exclude_categories=["Cs"]), st.sampled_from("aé日本🙂👍🏽 \n" + FFFD)), max_size=40
+)
 
 
 @settings(max_examples=150, deadline=None)
@@ -164,7 +167,7 @@ def test_characters_split_across_byte_tokens(smollm_tokenizer, byte_ids, text):
     if len(ids) == len(data):
         # Valid UTF-8 ends on a whole character: only trailing U+FFFDs, which might have been the
         # start of a longer character until flush said otherwise, are left to flush.
-        left = text[len("".join(pieces)):]
+        left = text[len("".join(pieces)) :]
         assert left == FFFD * len(left)
 
 
@@ -180,8 +183,10 @@ def test_random_ids_from_the_whole_vocabulary(smollm_tokenizer, ids):
     check_stream(smollm_tokenizer, ids)
 
 
-BYTE_TOK_IDS = st.one_of(st.integers(0, EMPTY), st.sampled_from([0x80, 0x97, 0xA5, 0xBF, 0xC3, 0xE6, 0xEF, 0xF0,
-                                                                  0xF4, 0xFF, STRADDLER, EMPTY]))
+BYTE_TOK_IDS = st.one_of(
+    st.integers(0, EMPTY),
+    st.sampled_from([0x80, 0x97, 0xA5, 0xBF, 0xC3, 0xE6, 0xEF, 0xF0, 0xF4, 0xFF, STRADDLER, EMPTY]),
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -250,8 +255,9 @@ def fallback_tok() -> tokenizers.Tokenizer:
     if the group is not valid UTF-8, so a character is only final once its group is complete."""
     vocab = {f"<0x{b:02X}>": b for b in range(256)} | WORD_IDS
     tok = tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True))
-    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                     decoders.Strip(" ", 1, 0)])
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
     return tok
 
 
@@ -263,7 +269,9 @@ def fallback_ids(parts: list[int | str]) -> list[int]:
 def test_byte_fallback_waits_for_the_whole_group(fallback_tok):
     assert fallback_tok.decode([0xE2, 0x82]) == FFFD * 2  # not one U+FFFD, as byte-level gives
     assert stream(fallback_tok, fallback_ids(["é", WORD_IDS["▁Hello"], "🙂", "€"])) == (
-        ["", "é", " Hello", "", "", "", "🙂", "", "", "€"], "")
+        ["", "é", " Hello", "", "", "", "🙂", "", "", "€"],
+        "",
+    )
 
 
 def test_a_lone_space_token_is_not_taken_for_an_empty_one(fallback_tok):
@@ -272,9 +280,14 @@ def test_a_lone_space_token_is_not_taken_for_an_empty_one(fallback_tok):
     assert stream(fallback_tok, [space, space, hello]) == (["", " ", " Hello"], "")
 
 
-FALLBACK_PARTS = st.lists(st.one_of(st.sampled_from(list(WORD_IDS.values())),
-                                    st.characters(exclude_categories=["Cs"], exclude_characters=FFFD),
-                                    st.sampled_from("é日🙂")), max_size=40)
+FALLBACK_PARTS = st.lists(
+    st.one_of(
+        st.sampled_from(list(WORD_IDS.values())),
+        st.characters(exclude_categories=["Cs"], exclude_characters=FFFD),
+        st.sampled_from("é日🙂"),
+    ),
+    max_size=40,
+)
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,8 +1,10 @@
 """StopMatcher against brute force: cut before the earliest stop string, hold back just what could become one."""
+
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tinyllm.text.stop import StopMatcher, StopResult
 
@@ -22,8 +24,7 @@ def earliest_stop(text: str, stops) -> int | None:
 
 def held_length(text: str, stops) -> int:
     """The longest suffix of text that is a proper prefix of some stop string."""
-    return max((k for k in range(1, len(text) + 1) for s in stops if len(s) > k and s.startswith(text[-k:])),
-               default=0)
+    return max((k for k in range(1, len(text) + 1) for s in stops if len(s) > k and s.startswith(text[-k:])), default=0)
 
 
 # ---- examples -------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
 """The stop-string automaton: its state is linear in the stop strings, and it is shared between matchers."""
+
 import tracemalloc
 
 from tinyllm.text.stop import StopMatcher

@@ -1,4 +1,5 @@
 """Tokenizer: ids equal the references, text round-trips, chat templates render as transformers does."""
+
 import json
 import os
 import re
@@ -21,9 +22,20 @@ CORPUS = [
     "Café déjà vu, señor Müller: ñandú, über, naïve.",
     "日本語のテキストと中文文本，한국어 텍스트도。",
     "Emoji 😀👍🏽 family 👨‍👩‍👧‍👦 flags 🇫🇷🇯🇵 and 🏳️‍🌈",
-    "12345678", "3.14159", "pi is 3.14159 and e is 2.71828, year 2024", "x1y22z333",
-    "two  spaces   three    four", "tab\there\t\tthere", "new\nline", "\n\n\n", "trailing spaces   ",
-    "   leading spaces", " ", "", "\r\n windows\r\n", "a\u00a0non-breaking space",
+    "12345678",
+    "3.14159",
+    "pi is 3.14159 and e is 2.71828, year 2024",
+    "x1y22z333",
+    "two  spaces   three    four",
+    "tab\there\t\tthere",
+    "new\nline",
+    "\n\n\n",
+    "trailing spaces   ",
+    "   leading spaces",
+    " ",
+    "",
+    "\r\n windows\r\n",
+    "a\u00a0non-breaking space",
     "def f(x):\n    if x:\n        return x * 2\n    return None\n",
     "for (int i = 0; i < n; ++i) { sum += a[i]; }",
     "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
@@ -40,6 +52,7 @@ DIGIT_AFTER_SPACES = ["  3", "a  12", "\n\n1", "x\t 7 y", "total:   42", "1.\n\n
 
 # ---- the real SmolLM2 tokenizer against its references ---------------------------------
 
+
 @pytest.fixture(scope="module")
 def reference(default_model_path):
     """transformers' own tokenizer for the same GGUF file."""
@@ -54,15 +67,20 @@ def tokenizer_json(reference):
     """The same vocabulary with the pre-tokenizer SmolLM2's tokenizer.json states:
     Digits(individual_digits=True), then ByteLevel with the GPT-2 regex."""
     hf = HFTokenizer.from_str(reference.backend_tokenizer.to_str())
-    hf.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    hf.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
     return hf
 
 
 def _has_digit_after_spaces(text):
-    return any(text[i].isspace() and text[i + 1].isspace() and unicodedata.category(text[i + 2])[0] == "N"
-               for i in range(len(text) - 2))
+    return any(
+        text[i].isspace() and text[i + 1].isspace() and unicodedata.category(text[i + 2])[0] == "N"
+        for i in range(len(text) - 2)
+    )
 
 
 def test_metadata_of_default_model(smollm_tokenizer):
@@ -134,7 +152,9 @@ def test_missing_bytes_are_dropped_like_the_references(smollm_tokenizer, referen
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_decode_encode_round_trip(smollm_tokenizer, missing_bytes, data):
-    encodable = st.characters(exclude_categories=["Cs"]).filter(lambda c: not missing_bytes.intersection(c.encode("utf-8")))
+    encodable = st.characters(exclude_categories=["Cs"]).filter(
+        lambda c: not missing_bytes.intersection(c.encode("utf-8"))
+    )
     text = data.draw(st.text(alphabet=encodable))
     assert smollm_tokenizer.decode(smollm_tokenizer.encode(text)) == text
 
@@ -172,8 +192,12 @@ def test_encode_rejects_non_text(smollm_tokenizer):
 
 CONVERSATIONS = [
     [{"role": "user", "content": "Hi there!"}],
-    [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 2+2?"},
-     {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3+3?"}],
+    [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "And 3+3?"},
+    ],
 ]
 
 
@@ -189,8 +213,10 @@ def test_chat_template_default_adds_generation_prompt(smollm_tokenizer):
     assert text.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
 
 
-@pytest.mark.parametrize("messages", [
-    "hi", [{"role": "user"}], [{"role": "user", "content": 3}], [("user", "hi")], {"role": "user", "content": "hi"}])
+@pytest.mark.parametrize(
+    "messages",
+    ["hi", [{"role": "user"}], [{"role": "user", "content": 3}], [("user", "hi")], {"role": "user", "content": "hi"}],
+)
 def test_chat_template_rejects_malformed_messages(smollm_tokenizer, messages):
     with pytest.raises(TinyLLMError, match="expected"):
         smollm_tokenizer.apply_chat_template(messages)
@@ -201,10 +227,15 @@ def _metadata_like(tok):
     model = json.loads(tok.hf.to_str())["model"]
     tokens = [tok.hf.id_to_token(i) for i in range(tok.vocab_size)]
     control = {t.content for t in tok.hf.get_added_tokens_decoder().values() if t.special}
-    return {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "smollm", "tokenizer.ggml.tokens": tokens,
-            "tokenizer.ggml.token_type": [3 if t in control else 1 for t in tokens],
-            "tokenizer.ggml.merges": [m if isinstance(m, str) else " ".join(m) for m in model["merges"]],
-            "tokenizer.ggml.bos_token_id": tok.bos_id, "tokenizer.ggml.eos_token_id": tok.eos_id}
+    return {
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": "smollm",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": [3 if t in control else 1 for t in tokens],
+        "tokenizer.ggml.merges": [m if isinstance(m, str) else " ".join(m) for m in model["merges"]],
+        "tokenizer.ggml.bos_token_id": tok.bos_id,
+        "tokenizer.ggml.eos_token_id": tok.eos_id,
+    }
 
 
 def test_rebuilt_from_its_own_metadata_encodes_the_same(smollm_tokenizer):
@@ -221,7 +252,8 @@ def test_from_hf_folder_of_saved_reference(reference, tmp_path):
         assert tok.encode(text) == reference.encode(text)
     messages = CONVERSATIONS[1]
     assert tok.apply_chat_template(messages) == reference.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=True)
+        messages, tokenize=False, add_generation_prompt=True
+    )
 
 
 # ---- a tiny byte-level BPE built in the test -----------------------------------------------
@@ -229,8 +261,10 @@ def test_from_hf_folder_of_saved_reference(reference, tmp_path):
 BYTES = sorted(pre_tokenizers.ByteLevel.alphabet())  # the 256 one-character byte spellings
 MERGES = [("h", "e"), ("l", "l"), ("he", "ll"), ("hell", "o"), ("Ġ", "w"), ("Ġw", "o"), ("1", "2"), ("12", "3")]
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|custom_end|>"]
-TEMPLATE = ("{% for m in messages %}{{ bos_token }}{{ m['role'] }}: {{ m['content'] }}{{ eos_token }}\n"
-            "{% endfor %}{% if add_generation_prompt %}{{ bos_token }}assistant: {% endif %}")
+TEMPLATE = (
+    "{% for m in messages %}{{ bos_token }}{{ m['role'] }}: {{ m['content'] }}{{ eos_token }}\n"
+    "{% endfor %}{% if add_generation_prompt %}{{ bos_token }}assistant: {% endif %}"
+)
 
 
 def _tiny_tokens():
@@ -249,7 +283,8 @@ def _write_tiny_folder(folder, config=None, generation=None, bos_post_processor=
     hf.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
     if bos_post_processor:
         hf.post_processor = processors.TemplateProcessing(
-            single="<|im_start|> $A", special_tokens=[("<|im_start|>", tokens.index("<|im_start|>"))])
+            single="<|im_start|> $A", special_tokens=[("<|im_start|>", tokens.index("<|im_start|>"))]
+        )
     hf.save(str(folder / "tokenizer.json"))
     for name, content in (("tokenizer_config.json", config), ("generation_config.json", generation)):
         if content is not None:
@@ -258,9 +293,11 @@ def _write_tiny_folder(folder, config=None, generation=None, bos_post_processor=
 
 
 def test_tiny_hf_folder(tmp_path):
-    tokens = _write_tiny_folder(tmp_path, config={"bos_token": "<|im_start|>", "eos_token": "<|im_end|>",
-                                                  "chat_template": TEMPLATE},
-                                generation={"eos_token_id": [tokens_index("<|im_end|>"), tokens_index("<|custom_end|>")]})
+    tokens = _write_tiny_folder(
+        tmp_path,
+        config={"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "chat_template": TEMPLATE},
+        generation={"eos_token_id": [tokens_index("<|im_end|>"), tokens_index("<|custom_end|>")]},
+    )
     tok = Tokenizer.from_hf_folder(tmp_path)
     ids = {t: i for i, t in enumerate(tokens)}
     assert tok.kind == "byte-level BPE (tokenizer.json)"
@@ -268,8 +305,15 @@ def test_tiny_hf_folder(tmp_path):
     assert (tok.bos_id, tok.eos_id, tok.add_bos) == (ids["<|im_start|>"], ids["<|im_end|>"], False)
     # <|im_end|> and <|endoftext|> are found by their text, <|custom_end|> from generation_config.json
     assert tok.stop_ids == tuple(sorted([ids["<|im_end|>"], ids["<|endoftext|>"], ids["<|custom_end|>"]]))
-    assert tok.encode("hello world 123") == [ids["hello"], ids["Ġwo"], ids["r"], ids["l"], ids["d"],
-                                             ids["Ġ"], ids["123"]]
+    assert tok.encode("hello world 123") == [
+        ids["hello"],
+        ids["Ġwo"],
+        ids["r"],
+        ids["l"],
+        ids["d"],
+        ids["Ġ"],
+        ids["123"],
+    ]
     assert tok.encode("<|im_end|>hello") == [ids["<|im_end|>"], ids["hello"]]
     assert tok.decode(tok.encode("hello  wörld\n")) == "hello  wörld\n"
     messages = [{"role": "user", "content": "hello"}]
@@ -288,16 +332,19 @@ def test_tiny_hf_folder_bos_from_post_processor(tmp_path):
 
 
 def test_tiny_hf_folder_config_overrides_post_processor(tmp_path):
-    _write_tiny_folder(tmp_path, config={"bos_token": {"content": "<|im_start|>"}, "add_bos_token": False},
-                       bos_post_processor=True)
+    _write_tiny_folder(
+        tmp_path, config={"bos_token": {"content": "<|im_start|>"}, "add_bos_token": False}, bos_post_processor=True
+    )
     tok = Tokenizer.from_hf_folder(tmp_path)
     assert not tok.add_bos and tok.bos_id == tokens_index("<|im_start|>")
     assert tok.encode("hello") == [tokens_index("hello")]
 
 
 def test_tiny_hf_folder_chat_template_file_and_named_list(tmp_path):
-    _write_tiny_folder(tmp_path, config={"chat_template": [{"name": "tool_use", "template": "x"},
-                                                           {"name": "default", "template": "{{ 'D' }}"}]})
+    _write_tiny_folder(
+        tmp_path,
+        config={"chat_template": [{"name": "tool_use", "template": "x"}, {"name": "default", "template": "{{ 'D' }}"}]},
+    )
     assert Tokenizer.from_hf_folder(tmp_path).chat_template == "{{ 'D' }}"
     (tmp_path / "chat_template.jinja").write_text("{{ 'J' }}")
     assert Tokenizer.from_hf_folder(tmp_path).apply_chat_template([]) == "J"
@@ -324,15 +371,16 @@ def test_template_raise_exception_becomes_user_error(tmp_path):
 
 
 def test_template_helpers_match_transformers(tmp_path):
-    template = ("{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}"
-                "{{ m | tojson }}{% endfor %}")
+    template = "{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}{{ m | tojson }}{% endfor %}"
     _write_tiny_folder(tmp_path, config={"chat_template": template})
     out = Tokenizer.from_hf_folder(tmp_path).apply_chat_template(
-        [{"role": "user", "content": "é <b>"}, {"role": "user", "content": "x"}])
+        [{"role": "user", "content": "é <b>"}, {"role": "user", "content": "x"}]
+    )
     assert out == '{"role": "user", "content": "é <b>"}'
 
 
 # ---- GGUF metadata built by hand --------------------------------------------------------------
+
 
 def _tiny_metadata(pre, **extra):
     merged = ["".join(pair) for pair in MERGES]
@@ -406,8 +454,12 @@ def test_gguf_add_bos_token_flag_wins():
 
 
 def test_gguf_digit_merges_follow_pre_tokenizer():
-    for pre, expected in (("gpt2", ["123"]), ("llama-bpe", ["123"]), ("smollm", ["1", "2", "3"]),
-                          ("qwen2", ["1", "2", "3"])):
+    for pre, expected in (
+        ("gpt2", ["123"]),
+        ("llama-bpe", ["123"]),
+        ("smollm", ["1", "2", "3"]),
+        ("qwen2", ["1", "2", "3"]),
+    ):
         metadata, ids = _tiny_metadata(pre, **{"tokenizer.ggml.add_bos_token": False})
         assert Tokenizer.from_gguf_metadata(metadata).encode("123") == [ids[t] for t in expected], pre
 
@@ -433,7 +485,8 @@ def test_gguf_chat_template(tmp_path):
     metadata, _ = _tiny_metadata("qwen2")
     tok = Tokenizer.from_gguf_metadata(metadata)
     assert tok.apply_chat_template([{"role": "user", "content": "hi"}]) == (
-        "<|im_start|>user: hi<|endoftext|>\n<|im_start|>assistant: ")
+        "<|im_start|>user: hi<|endoftext|>\n<|im_start|>assistant: "
+    )
     del metadata["tokenizer.chat_template"]
     with pytest.raises(TinyLLMError, match="no chat template"):
         Tokenizer.from_gguf_metadata(metadata).apply_chat_template([{"role": "user", "content": "hi"}])
@@ -454,12 +507,15 @@ def test_gguf_non_byte_level_model(model):
         Tokenizer.from_gguf_metadata(metadata)
 
 
-@pytest.mark.parametrize("key, value, named", [
-    ("tokenizer.ggml.merges", ["h e", "nospace"], "nospace"),
-    ("tokenizer.ggml.merges", ["q z"], "BPE"),
-    ("tokenizer.ggml.tokens", None, "tokenizer.ggml.tokens"),
-    ("tokenizer.ggml.bos_token_id", 10_000, "10000"),
-])
+@pytest.mark.parametrize(
+    "key, value, named",
+    [
+        ("tokenizer.ggml.merges", ["h e", "nospace"], "nospace"),
+        ("tokenizer.ggml.merges", ["q z"], "BPE"),
+        ("tokenizer.ggml.tokens", None, "tokenizer.ggml.tokens"),
+        ("tokenizer.ggml.bos_token_id", 10_000, "10000"),
+    ],
+)
 def test_gguf_bad_metadata(key, value, named):
     metadata, _ = _tiny_metadata("smollm", **{key: value})
     with pytest.raises(TinyLLMError, match=named):

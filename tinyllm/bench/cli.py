@@ -1,5 +1,6 @@
 """`tinyllm bench KIND`: each kind is a module with `add_args(parser)`, `run(args) -> dict` and, optionally,
 `QUICK` (the sizes `--quick` uses). Adding a kind is one line in BENCHES."""
+
 from __future__ import annotations
 
 import importlib
@@ -26,16 +27,25 @@ def _common_args(p) -> None:
     p.add_argument("--no-reference", action="store_true", help="skip HF transformers (its columns stay empty)")
     p.add_argument("--seed", type=int, default=0, help="seed of the workload (prompts, lengths, arrivals)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
-                   help="compute dtype of both engines (default float32)")
-    p.add_argument("--weights", default=None, choices=["native", "dequantized"],
-                   help="our weights: GGUF blocks kept as blocks (native, default) or expanded to float")
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "bfloat16", "float16"],
+        help="compute dtype of both engines (default float32)",
+    )
+    p.add_argument(
+        "--weights",
+        default=None,
+        choices=["native", "dequantized"],
+        help="our weights: GGUF blocks kept as blocks (native, default) or expanded to float",
+    )
     p.add_argument("--quantize", default=None, choices=["int8", "int4"], help="quantize a float model at load")
 
 
 def add_bench_command(subparsers) -> None:
-    bench = subparsers.add_parser("bench", help="benchmarks beside HF transformers: " +
-                                  ", ".join(name for name, _ in BENCHES))
+    bench = subparsers.add_parser(
+        "bench", help="benchmarks beside HF transformers: " + ", ".join(name for name, _ in BENCHES)
+    )
     kinds = bench.add_subparsers(dest="bench_kind", required=True)
     for name, module_name in BENCHES:
         module = importlib.import_module(module_name)

@@ -3,6 +3,7 @@ and loading our model and the reference implementation (HF transformers) on the 
 
 Heavy imports (torch, transformers, matplotlib) happen inside functions, so building the CLI stays fast.
 """
+
 from __future__ import annotations
 
 import json
@@ -10,11 +11,11 @@ import os
 import platform
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
-
 
 # ---- timing and statistics
+
 
 def timed(fn: Callable, *args, **kwargs) -> tuple[object, float]:
     """(fn's result, wall seconds)."""
@@ -37,8 +38,15 @@ def percentile(values, q: float) -> float | None:
 def summary(values) -> dict:
     """p50/p90/p99, mean, min, max of a list of seconds (None entries for an empty list)."""
     xs = list(values)
-    return {"n": len(xs), "p50": percentile(xs, 50), "p90": percentile(xs, 90), "p99": percentile(xs, 99),
-            "mean": sum(xs) / len(xs) if xs else None, "min": min(xs, default=None), "max": max(xs, default=None)}
+    return {
+        "n": len(xs),
+        "p50": percentile(xs, 50),
+        "p90": percentile(xs, 90),
+        "p99": percentile(xs, 99),
+        "mean": sum(xs) / len(xs) if xs else None,
+        "min": min(xs, default=None),
+        "max": max(xs, default=None),
+    }
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -74,11 +82,13 @@ class TokenStamps:
 
 # ---- workload text
 
+
 def corpus_ids(tokenizer, max_chars: int = 120_000) -> list[int]:
     """Token ids of real English prose that every Python install carries: the language reference's topics
     (pydoc_data), in a fixed order, so every run and both engines see the same prompts."""
     try:
         from pydoc_data.topics import topics
+
         text = "\n\n".join(topics[k] for k in sorted(topics))[:max_chars]
     except ImportError:  # a stripped Python: fall back on a fixed paragraph
         text = " ".join(f"Sentence {i} tells of a river, a bridge and {i * 7} travellers." for i in range(4000))
@@ -93,11 +103,12 @@ def windows(ids: list[int], lengths: list[int], seed: int) -> list[list[int]]:
     out = []
     for n in lengths:
         start = rng.randrange(0, max(1, len(source) - n))
-        out.append(source[start:start + n])
+        out.append(source[start : start + n])
     return out
 
 
 # ---- machine and output files
+
 
 def load_now() -> float | None:
     """The 1-minute load average: next to each run, it shows which ones a busy neighbour disturbed."""
@@ -107,12 +118,19 @@ def load_now() -> float | None:
 def machine_info() -> dict:
     import torch
 
-    info = {"python": platform.python_version(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
-            "torch": torch.__version__, "torch_threads": torch.get_num_threads(), "cpu": _cpu_model(),
-            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    info = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "cpu": _cpu_model(),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     try:
         import transformers
+
         info["transformers"] = transformers.__version__
     except ImportError:
         info["transformers"] = None
@@ -146,6 +164,7 @@ def write_plot(out_dir: str, name: str, draw: Callable) -> str | None:
     """Draw with draw(fig) and save a PNG; None when matplotlib is not installed (it is an optional extra)."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")  # files only, never a window
         import matplotlib.pyplot as plt
     except ImportError:
@@ -172,14 +191,15 @@ def save(out_dir: str, name: str, result: dict, draw: Callable | None, report: C
 
 # ---- models
 
+
 @dataclass
 class Models:
     llm: object
-    reference: object | None    # HF LlamaForCausalLM on the same weights, or None
+    reference: object | None  # HF LlamaForCausalLM on the same weights, or None
     path: str
     load_s: float | None = None
     reference_load_s: float | None = None
-    rss_added: int | None = None   # resident bytes our load added
+    rss_added: int | None = None  # resident bytes our load added
 
 
 def model_path(path: str | None) -> str:
@@ -250,6 +270,12 @@ def pad_id(llm) -> int:
 def header(kind: str, args, models: Models) -> dict:
     """The part every result file starts with: what ran, on what, with which options."""
     options = {k: v for k, v in vars(args).items() if k not in ("func", "bench_run")}
-    return {"bench": kind, "model": models.path, "machine": machine_info(), "options": options,
-            "reference": f"transformers.LlamaForCausalLM ({options.get('dtype', 'float32')}, same weights)"
-            if models.reference else None}
+    return {
+        "bench": kind,
+        "model": models.path,
+        "machine": machine_info(),
+        "options": options,
+        "reference": f"transformers.LlamaForCausalLM ({options.get('dtype', 'float32')}, same weights)"
+        if models.reference
+        else None,
+    }

@@ -3,6 +3,7 @@ path: paged KV, float32 and float16), for growing numbers of new tokens, beside 
 and llama.cpp at batch 1 on the same weights; and prefill tokens/s of a long prompt beside llama.cpp's.
 
 Writes decode.json and decode.png (time against new tokens for every mode)."""
+
 from __future__ import annotations
 
 import time
@@ -18,25 +19,39 @@ MODES = [
     ("engine", dict(cache="paged")),
     ("engine-f16", dict(cache="paged", kv_dtype="float16")),
 ]
-AIM_CACHED_OVER_NONE = 5.0   # at the longest run
-AIM_OVER_REFERENCE = 4.0     # contiguous vs HF generate, batch 1
+AIM_CACHED_OVER_NONE = 5.0  # at the longest run
+AIM_OVER_REFERENCE = 4.0  # contiguous vs HF generate, batch 1
 
 
 def add_args(p) -> None:
-    p.add_argument("--new-tokens", type=int, nargs="+", default=[32, 64, 128, 256],
-                   help="numbers of new tokens (default 32 64 128 256)")
+    p.add_argument(
+        "--new-tokens",
+        type=int,
+        nargs="+",
+        default=[32, 64, 128, 256],
+        help="numbers of new tokens (default 32 64 128 256)",
+    )
     p.add_argument("--prompt-tokens", type=int, default=32, help="prompt length (default 32)")
     p.add_argument("--repeats", type=int, default=1, help="runs per mode and length; the fastest counts")
-    p.add_argument("--modes", nargs="+", default=[m for m, _ in MODES], choices=[m for m, _ in MODES],
-                   help="our cache modes to run (default all)")
+    p.add_argument(
+        "--modes",
+        nargs="+",
+        default=[m for m, _ in MODES],
+        choices=[m for m, _ in MODES],
+        help="our cache modes to run (default all)",
+    )
     p.add_argument("--prefill-tokens", type=int, default=512, help="prompt length of the prefill comparison")
 
 
 def ours(llm, ids: list[int], n: int, options: dict) -> dict:
     g, wall = common.timed(llm.generate, ids, max_tokens=n, temperature=0, ignore_eos=True, **options)
-    return {"wall_s": wall, "load_1min": common.load_now(), "ttft_s": g.timings.ttft_s,
-            "decode_tokens_per_s": g.stats["decode_tokens_per_s"],
-            "ids": g.ids}
+    return {
+        "wall_s": wall,
+        "load_1min": common.load_now(),
+        "ttft_s": g.timings.ttft_s,
+        "decode_tokens_per_s": g.stats["decode_tokens_per_s"],
+        "ids": g.ids,
+    }
 
 
 def reference(ref, ids: list[int], n: int, pad: int) -> dict:
@@ -45,13 +60,24 @@ def reference(ref, ids: list[int], n: int, pad: int) -> dict:
     stamps = common.TokenStamps()
     t0 = time.perf_counter()
     with torch.inference_mode():
-        out = ref.generate(torch.tensor([ids]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                           use_cache=True, pad_token_id=pad, streamer=stamps)
+        out = ref.generate(
+            torch.tensor([ids]),
+            max_new_tokens=n,
+            min_new_tokens=n,
+            do_sample=False,
+            use_cache=True,
+            pad_token_id=pad,
+            streamer=stamps,
+        )
     wall = time.perf_counter() - t0
     ttft = stamps.times[0] - t0 if stamps.times else None
-    return {"wall_s": wall, "load_1min": common.load_now(), "ttft_s": ttft,
-            "decode_tokens_per_s": stamps.decode_tokens_per_s(),
-            "ids": out[0, len(ids):].tolist()}
+    return {
+        "wall_s": wall,
+        "load_1min": common.load_now(),
+        "ttft_s": ttft,
+        "decode_tokens_per_s": stamps.decode_tokens_per_s(),
+        "ids": out[0, len(ids) :].tolist(),
+    }
 
 
 def runners(models: common.Models, ids: list[int], modes: list[str], peer=None) -> list[tuple[str, callable]]:
@@ -64,8 +90,15 @@ def runners(models: common.Models, ids: list[int], modes: list[str], peer=None) 
     return out
 
 
-def measure(models: common.Models, prompt_tokens: int, new_tokens: list[int], repeats: int, seed: int = 0,
-            modes: list[str] | None = None, peer=None) -> dict:
+def measure(
+    models: common.Models,
+    prompt_tokens: int,
+    new_tokens: list[int],
+    repeats: int,
+    seed: int = 0,
+    modes: list[str] | None = None,
+    peer=None,
+) -> dict:
     """Every (mode, n) run `repeats` times; within one n the modes take turns (in a rotating order) so that a
     busy spell on the machine does not fall on one mode only. The fastest run of each counts."""
     ids = common.windows(common.corpus_ids(models.llm.tokenizer), [prompt_tokens], seed)[0]
@@ -85,16 +118,28 @@ def measure(models: common.Models, prompt_tokens: int, new_tokens: list[int], re
     rows = []
     for (name, n), run in sorted(best.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         same = run.pop("ids") == expected[n]
-        rows.append({"mode": name, "new_tokens": n, "tokens_per_s": common.per_second(n, run["wall_s"]),
-                     "same_ids_as_contiguous": same, **run})
+        rows.append(
+            {
+                "mode": name,
+                "new_tokens": n,
+                "tokens_per_s": common.per_second(n, run["wall_s"]),
+                "same_ids_as_contiguous": same,
+                **run,
+            }
+        )
     return {"prompt_tokens": len(ids), "rows": rows, "ratios": ratios(rows, new_tokens)}
 
 
 def ratios(rows: list[dict], new_tokens: list[int]) -> dict:
     """Decode tokens/s of one mode over another, per n; and whether the aims are reached at the longest n."""
     rate = {(r["mode"], r["new_tokens"]): r["decode_tokens_per_s"] for r in rows}
-    out = {"contiguous_over_none": {}, "contiguous_over_reference": {}, "engine_over_contiguous": {},
-           "engine_f16_over_engine": {}, "engine_over_llamacpp": {}}
+    out = {
+        "contiguous_over_none": {},
+        "contiguous_over_reference": {},
+        "engine_over_contiguous": {},
+        "engine_f16_over_engine": {},
+        "engine_over_llamacpp": {},
+    }
     for n in new_tokens:
         out["contiguous_over_none"][n] = common.ratio(rate.get(("contiguous", n)), rate.get(("none", n)))
         out["contiguous_over_reference"][n] = common.ratio(rate.get(("contiguous", n)), rate.get(("reference", n)))
@@ -104,9 +149,13 @@ def ratios(rows: list[dict], new_tokens: list[int]) -> dict:
     longest = max(new_tokens)
     cached = out["contiguous_over_none"][longest]
     vs_ref = out["contiguous_over_reference"][longest]
-    out["aims"] = {"cached_over_none": AIM_CACHED_OVER_NONE, "cached_over_none_reached": cached is not None
-                   and cached >= AIM_CACHED_OVER_NONE, "over_reference": AIM_OVER_REFERENCE,
-                   "over_reference_reached": vs_ref is not None and vs_ref >= AIM_OVER_REFERENCE, "at": longest}
+    out["aims"] = {
+        "cached_over_none": AIM_CACHED_OVER_NONE,
+        "cached_over_none_reached": cached is not None and cached >= AIM_CACHED_OVER_NONE,
+        "over_reference": AIM_OVER_REFERENCE,
+        "over_reference_reached": vs_ref is not None and vs_ref >= AIM_OVER_REFERENCE,
+        "at": longest,
+    }
     return out
 
 
@@ -114,8 +163,9 @@ def draw(result: dict):
     def plot(fig):
         left, right = fig.subplots(1, 2)
         for name in [m for m, _ in MODES] + ["reference", "llama.cpp"]:
-            pts = [(r["new_tokens"], r["wall_s"], r["decode_tokens_per_s"])
-                   for r in result["rows"] if r["mode"] == name]
+            pts = [
+                (r["new_tokens"], r["wall_s"], r["decode_tokens_per_s"]) for r in result["rows"] if r["mode"] == name
+            ]
             if not pts:
                 continue
             label = "HF transformers (cached)" if name == "reference" else name
@@ -126,20 +176,26 @@ def draw(result: dict):
         for ax in (left, right):
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
+
     return plot
 
 
 def report(result: dict) -> str:
-    lines = [f"{'mode':16s} {'new':>5s} {'wall s':>8s} {'decode tok/s':>13s} {'ttft s':>7s} {'same ids':>9s} "
-             f"{'load':>5s}"]
+    lines = [
+        f"{'mode':16s} {'new':>5s} {'wall s':>8s} {'decode tok/s':>13s} {'ttft s':>7s} {'same ids':>9s} {'load':>5s}"
+    ]
     for r in result["rows"]:
         ttft = "-" if r["ttft_s"] is None else f"{r['ttft_s']:.3f}"
         load = "-" if r["load_1min"] is None else f"{r['load_1min']:.1f}"
-        lines.append(f"{r['mode']:16s} {r['new_tokens']:5d} {r['wall_s']:8.2f} {r['decode_tokens_per_s']:13.2f} "
-                     f"{ttft:>7s} {str(r['same_ids_as_contiguous']):>9s} {load:>5s}")
+        lines.append(
+            f"{r['mode']:16s} {r['new_tokens']:5d} {r['wall_s']:8.2f} {r['decode_tokens_per_s']:13.2f} "
+            f"{ttft:>7s} {str(r['same_ids_as_contiguous']):>9s} {load:>5s}"
+        )
     pf = result["prefill"]
-    lines.append(f"prefill {pf['prompt_tokens']} tok (tok/s): ours {pf['ours_tokens_per_s']:.1f}  llama.cpp "
-                 f"{'-' if pf['llamacpp_tokens_per_s'] is None else format(pf['llamacpp_tokens_per_s'], '.1f')}")
+    lines.append(
+        f"prefill {pf['prompt_tokens']} tok (tok/s): ours {pf['ours_tokens_per_s']:.1f}  llama.cpp "
+        f"{'-' if pf['llamacpp_tokens_per_s'] is None else format(pf['llamacpp_tokens_per_s'], '.1f')}"
+    )
     for key, per_n in result["ratios"].items():
         if key != "aims":
             cells = (f"{n}: {'-' if v is None else f'{v:.2f}'}" for n, v in per_n.items())

@@ -3,6 +3,7 @@ dequantize + F.linear, per M, with GB/s of weight bytes read, and one whole deco
 
 Weights are random blocks (timing does not depend on the values) with enough copies of each shape to exceed
 the last-level cache, cycled through as a model's layers are, so M = 1 reads its weights from memory."""
+
 from __future__ import annotations
 
 import math
@@ -12,8 +13,13 @@ from . import common
 
 QUICK = dict(m=[1, 8], min_time=0.01, cache_mb=2)
 # (format, N, K, uses per decode token) of SmolLM2-135M: 30 layers of q, k, v, o, gate, up, down; tied head.
-SHAPES = [("Q4_1", 576, 576, 60), ("Q4_1", 192, 576, 60), ("Q4_1", 1536, 576, 60), ("Q4_1", 576, 1536, 30),
-          ("Q8_0", 49152, 576, 1)]
+SHAPES = [
+    ("Q4_1", 576, 576, 60),
+    ("Q4_1", 192, 576, 60),
+    ("Q4_1", 1536, 576, 60),
+    ("Q4_1", 576, 1536, 30),
+    ("Q8_0", 49152, 576, 1),
+]
 
 
 def add_args(p) -> None:
@@ -34,7 +40,7 @@ def random_weight(fmt: str, n: int, k: int, seed: int):
     data = torch.randint(0, 256, (n * k // f.block_size, f.type_size), dtype=torch.uint8, generator=g)
     for off in SCALE_OFFSETS[fmt]:
         scale = (torch.rand(data.shape[0], 1, generator=g) * 0.01).to(torch.float16)
-        data[:, off:off + 2] = scale.view(torch.uint8)
+        data[:, off : off + 2] = scale.view(torch.uint8)
     return QuantWeight(data.reshape(n, -1), fmt, (n, k))
 
 
@@ -61,7 +67,7 @@ def measure_shape(fmt: str, n: int, k: int, ms: list[int], min_time: float, cach
     nbytes = n * k // FORMATS[fmt].block_size * FORMATS[fmt].type_size
     copies = max(1, math.ceil(cache_mb * 2**20 / nbytes))
     ws = [random_weight(fmt, n, k, i) for i in range(copies)]
-    dense = [dequantize(w) for w in ws[:max(1, math.ceil(cache_mb * 2**20 / (n * k * 4)))]]
+    dense = [dequantize(w) for w in ws[: max(1, math.ceil(cache_mb * 2**20 / (n * k * 4)))]]
     rows = []
     for m in ms:
         x = torch.randn(m, k)
@@ -69,9 +75,20 @@ def measure_shape(fmt: str, n: int, k: int, ms: list[int], min_time: float, cach
             t_q = best_time(qmatmul, [(x, w) for w in ws], min_time)
             t_f = best_time(F.linear, [(x, d) for d in dense], min_time)
             t_d = best_time(lambda x, w: F.linear(x, dequantize(w)), [(x, ws[0])], min_time / 3)
-        rows.append({"fmt": fmt, "n": n, "k": k, "m": m, "weight_bytes": nbytes, "native_s": t_q,
-                     "float32_linear_s": t_f, "dequantize_linear_s": t_d, "native_gb_s": nbytes / t_q / 1e9,
-                     "float32_gb_s": n * k * 4 / t_f / 1e9})
+        rows.append(
+            {
+                "fmt": fmt,
+                "n": n,
+                "k": k,
+                "m": m,
+                "weight_bytes": nbytes,
+                "native_s": t_q,
+                "float32_linear_s": t_f,
+                "dequantize_linear_s": t_d,
+                "native_gb_s": nbytes / t_q / 1e9,
+                "float32_gb_s": n * k * 4 / t_f / 1e9,
+            }
+        )
     return rows
 
 
@@ -108,21 +125,29 @@ def token_time(rows: list[dict], m: int, key: str) -> float:
 
 
 def report(result: dict) -> str:
-    lines = [f"native kernels: {result['native']}  threads: {result['machine']['torch_threads']}",
-             f"{'shape':>18s} {'M':>4s} {'native ms':>10s} {'f32 ms':>9s} {'deq+f32 ms':>11s} {'x f32':>6s} "
-             f"{'native GB/s':>11s} {'f32 GB/s':>9s}"]
+    lines = [
+        f"native kernels: {result['native']}  threads: {result['machine']['torch_threads']}",
+        f"{'shape':>18s} {'M':>4s} {'native ms':>10s} {'f32 ms':>9s} {'deq+f32 ms':>11s} {'x f32':>6s} "
+        f"{'native GB/s':>11s} {'f32 GB/s':>9s}",
+    ]
     for r in result["rows"]:
         shape = f"{r['fmt']} {r['n']}x{r['k']}"
-        lines.append(f"{shape:>18s} {r['m']:4d} {r['native_s'] * 1e3:10.3f} {r['float32_linear_s'] * 1e3:9.3f} "
-                     f"{r['dequantize_linear_s'] * 1e3:11.3f} {r['float32_linear_s'] / r['native_s']:6.2f} "
-                     f"{r['native_gb_s']:11.1f} {r['float32_gb_s']:9.1f}")
+        lines.append(
+            f"{shape:>18s} {r['m']:4d} {r['native_s'] * 1e3:10.3f} {r['float32_linear_s'] * 1e3:9.3f} "
+            f"{r['dequantize_linear_s'] * 1e3:11.3f} {r['float32_linear_s'] / r['native_s']:6.2f} "
+            f"{r['native_gb_s']:11.1f} {r['float32_gb_s']:9.1f}"
+        )
     for m, t in result["token_ms"].items():
-        lines.append(f"211 matmuls of one step at M={m}, sum of the cells above: native {t['native']:.2f} ms, "
-                     f"float32 F.linear {t['float32']:.2f} ms")
+        lines.append(
+            f"211 matmuls of one step at M={m}, sum of the cells above: native {t['native']:.2f} ms, "
+            f"float32 F.linear {t['float32']:.2f} ms"
+        )
     for m, t in result["token_measured"].items():
-        lines.append(f"211 matmuls of one step at M={m}, run in order: native best {t['native']['best_s'] * 1e3:.2f} "
-                     f"ms (median {t['native']['median_s'] * 1e3:.2f}), float32 best "
-                     f"{t['float32']['best_s'] * 1e3:.2f} ms (median {t['float32']['median_s'] * 1e3:.2f})")
+        lines.append(
+            f"211 matmuls of one step at M={m}, run in order: native best {t['native']['best_s'] * 1e3:.2f} "
+            f"ms (median {t['native']['median_s'] * 1e3:.2f}), float32 best "
+            f"{t['float32']['best_s'] * 1e3:.2f} ms (median {t['float32']['median_s'] * 1e3:.2f})"
+        )
     return "\n".join(lines)
 
 
@@ -130,12 +155,22 @@ def run(args) -> dict:
     from ..kernels import native_available
 
     options = {k: v for k, v in vars(args).items() if k not in ("func", "bench_run")}
-    result = {"bench": "kernels", "machine": common.machine_info(), "options": options,
-              "native": native_available(), "rows": []}
+    result = {
+        "bench": "kernels",
+        "machine": common.machine_info(),
+        "options": options,
+        "native": native_available(),
+        "rows": [],
+    }
     for fmt, n, k, _ in SHAPES:
         result["rows"] += measure_shape(fmt, n, k, args.m, args.min_time, args.cache_mb)
-    result["token_ms"] = {m: {"native": token_time(result["rows"], m, "native_s") * 1e3,
-                              "float32": token_time(result["rows"], m, "float32_linear_s") * 1e3} for m in args.m}
+    result["token_ms"] = {
+        m: {
+            "native": token_time(result["rows"], m, "native_s") * 1e3,
+            "float32": token_time(result["rows"], m, "float32_linear_s") * 1e3,
+        }
+        for m in args.m
+    }
     # a whole step holds ~100 MB of blocks and ~540 MB as float32: not in a --quick smoke run
     result["token_measured"] = {} if args.quick else {m: measured_token(m, args.min_time) for m in args.m if m <= 8}
     result["machine"]["load_average_after"] = common.load_now()

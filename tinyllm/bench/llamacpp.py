@@ -4,6 +4,7 @@ from the same prompt ids with the same thread count as ours.
 
 Greedy is an argmax over the logits llama.cpp hands back after each evaluation, so both engines do the same
 work per token: one forward of one new token, then the choice of the next."""
+
 from __future__ import annotations
 
 import os
@@ -43,7 +44,7 @@ def measure_load(fn, *args, **kwargs) -> tuple[object, float, int | None]:
 
 @dataclass
 class LlamaCpp:
-    model: object         # llama_cpp.Llama
+    model: object  # llama_cpp.Llama
     threads: int
     load_s: float
     rss_added: int | None
@@ -54,8 +55,9 @@ def load(path: str, threads: int, n_ctx: int = 2048) -> LlamaCpp:
         raise ValueError(f"llama.cpp runs GGUF files, got {path!r}")
     from llama_cpp import Llama
 
-    model, seconds, added = measure_load(Llama, model_path=path, n_ctx=n_ctx, n_batch=512, n_threads=threads,
-                                         n_threads_batch=threads, verbose=False)
+    model, seconds, added = measure_load(
+        Llama, model_path=path, n_ctx=n_ctx, n_batch=512, n_threads=threads, n_threads_batch=threads, verbose=False
+    )
     return LlamaCpp(model, threads, seconds, added)
 
 
@@ -96,8 +98,12 @@ def decode(peer: LlamaCpp, ids: list[int], n: int) -> dict:
         out.append(_argmax(peer))
     t_end = time.perf_counter()
     decode_s = t_end - t_first
-    return {"wall_s": t_end - t0, "ttft_s": t_first - t0,
-            "decode_tokens_per_s": (n - 1) / decode_s if n > 1 and decode_s > 0 else 0.0, "ids": out}
+    return {
+        "wall_s": t_end - t0,
+        "ttft_s": t_first - t0,
+        "decode_tokens_per_s": (n - 1) / decode_s if n > 1 and decode_s > 0 else 0.0,
+        "ids": out,
+    }
 
 
 def peer_for(path: str, threads: int) -> LlamaCpp | None:
@@ -126,8 +132,12 @@ def prefill_pair(model, peer: LlamaCpp | None, ids: list[int], repeats: int) -> 
             ours.append(time.perf_counter() - t0)
             if peer is not None:
                 theirs.append(prefill(peer, ids))
-    out = {"prompt_tokens": len(ids), "ours_tokens_per_s": len(ids) / min(ours),
-           "llamacpp_tokens_per_s": len(ids) / min(theirs) if theirs else None}
-    out["ours_over_llamacpp"] = (out["ours_tokens_per_s"] / out["llamacpp_tokens_per_s"]
-                                 if out["llamacpp_tokens_per_s"] else None)
+    out = {
+        "prompt_tokens": len(ids),
+        "ours_tokens_per_s": len(ids) / min(ours),
+        "llamacpp_tokens_per_s": len(ids) / min(theirs) if theirs else None,
+    }
+    out["ours_over_llamacpp"] = (
+        out["ours_tokens_per_s"] / out["llamacpp_tokens_per_s"] if out["llamacpp_tokens_per_s"] else None
+    )
     return out

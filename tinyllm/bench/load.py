@@ -1,5 +1,6 @@
 """Load time and resident memory added by loading (beside llama.cpp's on a GGUF file); prefill tokens/s on
 a long prompt and uncached greedy tokens/s, each beside HF transformers on the same weights in the same run."""
+
 from __future__ import annotations
 
 from . import common, llamacpp
@@ -37,18 +38,32 @@ def uncached_decode(models: common.Models, ids: list[int], n: int) -> dict:
 
     llm = models.llm
     g, wall = common.timed(llm.generate, ids, cache="none", max_tokens=n, temperature=0, ignore_eos=True)
-    out = {"ours_wall_s": wall, "ours_tokens_per_s": common.per_second(n, wall),
-           "ours_decode_tokens_per_s": g.stats["decode_tokens_per_s"]}
+    out = {
+        "ours_wall_s": wall,
+        "ours_tokens_per_s": common.per_second(n, wall),
+        "ours_decode_tokens_per_s": g.stats["decode_tokens_per_s"],
+    }
     if models.reference is None:
         return out
     stamps = common.TokenStamps()
     with torch.inference_mode():
         ref_ids, ref_wall = common.timed(
-            models.reference.generate, torch.tensor([ids]), max_new_tokens=n, min_new_tokens=n,
-            do_sample=False, use_cache=False, pad_token_id=common.pad_id(llm), streamer=stamps)
-    ref_ids = ref_ids[0, len(ids):].tolist()
-    out.update(reference_wall_s=ref_wall, reference_tokens_per_s=common.per_second(n, ref_wall),
-               reference_decode_tokens_per_s=stamps.decode_tokens_per_s(), same_ids=ref_ids == g.ids)
+            models.reference.generate,
+            torch.tensor([ids]),
+            max_new_tokens=n,
+            min_new_tokens=n,
+            do_sample=False,
+            use_cache=False,
+            pad_token_id=common.pad_id(llm),
+            streamer=stamps,
+        )
+    ref_ids = ref_ids[0, len(ids) :].tolist()
+    out.update(
+        reference_wall_s=ref_wall,
+        reference_tokens_per_s=common.per_second(n, ref_wall),
+        reference_decode_tokens_per_s=stamps.decode_tokens_per_s(),
+        same_ids=ref_ids == g.ids,
+    )
     return out
 
 
@@ -58,20 +73,30 @@ def measure(models: common.Models, prompt_tokens: int, new_tokens: int, repeats:
     pre = prefill_times(models, prompt, repeats)
     best_ours = min(pre["ours_s"])
     best_ref = min(pre["reference_s"]) if pre["reference_s"] else None
-    prefill = {"prompt_tokens": len(prompt), **pre,
-               "ours_tokens_per_s": common.per_second(len(prompt), best_ours),
-               "reference_tokens_per_s": common.per_second(len(prompt), best_ref) if best_ref else None}
+    prefill = {
+        "prompt_tokens": len(prompt),
+        **pre,
+        "ours_tokens_per_s": common.per_second(len(prompt), best_ours),
+        "reference_tokens_per_s": common.per_second(len(prompt), best_ref) if best_ref else None,
+    }
     prefill["speedup"] = common.ratio(prefill["ours_tokens_per_s"], prefill["reference_tokens_per_s"])
     short = common.windows(ids, [32], seed + 1)[0]
     decode = uncached_decode(models, short, new_tokens)
     decode["speedup"] = common.ratio(decode["ours_tokens_per_s"], decode.get("reference_tokens_per_s"))
-    load = {"ours_s": models.load_s, "reference_s": models.reference_load_s,
-            "speedup": common.ratio(models.reference_load_s, models.load_s), "ours_rss_added": models.rss_added}
+    load = {
+        "ours_s": models.load_s,
+        "reference_s": models.reference_load_s,
+        "speedup": common.ratio(models.reference_load_s, models.load_s),
+        "ours_rss_added": models.rss_added,
+    }
     peer = llamacpp.peer_for(models.path, common.torch_threads())
     load.update(llamacpp_s=peer.load_s if peer else None, llamacpp_rss_added=peer.rss_added if peer else None)
     llamacpp.close(peer)
-    return {"load": load, "prefill": prefill, "uncached_decode": {"prompt_tokens": len(short),
-                                                                  "new_tokens": new_tokens, **decode}}
+    return {
+        "load": load,
+        "prefill": prefill,
+        "uncached_decode": {"prompt_tokens": len(short), "new_tokens": new_tokens, **decode},
+    }
 
 
 def report(result: dict) -> str:
@@ -83,14 +108,24 @@ def report(result: dict) -> str:
     def mb(x):
         return "-" if x is None else f"{x / 2**20:.0f} MB"
 
-    rows = [("what", "ours", "reference", "ours/ref speed"),
-            ("load (s)", f(ld["ours_s"]), f(ld["reference_s"]), f(ld["speedup"])),
-            ("llama.cpp load (s), RSS added", f(ld["llamacpp_s"]), mb(ld["llamacpp_rss_added"]), ""),
-            ("our RSS added by loading", mb(ld["ours_rss_added"]), "", ""),
-            (f"prefill {pf['prompt_tokens']} tok (tok/s)", f(pf["ours_tokens_per_s"], ".1f"),
-             f(pf["reference_tokens_per_s"], ".1f"), f(pf["speedup"])),
-            (f"uncached greedy {dc['new_tokens']} tok (tok/s)", f(dc["ours_tokens_per_s"], ".2f"),
-             f(dc.get("reference_tokens_per_s")), f(dc["speedup"]))]
+    rows = [
+        ("what", "ours", "reference", "ours/ref speed"),
+        ("load (s)", f(ld["ours_s"]), f(ld["reference_s"]), f(ld["speedup"])),
+        ("llama.cpp load (s), RSS added", f(ld["llamacpp_s"]), mb(ld["llamacpp_rss_added"]), ""),
+        ("our RSS added by loading", mb(ld["ours_rss_added"]), "", ""),
+        (
+            f"prefill {pf['prompt_tokens']} tok (tok/s)",
+            f(pf["ours_tokens_per_s"], ".1f"),
+            f(pf["reference_tokens_per_s"], ".1f"),
+            f(pf["speedup"]),
+        ),
+        (
+            f"uncached greedy {dc['new_tokens']} tok (tok/s)",
+            f(dc["ours_tokens_per_s"], ".2f"),
+            f(dc.get("reference_tokens_per_s")),
+            f(dc["speedup"]),
+        ),
+    ]
     return "\n".join(f"{a:34s} {b:>10s} {c:>10s} {d:>14s}" for a, b, c, d in rows)
 
 

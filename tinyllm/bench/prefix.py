@@ -2,6 +2,7 @@
 — peak KV blocks used, time to first token and time until every prefill is done, cached tokens.
 
 Writes prefix.json and prefix.png."""
+
 from __future__ import annotations
 
 import gc
@@ -12,8 +13,15 @@ from .workload import Work, drive_engine
 
 # A small token budget, so later requests are admitted after the shared blocks are computed (a request
 # admitted in the same step as the first cannot reuse blocks that do not exist yet).
-QUICK = dict(requests=4, system_tokens=48, suffix_range=[4, 12], output_tokens=3, max_batched_tokens=32,
-             kv_memory_mb=16, repeats=1)
+QUICK = dict(
+    requests=4,
+    system_tokens=48,
+    suffix_range=[4, 12],
+    output_tokens=3,
+    max_batched_tokens=32,
+    kv_memory_mb=16,
+    repeats=1,
+)
 
 
 def add_args(p) -> None:
@@ -40,9 +48,14 @@ def one_run(llm, args, work: list[Work], caching: bool) -> dict:
     from ..engine.engine import Engine
 
     gc.collect()  # the previous run's pool goes before the next is allocated
-    engine = Engine(llm, max_num_seqs=len(work), max_num_batched_tokens=args.max_batched_tokens,
-                    block_size=args.block_size, kv_memory_bytes=args.kv_memory_mb << 20,
-                    enable_prefix_caching=caching)
+    engine = Engine(
+        llm,
+        max_num_seqs=len(work),
+        max_num_batched_tokens=args.max_batched_tokens,
+        block_size=args.block_size,
+        kv_memory_bytes=args.kv_memory_mb << 20,
+        enable_prefix_caching=caching,
+    )
     r = drive_engine(engine, work, keep_ids=True)
     r["all_prefilled_s"] = r["ttft_s"]["max"]  # every request arrives at once: the last first token
     r["pool_blocks"] = engine.pool_stats().total
@@ -55,7 +68,7 @@ def measure(models: common.Models, args) -> dict:
     one_run(llm, args, work[:2], True)  # first-call set-up
     runs = {}
     for r in range(args.repeats):  # alternate, so that a busy spell on the machine does not hit one only
-        for name, caching in [("sharing", True), ("no_sharing", False)][::1 if r % 2 == 0 else -1]:
+        for name, caching in [("sharing", True), ("no_sharing", False)][:: 1 if r % 2 == 0 else -1]:
             run = one_run(llm, args, work, caching)
             if name not in runs or run["wall_s"] < runs[name]["wall_s"]:
                 runs[name] = run
@@ -64,13 +77,19 @@ def measure(models: common.Models, args) -> dict:
     from ..cache.block_table import blocks_for
 
     blocks_alone = sum(blocks_for(len(w.ids) + w.max_tokens, args.block_size) for w in work)
-    return {"requests": len(work), "system_tokens": args.system_tokens, "prompt_tokens": on["prompt_tokens"],
-            "blocks_without_sharing_in_theory": blocks_alone, **runs, "same_ids": same,
-            "blocks_per_request_saved": 1 - common.ratio(on["blocks_per_running_request"],
-                                                         off["blocks_per_running_request"]),
-            "all_prefilled_speedup": common.ratio(off["all_prefilled_s"], on["all_prefilled_s"]),
-            "ttft_p50_speedup": common.ratio(off["ttft_s"]["p50"], on["ttft_s"]["p50"]),
-            "wall_speedup": common.ratio(off["wall_s"], on["wall_s"])}
+    return {
+        "requests": len(work),
+        "system_tokens": args.system_tokens,
+        "prompt_tokens": on["prompt_tokens"],
+        "blocks_without_sharing_in_theory": blocks_alone,
+        **runs,
+        "same_ids": same,
+        "blocks_per_request_saved": 1
+        - common.ratio(on["blocks_per_running_request"], off["blocks_per_running_request"]),
+        "all_prefilled_speedup": common.ratio(off["all_prefilled_s"], on["all_prefilled_s"]),
+        "ttft_p50_speedup": common.ratio(off["ttft_s"]["p50"], on["ttft_s"]["p50"]),
+        "wall_speedup": common.ratio(off["wall_s"], on["wall_s"]),
+    }
 
 
 def draw(result: dict):
@@ -79,15 +98,22 @@ def draw(result: dict):
         names = ["sharing", "no_sharing"]
         keys = ("peak_blocks_used", "blocks_per_running_request")
         for i, name in enumerate(names):
-            blocks_ax.bar([j + (i - 0.5) * 0.4 for j in range(len(keys))], [result[name][k] for k in keys], 0.4,
-                          label=name)
+            blocks_ax.bar(
+                [j + (i - 0.5) * 0.4 for j in range(len(keys))], [result[name][k] for k in keys], 0.4, label=name
+            )
         blocks_ax.set_xticks(range(len(keys)), ["peak blocks used", "blocks per running request"])
-        blocks_ax.set(yscale="log", ylabel="KV blocks",
-                      title=f"{result['requests']} requests, {result['system_tokens']}-token shared prefix")
+        blocks_ax.set(
+            yscale="log",
+            ylabel="KV blocks",
+            title=f"{result['requests']} requests, {result['system_tokens']}-token shared prefix",
+        )
         blocks_ax.legend(fontsize=8)
         width = 0.25
-        metrics = [("ttft p50", lambda r: r["ttft_s"]["p50"]), ("all prefilled", lambda r: r["all_prefilled_s"]),
-                   ("wall", lambda r: r["wall_s"])]
+        metrics = [
+            ("ttft p50", lambda r: r["ttft_s"]["p50"]),
+            ("all prefilled", lambda r: r["all_prefilled_s"]),
+            ("wall", lambda r: r["wall_s"]),
+        ]
         for i, name in enumerate(names):
             xs = [j + (i - 0.5) * width for j in range(len(metrics))]
             time_ax.bar(xs, [f(result[name]) for _, f in metrics], width, label=name)
@@ -96,19 +122,26 @@ def draw(result: dict):
         time_ax.legend(fontsize=8)
         for ax in (blocks_ax, time_ax):
             ax.grid(alpha=0.3, axis="y")
+
     return plot
 
 
 def report(result: dict) -> str:
-    lines = [f"{'run':12s} {'peak blocks':>11s} {'blocks/req':>10s} {'cached tok':>10s} {'ttft p50':>9s} "
-             f"{'all prefilled s':>15s} {'wall s':>8s}"]
+    lines = [
+        f"{'run':12s} {'peak blocks':>11s} {'blocks/req':>10s} {'cached tok':>10s} {'ttft p50':>9s} "
+        f"{'all prefilled s':>15s} {'wall s':>8s}"
+    ]
     for name in ("sharing", "no_sharing"):
         r = result[name]
-        lines.append(f"{name:12s} {r['peak_blocks_used']:11d} {r['blocks_per_running_request']:10.1f} "
-                     f"{r['cached_tokens']:10d} {r['ttft_s']['p50']:9.2f} {r['all_prefilled_s']:15.2f} "
-                     f"{r['wall_s']:8.2f}")
-    lines.append(f"blocks per request saved {result['blocks_per_request_saved']:.1%}, all-prefilled speed-up "
-                 f"{result['all_prefilled_speedup']:.2f}x, same ids: {result['same_ids']}")
+        lines.append(
+            f"{name:12s} {r['peak_blocks_used']:11d} {r['blocks_per_running_request']:10.1f} "
+            f"{r['cached_tokens']:10d} {r['ttft_s']['p50']:9.2f} {r['all_prefilled_s']:15.2f} "
+            f"{r['wall_s']:8.2f}"
+        )
+    lines.append(
+        f"blocks per request saved {result['blocks_per_request_saved']:.1%}, all-prefilled speed-up "
+        f"{result['all_prefilled_speedup']:.2f}x, same ids: {result['same_ids']}"
+    )
     return "\n".join(lines)
 
 

@@ -5,6 +5,7 @@ what HTTP, JSON and server-sent events cost.
 The server runs in a subprocess (`tinyllm serve` on 127.0.0.1), so the clients' own work does not share
 the server's interpreter. Requests are greedy with EOS ignored, so both sides produce the same tokens,
 which is checked. Writes serve.json and serve.png."""
+
 from __future__ import annotations
 
 import asyncio
@@ -22,8 +23,13 @@ QUICK = dict(concurrency=[1, 2], prompt_range=[8, 24], output_range=[4, 8])
 
 
 def add_serve_bench_args(p) -> None:
-    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32],
-                   help="numbers of streaming clients run together (default 1 8 32)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        nargs="+",
+        default=[1, 8, 32],
+        help="numbers of streaming clients run together (default 1 8 32)",
+    )
     p.add_argument("--prompt-range", type=int, nargs=2, default=[16, 256], help="prompt tokens, min max")
     p.add_argument("--output-range", type=int, nargs=2, default=[64, 64], help="output tokens, min max")
     p.add_argument("--max-batched-tokens", type=int, default=256, help="engine token budget per step")
@@ -36,11 +42,28 @@ add_args = add_serve_bench_args  # the interface `tinyllm bench` expects of a ki
 
 # ---- the server side
 
+
 def start_server(args, port: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "tinyllm", "serve", "--host", "127.0.0.1", "--port", str(port),
-           "--model", common.model_path(getattr(args, "model", None)), "--log-level", "warning",
-           "--max-num-seqs", str(max(args.concurrency)), "--max-num-batched-tokens", str(args.max_batched_tokens),
-           "--kv-memory-gb", str(args.kv_memory_mb / 1024)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tinyllm",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--model",
+        common.model_path(getattr(args, "model", None)),
+        "--log-level",
+        "warning",
+        "--max-num-seqs",
+        str(max(args.concurrency)),
+        "--max-num-batched-tokens",
+        str(args.max_batched_tokens),
+        "--kv-memory-gb",
+        str(args.kv_memory_mb / 1024),
+    ]
     if getattr(args, "threads", None):
         cmd += ["--threads", str(args.threads)]
     return subprocess.Popen(cmd)
@@ -63,9 +86,16 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
 
 # ---- the clients
 
+
 async def _one(client, work, t0: float) -> dict:
-    body = {"prompt": work.ids, "max_tokens": work.max_tokens, "temperature": 0, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "prompt": work.ids,
+        "max_tokens": work.max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     times, pieces, usage = [], [], None
     async with client.stream("POST", "/v1/completions", json=body) as r:
         r.raise_for_status()
@@ -77,8 +107,12 @@ async def _one(client, work, t0: float) -> dict:
             if chunk["choices"] and chunk["choices"][0]["text"]:
                 times.append(time.perf_counter())
                 pieces.append(chunk["choices"][0]["text"])
-    return {"ttft": times[0] - t0 if times else None, "itl": [b - a for a, b in zip(times, times[1:])],
-            "text": "".join(pieces), "tokens": usage["completion_tokens"] if usage else 0}
+    return {
+        "ttft": times[0] - t0 if times else None,
+        "itl": [b - a for a, b in zip(times, times[1:])],
+        "text": "".join(pieces),
+        "tokens": usage["completion_tokens"] if usage else 0,
+    }
 
 
 async def _drive_http(url: str, work: list) -> dict:
@@ -90,10 +124,15 @@ async def _drive_http(url: str, work: list) -> dict:
         results = await asyncio.gather(*(_one(client, w, t0) for w in work))
         wall = time.perf_counter() - t0
     tokens = sum(r["tokens"] for r in results)
-    return {"requests": len(work), "wall_s": wall, "output_tokens": tokens,
-            "output_tokens_per_s": common.per_second(tokens, wall),
-            "ttft_s": common.summary([r["ttft"] for r in results if r["ttft"] is not None]),
-            "itl_s": common.summary([x for r in results for x in r["itl"]]), "texts": [r["text"] for r in results]}
+    return {
+        "requests": len(work),
+        "wall_s": wall,
+        "output_tokens": tokens,
+        "output_tokens_per_s": common.per_second(tokens, wall),
+        "ttft_s": common.summary([r["ttft"] for r in results if r["ttft"] is not None]),
+        "itl_s": common.summary([x for r in results for x in r["itl"]]),
+        "texts": [r["text"] for r in results],
+    }
 
 
 def measure(llm, args, work: list) -> tuple[list[dict], list[dict]]:
@@ -107,8 +146,11 @@ def measure(llm, args, work: list) -> tuple[list[dict], list[dict]]:
     proc = start_server(args, port)
     try:
         wait_healthy(url, proc, args.startup_timeout)
-        engine = llm.engine(max_num_seqs=max(args.concurrency), max_num_batched_tokens=args.max_batched_tokens,
-                            kv_memory_bytes=args.kv_memory_mb << 20)
+        engine = llm.engine(
+            max_num_seqs=max(args.concurrency),
+            max_num_batched_tokens=args.max_batched_tokens,
+            kv_memory_bytes=args.kv_memory_mb << 20,
+        )
         asyncio.run(_drive_http(url, work[:1]))  # first-call set-up, on both sides
         drive_engine(engine, work[:1])
         http, local = [], []
@@ -129,18 +171,26 @@ def measure(llm, args, work: list) -> tuple[list[dict], list[dict]]:
 
 
 def _progress(what: str, r: dict) -> None:
-    print(f"  {what} N={r['concurrency']}: {r['output_tokens_per_s']:.1f} output tok/s, "
-          f"ttft p50 {r['ttft_s']['p50']:.3f} s, itl p50 {r['itl_s']['p50']:.4f} s", flush=True)
+    print(
+        f"  {what} N={r['concurrency']}: {r['output_tokens_per_s']:.1f} output tok/s, "
+        f"ttft p50 {r['ttft_s']['p50']:.3f} s, itl p50 {r['itl_s']['p50']:.4f} s",
+        flush=True,
+    )
 
 
 def compare(http: list[dict], engine: list[dict]) -> list[dict]:
     rows = []
     for h, e in zip(http, engine):
         same = sum(a == b for a, b in zip(h.pop("texts"), e.pop("texts")))
-        rows.append({"concurrency": h["concurrency"], "texts_identical": f"{same}/{h['requests']}",
-                     "engine_over_http_tokens_per_s": common.ratio(e["output_tokens_per_s"], h["output_tokens_per_s"]),
-                     "http_over_engine_ttft_p50": common.ratio(h["ttft_s"]["p50"], e["ttft_s"]["p50"]),
-                     "http_over_engine_itl_p50": common.ratio(h["itl_s"]["p50"], e["itl_s"]["p50"])})
+        rows.append(
+            {
+                "concurrency": h["concurrency"],
+                "texts_identical": f"{same}/{h['requests']}",
+                "engine_over_http_tokens_per_s": common.ratio(e["output_tokens_per_s"], h["output_tokens_per_s"]),
+                "http_over_engine_ttft_p50": common.ratio(h["ttft_s"]["p50"], e["ttft_s"]["p50"]),
+                "http_over_engine_itl_p50": common.ratio(h["itl_s"]["p50"], e["itl_s"]["p50"]),
+            }
+        )
     return rows
 
 
@@ -158,6 +208,7 @@ def draw(result: dict):
             ax.set_xticks(result["options"]["concurrency"], [str(n) for n in result["options"]["concurrency"]])
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
+
     return plot
 
 
@@ -167,8 +218,9 @@ def run_serve_bench(args) -> dict:
 
     path = common.model_path(getattr(args, "model", None))
     llm = LLM(path)
-    work = make_workload(llm.tokenizer, max(args.concurrency), args.prompt_range, args.output_range,
-                         getattr(args, "seed", 0))
+    work = make_workload(
+        llm.tokenizer, max(args.concurrency), args.prompt_range, args.output_range, getattr(args, "seed", 0)
+    )
     options = {k: v for k, v in vars(args).items() if k not in ("func", "bench_run")}
     result = {"bench": "serve", "model": path, "machine": common.machine_info(), "options": options}
     result["http"], result["engine"] = measure(llm, args, work)

@@ -3,17 +3,22 @@ target forward, for prompt lookup (on a prompt whose answer repeats it, on code 
 for a self-draft made of the target's first layers. Greedy, so every row must produce plain's exact ids.
 
 Writes speculative.json and speculative.png."""
+
 from __future__ import annotations
 
 from . import common
 
 QUICK = dict(max_tokens=8, draft_layers=[1], num_draft_tokens=2, repeats=1)
 
-PARAGRAPH = ("The river rose slowly through the night, and by morning the lower fields were under water. "
-             "The farmers gathered on the hill above the village, watching the brown current carry fence posts, "
-             "hay bales and a single red boat past the church. Nobody spoke until the bell rang at noon.")
-CODE = ("def total_price(items, tax):\n    s = 0\n    for item in items:\n        s += item.price * item.count\n"
-        "    s = s * (1 + tax)\n    return round(s, 2)\n")
+PARAGRAPH = (
+    "The river rose slowly through the night, and by morning the lower fields were under water. "
+    "The farmers gathered on the hill above the village, watching the brown current carry fence posts, "
+    "hay bales and a single red boat past the church. Nobody spoke until the bell rang at noon."
+)
+CODE = (
+    "def total_price(items, tax):\n    s = 0\n    for item in items:\n        s += item.price * item.count\n"
+    "    s = s * (1 + tax)\n    return round(s, 2)\n"
+)
 TASKS = {
     "repeat": f"Repeat the following paragraph exactly, word for word:\n\n{PARAGRAPH}",
     "code-edit": f"Rename the variable s to subtotal in this Python function and show the whole function:\n\n{CODE}",
@@ -33,23 +38,31 @@ def modes(args) -> list[tuple[str, object]]:
 
     out = [("plain", None), ("ngram", SpeculativeConfig("ngram", num_draft_tokens=args.num_draft_tokens))]
     for n in args.draft_layers:
-        out.append((f"self-draft-{n}", SpeculativeConfig("draft", num_draft_tokens=args.num_draft_tokens,
-                                                          draft_layers=n)))
+        out.append(
+            (f"self-draft-{n}", SpeculativeConfig("draft", num_draft_tokens=args.num_draft_tokens, draft_layers=n))
+        )
     return out
 
 
 def one(llm, ids, spec, max_tokens) -> dict:
     g, wall = common.timed(llm.generate, ids, max_tokens=max_tokens, temperature=0, speculative=spec)
     s = g.stats
-    return {"wall_s": wall, "decode_s": g.timings.decode_s, "tokens": len(g.ids), "ids": g.ids,
-            "acceptance_rate": s.get("acceptance_rate"), "tokens_per_target_forward": s.get("tokens_per_target_forward")}
+    return {
+        "wall_s": wall,
+        "decode_s": g.timings.decode_s,
+        "tokens": len(g.ids),
+        "ids": g.ids,
+        "acceptance_rate": s.get("acceptance_rate"),
+        "tokens_per_target_forward": s.get("tokens_per_target_forward"),
+    }
 
 
 def measure(llm, args) -> list[dict]:
     rows = []
     for task, text in TASKS.items():
-        ids = llm.tokenizer.encode(llm.tokenizer.apply_chat_template([{"role": "user", "content": text}]),
-                                   add_special_tokens=False)
+        ids = llm.tokenizer.encode(
+            llm.tokenizer.apply_chat_template([{"role": "user", "content": text}]), add_special_tokens=False
+        )
         runs: dict[str, dict] = {}
         for r in range(args.repeats):
             ms = modes(args)
@@ -60,12 +73,18 @@ def measure(llm, args) -> list[dict]:
                     runs[name] = run
         plain = runs["plain"]
         for name, run in runs.items():
-            rows.append({"task": task, "mode": name, "tokens": run["tokens"],
-                         "decode_tokens_per_s": common.per_second(run["tokens"] - 1, run["decode_s"]),
-                         "speedup_vs_plain": common.ratio(plain["decode_s"], run["decode_s"]),
-                         "acceptance_rate": run["acceptance_rate"],
-                         "tokens_per_target_forward": run["tokens_per_target_forward"],
-                         "same_ids_as_plain": run["ids"] == plain["ids"]})
+            rows.append(
+                {
+                    "task": task,
+                    "mode": name,
+                    "tokens": run["tokens"],
+                    "decode_tokens_per_s": common.per_second(run["tokens"] - 1, run["decode_s"]),
+                    "speedup_vs_plain": common.ratio(plain["decode_s"], run["decode_s"]),
+                    "acceptance_rate": run["acceptance_rate"],
+                    "tokens_per_target_forward": run["tokens_per_target_forward"],
+                    "same_ids_as_plain": run["ids"] == plain["ids"],
+                }
+            )
     return rows
 
 
@@ -82,6 +101,7 @@ def draw(rows):
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(tasks))], tasks)
         ax.set_ylabel("decode speed-up over plain (same run)")
         ax.legend()
+
     return paint
 
 
@@ -90,8 +110,10 @@ def report(rows) -> str:
     for r in rows:
         acc = "" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"
         tpf = "" if r["tokens_per_target_forward"] is None else f"{r['tokens_per_target_forward']:.2f}"
-        lines.append(f"{r['task']:10s} {r['mode']:14s} {r['decode_tokens_per_s']:7.1f} "
-                     f"{r['speedup_vs_plain']:8.2f} {acc:>7s} {tpf:>7s} {r['same_ids_as_plain']}")
+        lines.append(
+            f"{r['task']:10s} {r['mode']:14s} {r['decode_tokens_per_s']:7.1f} "
+            f"{r['speedup_vs_plain']:8.2f} {acc:>7s} {tpf:>7s} {r['same_ids_as_plain']}"
+        )
     return "\n".join(lines)
 
 

@@ -3,6 +3,7 @@ eager calls (top-level operators) per token, from torch.profiler over a run of c
 
 The wall time per token is measured without the profiler; the split comes from the profiler's own times,
 scaled to that wall time (the profiler slows every call a little, the small ones most)."""
+
 from __future__ import annotations
 
 import time
@@ -44,6 +45,7 @@ def _decode_steps(model, ids: list[int], steps: int):
         with torch.inference_mode():
             out = model(state["next"], cache=cache, last_only=True)  # [1, 1, V]
             state["next"] = out[0, -1].argmax().view(1, 1)
+
     return step
 
 
@@ -59,8 +61,11 @@ def _label_linears(model):
     for name, module in model.named_modules():
         if isinstance(module, (nn.Linear, QuantLinear)):
             ranges = []
-            handles.append(module.register_forward_pre_hook(
-                lambda m, a, r=ranges, n=name: r.append(record_function(f"tinyllm::{n}").__enter__())))
+            handles.append(
+                module.register_forward_pre_hook(
+                    lambda m, a, r=ranges, n=name: r.append(record_function(f"tinyllm::{n}").__enter__())
+                )
+            )
             handles.append(module.register_forward_hook(lambda m, a, out, r=ranges: r.pop().__exit__(None, None, None)))
     return handles
 
@@ -102,18 +107,23 @@ def profile_steps(model, ids: list[int], steps: int) -> dict:
             calls[_part(top.name)] += 1
     profiled = sum(parts.values())
     scale = wall_ms * steps / profiled if profiled else 0.0
-    return {"wall_ms_per_token": wall_ms, "tokens_per_s": 1000 / wall_ms,
-            "ms_per_token": {k: v * scale / steps for k, v in parts.items()},
-            "profiled_ms_per_token": profiled / steps,
-            "calls_per_token": {k: v / steps for k, v in calls.items()},
-            "eager_calls_per_token": sum(calls.values()) / steps}
+    return {
+        "wall_ms_per_token": wall_ms,
+        "tokens_per_s": 1000 / wall_ms,
+        "ms_per_token": {k: v * scale / steps for k, v in parts.items()},
+        "profiled_ms_per_token": profiled / steps,
+        "calls_per_token": {k: v / steps for k, v in calls.items()},
+        "eager_calls_per_token": sum(calls.values()) / steps,
+    }
 
 
 def report(result: dict) -> str:
     b = result["breakdown"]
-    lines = [f"decode step, batch 1, after a {result['prompt_tokens']}-token prompt: "
-             f"{b['wall_ms_per_token']:.2f} ms/token ({b['tokens_per_s']:.1f} tok/s), "
-             f"{b['eager_calls_per_token']:.0f} eager calls/token"]
+    lines = [
+        f"decode step, batch 1, after a {result['prompt_tokens']}-token prompt: "
+        f"{b['wall_ms_per_token']:.2f} ms/token ({b['tokens_per_s']:.1f} tok/s), "
+        f"{b['eager_calls_per_token']:.0f} eager calls/token"
+    ]
     for part, ms in b["ms_per_token"].items():
         lines.append(f"  {part:10s} {ms:7.2f} ms  {b['calls_per_token'][part]:6.0f} calls")
     return "\n".join(lines)
@@ -124,6 +134,5 @@ def run(args, models: common.Models | None = None) -> dict:
     models = models or common.load_models(args, want_reference=False)
     result = common.header("step", args, models)
     ids = common.windows(common.corpus_ids(models.llm.tokenizer), [args.prompt_tokens], args.seed)[0]
-    result.update(prompt_tokens=len(ids), steps=args.steps,
-                  breakdown=profile_steps(models.llm.model, ids, args.steps))
+    result.update(prompt_tokens=len(ids), steps=args.steps, breakdown=profile_steps(models.llm.model, ids, args.steps))
     return common.save(args.out, "step", result, None, report)

@@ -5,6 +5,7 @@ of them constrained).
 The mask cost is measured on the constraint code the engine runs: each generated text is replayed through a fresh
 matcher, timing `allowed(ids[:i])` (one token consumed, one mask computed) at every position.
 Writes structured.json and structured.png (mask cost per kind, decode rates)."""
+
 from __future__ import annotations
 
 import time
@@ -12,19 +13,32 @@ import time
 from . import common
 
 QUICK = dict(max_tokens=24, concurrent=4, repeats=1)
-SCHEMA = {"type": "object", "properties": {
-    "name": {"type": "string", "maxLength": 24},
-    "age": {"type": "integer", "minimum": 0, "maximum": 120},
-    "email": {"type": "string", "pattern": "^[a-z]{2,10}@[a-z]{2,10}\\.(com|org)$"},
-    "role": {"enum": ["admin", "user", "guest"]},
-    "skills": {"type": "array", "items": {"type": "string", "maxLength": 16}, "minItems": 1, "maxItems": 4},
-    "address": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
-                                                 "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
-                "required": ["city", "zip"], "additionalProperties": False}},
-    "required": ["name", "age", "email", "role", "skills", "address"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 24},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "email": {"type": "string", "pattern": "^[a-z]{2,10}@[a-z]{2,10}\\.(com|org)$"},
+        "role": {"enum": ["admin", "user", "guest"]},
+        "skills": {"type": "array", "items": {"type": "string", "maxLength": 16}, "minItems": 1, "maxItems": 4},
+        "address": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 20},
+                "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
+            },
+            "required": ["city", "zip"],
+            "additionalProperties": False,
+        },
+    },
+    "required": ["name", "age", "email", "role", "skills", "address"],
+    "additionalProperties": False,
+}
 REGEX = r"[A-Z][a-z]{1,12} [A-Z][a-z]{1,12}, [0-9]{3}-[0-9]{3}-[0-9]{4}, [a-z]{2,10}@[a-z]{2,10}\.(com|org|net)"
-PROMPTS = {"json_schema": "Describe a made-up employee as JSON.",
-           "regex": "Write a made-up name, phone number and email address."}
+PROMPTS = {
+    "json_schema": "Describe a made-up employee as JSON.",
+    "regex": "Write a made-up name, phone number and email address.",
+}
 
 
 def add_args(p) -> None:
@@ -72,8 +86,13 @@ def mask_costs(llm, max_tokens: int, repeats: int) -> dict:
                 t0 = time.perf_counter()
                 constraint.allowed(ids[:i])
                 ms.append(1e3 * (time.perf_counter() - t0))
-        out[kind] = {"steps": len(ms), "p50_ms": common.percentile(ms, 50), "p99_ms": common.percentile(ms, 99),
-                     "mean_ms": sum(ms) / len(ms), "tokens_per_generation": lengths}
+        out[kind] = {
+            "steps": len(ms),
+            "p50_ms": common.percentile(ms, 50),
+            "p99_ms": common.percentile(ms, 99),
+            "mean_ms": sum(ms) / len(ms),
+            "tokens_per_generation": lengths,
+        }
     return out
 
 
@@ -105,21 +124,28 @@ def draw(result: dict):
         left, right = fig.subplots(1, 2)
         kinds = list(result["mask"])
         for offset, q in ((-0.2, "p50"), (0.2, "p99")):
-            left.bar([i + offset for i in range(len(kinds))], [result["mask"][k][f"{q}_ms"] for k in kinds],
-                     width=0.4, label=q)
+            left.bar(
+                [i + offset for i in range(len(kinds))],
+                [result["mask"][k][f"{q}_ms"] for k in kinds],
+                width=0.4,
+                label=q,
+            )
         left.set(xticks=range(len(kinds)), xticklabels=kinds, ylabel="ms per token", title="grammar mask cost")
         rates = {k: v for k, v in result["decode"].items() if k.endswith("_per_s")}
         right.barh(list(rates), list(rates.values()))
         right.set(xlabel="tokens/s", title="decode rate")
         left.legend(fontsize=8)
         fig.tight_layout()
+
     return plot
 
 
 def report(result: dict) -> str:
     c = result["compile"]
-    lines = [f"vocabulary view {c['vocabulary_s']:.2f} s; compile json_schema {c['json_schema_ms']:.1f} ms, "
-             f"regex {c['regex_ms']:.1f} ms"]
+    lines = [
+        f"vocabulary view {c['vocabulary_s']:.2f} s; compile json_schema {c['json_schema_ms']:.1f} ms, "
+        f"regex {c['regex_ms']:.1f} ms"
+    ]
     for kind, m in result["mask"].items():
         lines.append(f"mask {kind:12s} p50 {m['p50_ms']:.3f} ms  p99 {m['p99_ms']:.3f} ms  ({m['steps']} steps)")
     for key, value in result["decode"].items():

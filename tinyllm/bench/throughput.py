@@ -3,6 +3,7 @@ time to first token and inter-token latency p50/p99), a Poisson-arrival run at a
 transformers' static-batch generate on the same weights and prompts.
 
 Writes throughput.json and throughput.png."""
+
 from __future__ import annotations
 
 import gc
@@ -10,21 +11,40 @@ import gc
 from . import common
 from .workload import drive_engine, drive_reference, make_workload, poisson
 
-QUICK = dict(concurrency=[1, 3], prompt_range=[8, 24], output_range=[3, 6], rates=[8.0], poisson_requests=3,
-             hf_batch=[2], hf_requests=3, kv_memory_mb=16)
+QUICK = dict(
+    concurrency=[1, 3],
+    prompt_range=[8, 24],
+    output_range=[3, 6],
+    rates=[8.0],
+    poisson_requests=3,
+    hf_batch=[2],
+    hf_requests=3,
+    kv_memory_mb=16,
+)
 AIM_TOKENS_PER_S = 300.0  # aggregate decode at 32 streams
 
 
 def add_args(p) -> None:
-    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32, 64],
-                   help="numbers of requests run together (default 1 4 16 32 64)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        nargs="+",
+        default=[1, 4, 16, 32, 64],
+        help="numbers of requests run together (default 1 4 16 32 64)",
+    )
     p.add_argument("--prompt-range", type=int, nargs=2, default=[16, 256], help="prompt tokens, min max")
     p.add_argument("--output-range", type=int, nargs=2, default=[32, 128], help="output tokens, min max")
-    p.add_argument("--rates", type=float, nargs="*", default=[0.5, 1.0, 2.0],
-                   help="Poisson arrival rates in requests/s (default 0.5 1 2; none to skip)")
+    p.add_argument(
+        "--rates",
+        type=float,
+        nargs="*",
+        default=[0.5, 1.0, 2.0],
+        help="Poisson arrival rates in requests/s (default 0.5 1 2; none to skip)",
+    )
     p.add_argument("--poisson-requests", type=int, default=32, help="requests per Poisson run (default 32)")
-    p.add_argument("--hf-batch", type=int, nargs="*", default=[8, 32],
-                   help="HF static batch sizes (default 8 32; none to skip)")
+    p.add_argument(
+        "--hf-batch", type=int, nargs="*", default=[8, 32], help="HF static batch sizes (default 8 32; none to skip)"
+    )
     p.add_argument("--hf-requests", type=int, default=32, help="requests HF runs, the first of the workload")
     p.add_argument("--max-batched-tokens", type=int, default=256, help="engine token budget per step")
     p.add_argument("--kv-memory-mb", type=int, default=1024, help="engine KV pool size (default 1024 MiB)")
@@ -34,8 +54,12 @@ def engine_for(llm, args, max_num_seqs: int):
     from ..engine.engine import Engine
 
     gc.collect()  # the previous run's pool goes before the next is allocated
-    return Engine(llm, max_num_seqs=max_num_seqs, max_num_batched_tokens=args.max_batched_tokens,
-                  kv_memory_bytes=args.kv_memory_mb << 20)
+    return Engine(
+        llm,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=args.max_batched_tokens,
+        kv_memory_bytes=args.kv_memory_mb << 20,
+    )
 
 
 def measure(models: common.Models, args) -> dict:
@@ -49,21 +73,28 @@ def measure(models: common.Models, args) -> dict:
         _progress("engine", closed[-1])
     arrivals = []
     for rate in args.rates:
-        timed = poisson(work[:args.poisson_requests], rate, args.seed + 1)
-        arrivals.append({"rate": rate, "max_num_seqs": args.poisson_requests,
-                         **drive_engine(engine_for(llm, args, args.poisson_requests), timed)})
+        timed = poisson(work[: args.poisson_requests], rate, args.seed + 1)
+        arrivals.append(
+            {
+                "rate": rate,
+                "max_num_seqs": args.poisson_requests,
+                **drive_engine(engine_for(llm, args, args.poisson_requests), timed),
+            }
+        )
         _progress(f"poisson {rate}/s", arrivals[-1])
     ref = []
     if models.reference is not None:
         for b in args.hf_batch:
-            ref.append(drive_reference(models.reference, work[:args.hf_requests], b, common.pad_id(llm)))
+            ref.append(drive_reference(models.reference, work[: args.hf_requests], b, common.pad_id(llm)))
             _progress(f"HF batch {b}", ref[-1])
     return {"closed": closed, "poisson": arrivals, "reference_static": ref, "comparison": compare(closed, ref)}
 
 
 def _progress(what: str, r: dict) -> None:
-    print(f"  {what}: {r['requests']} requests, {r['output_tokens_per_s']:.1f} output tok/s, "
-          f"{r['wall_s']:.1f} s", flush=True)
+    print(
+        f"  {what}: {r['requests']} requests, {r['output_tokens_per_s']:.1f} output tok/s, {r['wall_s']:.1f} s",
+        flush=True,
+    )
 
 
 def compare(closed: list[dict], ref: list[dict]) -> dict:
@@ -77,9 +108,11 @@ def compare(closed: list[dict], ref: list[dict]) -> dict:
         same = next((c for c in closed if c["concurrency"] == r["requests"]), None)
         if same:
             out[f"output_tokens_per_s_over_hf_batch_{r['batch_size']}"] = common.ratio(
-                same["output_tokens_per_s"], r["output_tokens_per_s"])
+                same["output_tokens_per_s"], r["output_tokens_per_s"]
+            )
             out[f"decode_tokens_per_s_over_hf_batch_{r['batch_size']}"] = common.ratio(
-                same["decode_tokens_per_s"], r["decode_tokens_per_s"])
+                same["decode_tokens_per_s"], r["decode_tokens_per_s"]
+            )
     return out
 
 
@@ -90,8 +123,13 @@ def draw(result: dict):
         rate_ax.plot(xs, [c["output_tokens_per_s"] for c in result["closed"]], marker="o", label="ours, output")
         rate_ax.plot(xs, [c["decode_tokens_per_s"] for c in result["closed"]], marker="s", label="ours, decode steps")
         for r in result["reference_static"]:
-            rate_ax.scatter([r["batch_size"]], [r["output_tokens_per_s"]], marker="x", s=60,
-                            label=f"HF static batch {r['batch_size']}")
+            rate_ax.scatter(
+                [r["batch_size"]],
+                [r["output_tokens_per_s"]],
+                marker="x",
+                s=60,
+                label=f"HF static batch {r['batch_size']}",
+            )
         rate_ax.set(xlabel="concurrent requests", ylabel="tokens/s", title="aggregate throughput", xscale="log")
         for key, style in (("ttft_s", "o"), ("itl_s", "s")):
             for q in ("p50", "p99"):
@@ -108,17 +146,22 @@ def draw(result: dict):
         for ax in (rate_ax, lat_ax, poi_ax):
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
+
     return plot
 
 
 def report(result: dict) -> str:
     def row(name, r):
-        return (f"{name:22s} {r['requests']:4d} {r['output_tokens_per_s']:9.1f} {r['decode_tokens_per_s']:9.1f} "
-                f"{r['ttft_s']['p50']:7.2f} {r['ttft_s']['p99']:7.2f} {r['itl_s']['p50']:7.3f} "
-                f"{r['itl_s']['p99']:7.3f}")
+        return (
+            f"{name:22s} {r['requests']:4d} {r['output_tokens_per_s']:9.1f} {r['decode_tokens_per_s']:9.1f} "
+            f"{r['ttft_s']['p50']:7.2f} {r['ttft_s']['p99']:7.2f} {r['itl_s']['p50']:7.3f} "
+            f"{r['itl_s']['p99']:7.3f}"
+        )
 
-    lines = [f"{'run':22s} {'reqs':>4s} {'out tok/s':>9s} {'dec tok/s':>9s} {'ttft50':>7s} {'ttft99':>7s} "
-             f"{'itl50':>7s} {'itl99':>7s}"]
+    lines = [
+        f"{'run':22s} {'reqs':>4s} {'out tok/s':>9s} {'dec tok/s':>9s} {'ttft50':>7s} {'ttft99':>7s} "
+        f"{'itl50':>7s} {'itl99':>7s}"
+    ]
     lines += [row(f"engine N={c['concurrency']}", c) for c in result["closed"]]
     lines += [row(f"engine poisson {p['rate']:g}/s", p) for p in result["poisson"]]
     lines += [row(f"HF static batch {r['batch_size']}", r) for r in result["reference_static"]]

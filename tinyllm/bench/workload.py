@@ -3,6 +3,7 @@ the Engine (all at once, or at Poisson arrival times) and through HF transformer
 
 Latency is counted from each request's intended arrival, so time a request waits for the step in
 progress to end is part of its time to first token."""
+
 from __future__ import annotations
 
 import random
@@ -90,15 +91,23 @@ def summarize_engine(gens: dict, arrivals: dict, steps: list, t0: float, end: fl
             itl += [b - a for a, b in zip(times, times[1:])]
     pure = [(e - s, n) for s, e, n, p, *_ in steps if p]
     per_request = [u / r for *_, r, u in steps if r]
-    return {"requests": len(gens), "wall_s": end - t0, "load_1min": common.load_now(), "output_tokens": out_tokens,
-            "prompt_tokens": sum(len(g.prompt_ids) for g in gens.values()), "cached_tokens": cached,
-            "output_tokens_per_s": common.per_second(out_tokens, end - t0),
-            "decode_tokens_per_s": common.per_second(sum(n for _, n in pure), sum(d for d, _ in pure)),
-            "steps": len(steps), "decode_only_steps": len(pure),
-            "mean_running": sum(r for *_, r, _ in steps) / len(steps) if steps else 0.0,
-            "peak_blocks_used": max((u for *_, u in steps), default=0),
-            "blocks_per_running_request": sum(per_request) / len(per_request) if per_request else 0.0,
-            "ttft_s": common.summary(ttft), "itl_s": common.summary(itl)}
+    return {
+        "requests": len(gens),
+        "wall_s": end - t0,
+        "load_1min": common.load_now(),
+        "output_tokens": out_tokens,
+        "prompt_tokens": sum(len(g.prompt_ids) for g in gens.values()),
+        "cached_tokens": cached,
+        "output_tokens_per_s": common.per_second(out_tokens, end - t0),
+        "decode_tokens_per_s": common.per_second(sum(n for _, n in pure), sum(d for d, _ in pure)),
+        "steps": len(steps),
+        "decode_only_steps": len(pure),
+        "mean_running": sum(r for *_, r, _ in steps) / len(steps) if steps else 0.0,
+        "peak_blocks_used": max((u for *_, u in steps), default=0),
+        "blocks_per_running_request": sum(per_request) / len(per_request) if per_request else 0.0,
+        "ttft_s": common.summary(ttft),
+        "itl_s": common.summary(itl),
+    }
 
 
 def _left_pad(batch: list[Work], pad: int):
@@ -108,8 +117,8 @@ def _left_pad(batch: list[Work], pad: int):
     ids = torch.full((len(batch), width), pad, dtype=torch.long)
     mask = torch.zeros((len(batch), width), dtype=torch.long)
     for i, w in enumerate(batch):
-        ids[i, width - len(w.ids):] = torch.tensor(w.ids)
-        mask[i, width - len(w.ids):] = 1
+        ids[i, width - len(w.ids) :] = torch.tensor(w.ids)
+        mask[i, width - len(w.ids) :] = 1
     return ids, mask
 
 
@@ -121,15 +130,22 @@ def drive_reference(ref, work: list[Work], batch_size: int, pad: int) -> dict:
     ttft, itl, useful, generated, pure_tokens, pure_s = [], [], 0, 0, 0, 0.0
     t0 = time.perf_counter()
     for i in range(0, len(work), batch_size):
-        batch = work[i:i + batch_size]
+        batch = work[i : i + batch_size]
         ids, mask = _left_pad(batch, pad)
         n = max(w.max_tokens for w in batch)
         stamps = common.TokenStamps()
         with torch.inference_mode():
-            ref.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                         pad_token_id=pad, streamer=stamps)
+            ref.generate(
+                ids,
+                attention_mask=mask,
+                max_new_tokens=n,
+                min_new_tokens=n,
+                do_sample=False,
+                pad_token_id=pad,
+                streamer=stamps,
+            )
         for w in batch:  # a request's tokens are the first max_tokens steps of its row
-            mine = stamps.times[:w.max_tokens]
+            mine = stamps.times[: w.max_tokens]
             ttft.append(mine[0] - t0)
             itl += [b - a for a, b in zip(mine, mine[1:])]
         useful += sum(w.max_tokens for w in batch)
@@ -137,9 +153,16 @@ def drive_reference(ref, work: list[Work], batch_size: int, pad: int) -> dict:
         pure_tokens += len(batch) * (len(stamps.times) - 1)
         pure_s += stamps.times[-1] - stamps.times[0]
     wall = time.perf_counter() - t0
-    return {"requests": len(work), "batch_size": batch_size, "wall_s": wall, "load_1min": common.load_now(),
-            "output_tokens": useful,
-            "generated_tokens": generated, "output_tokens_per_s": common.per_second(useful, wall),
-            "generated_tokens_per_s": common.per_second(generated, wall),
-            "decode_tokens_per_s": common.per_second(pure_tokens, pure_s),
-            "ttft_s": common.summary(ttft), "itl_s": common.summary(itl)}
+    return {
+        "requests": len(work),
+        "batch_size": batch_size,
+        "wall_s": wall,
+        "load_1min": common.load_now(),
+        "output_tokens": useful,
+        "generated_tokens": generated,
+        "output_tokens_per_s": common.per_second(useful, wall),
+        "generated_tokens_per_s": common.per_second(generated, wall),
+        "decode_tokens_per_s": common.per_second(pure_tokens, pure_s),
+        "ttft_s": common.summary(ttft),
+        "itl_s": common.summary(itl),
+    }

@@ -13,19 +13,20 @@ Terms:
                                                               allocate() <-- front of free list (evicts key)
 A hit is confirmed by the stored parent key and token ids, so a digest collision never serves wrong KV.
 """
+
 from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 
 @dataclass
 class PoolStats:
     total: int
-    used: int          # held by at least one sequence
-    cached_free: int   # free, but still keyed: a future prompt may reuse them
+    used: int  # held by at least one sequence
+    cached_free: int  # free, but still keyed: a future prompt may reuse them
 
 
 def block_key(parent: bytes | None, tokens: Sequence[int]) -> bytes:

@@ -8,6 +8,7 @@ tensors to copy.
 
     blocks = [7, 2, 9]      positions 0..15 -> block 7, 16..31 -> block 2, 32..47 -> block 9
 """
+
 from __future__ import annotations
 
 import torch

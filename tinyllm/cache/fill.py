@@ -4,6 +4,7 @@ Terms: a layer's *fill* is how many positions it holds; the *committed length* s
 moves only after the last layer of a forward has appended. A chunk of T new tokens sits at positions
 [s, s+T) and query i may see key j iff j <= s + i (True = may attend).
 """
+
 from __future__ import annotations
 
 import torch
@@ -62,6 +63,7 @@ class LayerFill:
         self._check_layer(layer)
         s = self._fill[layer]
         if s + t_new > self.max_len:
-            raise ValueError(f"cache overflow: layer {layer} holds {s} positions, {t_new} more exceed "
-                             f"max_len {self.max_len}")
+            raise ValueError(
+                f"cache overflow: layer {layer} holds {s} positions, {t_new} more exceed max_len {self.max_len}"
+            )
         return s

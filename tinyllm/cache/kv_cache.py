@@ -1,4 +1,5 @@
 """KVCache: preallocated per-layer keys and values for grouped-query attention."""
+
 from __future__ import annotations
 
 import torch
@@ -11,8 +12,16 @@ class KVCache(LayerFill):
     returns everything that layer stores, as stored (a float16 cache hands back float16-rounded values,
     the new chunk included), converted to the compute dtype of the chunk."""
 
-    def __init__(self, n_layers: int, n_kv_heads: int, d_head: int, max_len: int, batch: int = 1,
-                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
+    def __init__(
+        self,
+        n_layers: int,
+        n_kv_heads: int,
+        d_head: int,
+        max_len: int,
+        batch: int = 1,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+    ):
         check_positive(n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head, max_len=max_len, batch=batch)
         check_dtype(dtype)
         super().__init__(n_layers, max_len, device)
@@ -26,8 +35,10 @@ class KVCache(LayerFill):
         expected = (self.batch, self.n_kv_heads, None, self.d_head)
         for name, t in (("k_new", k_new), ("v_new", v_new)):
             if t.dim() != 4 or any(e is not None and e != d for e, d in zip(expected, t.shape)):
-                raise ValueError(f"{name} must have shape [B={self.batch}, Hkv={self.n_kv_heads}, T, "
-                                 f"D={self.d_head}], got {list(t.shape)}")
+                raise ValueError(
+                    f"{name} must have shape [B={self.batch}, Hkv={self.n_kv_heads}, T, "
+                    f"D={self.d_head}], got {list(t.shape)}"
+                )
         if k_new.shape != v_new.shape:
             raise ValueError(f"k_new {list(k_new.shape)} and v_new {list(v_new.shape)} differ in shape")
         t_new = k_new.shape[2]

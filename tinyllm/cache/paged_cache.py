@@ -10,6 +10,7 @@ slot indexes all heads of one position.
 nbytes); blocks come from a BlockPool, so several sequences can share one storage and its prefix blocks.
 A shared block is never written: the first write into it copies it (copy-on-write).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,10 +34,19 @@ def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: str | torch.d
 class PagedStorage:
     """The tensors: keys and values for every slot of every layer."""
 
-    def __init__(self, n_layers: int, n_kv_heads: int, d_head: int, num_blocks: int, block_size: int = 16,
-                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
-        check_positive(n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head, num_blocks=num_blocks,
-                       block_size=block_size)
+    def __init__(
+        self,
+        n_layers: int,
+        n_kv_heads: int,
+        d_head: int,
+        num_blocks: int,
+        block_size: int = 16,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+    ):
+        check_positive(
+            n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head, num_blocks=num_blocks, block_size=block_size
+        )
         check_dtype(dtype)
         self.n_layers, self.n_kv_heads, self.d_head = n_layers, n_kv_heads, d_head
         self.num_blocks, self.block_size, self.dtype = num_blocks, block_size, dtype
@@ -53,8 +63,8 @@ class PagedStorage:
 
     def copy_block(self, src: int, dst: int) -> None:
         P = self.block_size
-        self.k[:, dst * P:(dst + 1) * P] = self.k[:, src * P:(src + 1) * P]
-        self.v[:, dst * P:(dst + 1) * P] = self.v[:, src * P:(src + 1) * P]
+        self.k[:, dst * P : (dst + 1) * P] = self.k[:, src * P : (src + 1) * P]
+        self.v[:, dst * P : (dst + 1) * P] = self.v[:, src * P : (src + 1) * P]
 
     def flat(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One layer's keys and values as [N*P, Hkv*D]: a slot is one row, so index_select gathers rows."""
@@ -83,8 +93,14 @@ class PagedStorage:
 class PagedKVCache(LayerFill):
     """One sequence (batch 1) stored in blocks of a shared PagedStorage, allocated from a BlockPool."""
 
-    def __init__(self, storage: PagedStorage, pool: BlockPool, max_len: int, block_table: list[int] | None = None,
-                 num_cached: int = 0):
+    def __init__(
+        self,
+        storage: PagedStorage,
+        pool: BlockPool,
+        max_len: int,
+        block_table: list[int] | None = None,
+        num_cached: int = 0,
+    ):
         check_positive(max_len=max_len)
         super().__init__(storage.n_layers, max_len, storage.device)
         self.storage, self.pool = storage, pool
@@ -93,8 +109,16 @@ class PagedKVCache(LayerFill):
         self.batch, self.n_kv_heads, self.d_head, self.dtype = 1, storage.n_kv_heads, storage.d_head, storage.dtype
 
     @classmethod
-    def for_one_sequence(cls, n_layers: int, n_kv_heads: int, d_head: int, max_len: int, block_size: int = 16,
-                         dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> "PagedKVCache":
+    def for_one_sequence(
+        cls,
+        n_layers: int,
+        n_kv_heads: int,
+        d_head: int,
+        max_len: int,
+        block_size: int = 16,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+    ) -> PagedKVCache:
         num_blocks = blocks_for(max_len, block_size)
         storage = PagedStorage(n_layers, n_kv_heads, d_head, num_blocks, block_size, dtype, device)
         return cls(storage, BlockPool(num_blocks, block_size), max_len)
@@ -111,17 +135,25 @@ class PagedKVCache(LayerFill):
         Runs once per forward (on the first layer); raises before changing anything if blocks run out."""
         copies = self.table.reserve(start, stop)
         if copies is None:
-            raise ValueError(f"out of KV blocks: positions [{start}, {stop}) need "
-                             f"{self.table.blocks_needed(start, stop)} blocks, {self.pool.num_free} are free")
+            raise ValueError(
+                f"out of KV blocks: positions [{start}, {stop}) need "
+                f"{self.table.blocks_needed(start, stop)} blocks, {self.pool.num_free} are free"
+            )
         for src, dst in copies:
             self.storage.copy_block(src, dst)
 
     def update(self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """k_new, v_new [1, Hkv, T, D] -> (k_all, v_all) [1, Hkv, s+T, D], as stored."""
         expected = (1, self.n_kv_heads, self.d_head)
-        if k_new.dim() != 4 or (k_new.shape[0], k_new.shape[1], k_new.shape[3]) != expected or k_new.shape != v_new.shape:
-            raise ValueError(f"k_new and v_new must both have shape [B=1, Hkv={self.n_kv_heads}, T, D={self.d_head}], "
-                             f"got {list(k_new.shape)} and {list(v_new.shape)}")
+        if (
+            k_new.dim() != 4
+            or (k_new.shape[0], k_new.shape[1], k_new.shape[3]) != expected
+            or k_new.shape != v_new.shape
+        ):
+            raise ValueError(
+                f"k_new and v_new must both have shape [B=1, Hkv={self.n_kv_heads}, T, D={self.d_head}], "
+                f"got {list(k_new.shape)} and {list(v_new.shape)}"
+            )
         t_new = k_new.shape[2]
         s = self._check_room(layer, t_new)
         if s + t_new > len(self.block_table) * self.storage.block_size or layer == 0:

@@ -1,5 +1,6 @@
 """Engine: continuous batching. Each step() runs one forward over every running request's next token plus
 prefill chunks of waiting ones, samples, streams text, and retires finished requests at once."""
+
 from __future__ import annotations
 
 import itertools
@@ -22,8 +23,8 @@ from ..speculative.proposer import SpeculativeConfig
 from ..speculative.verify import verify_drafts
 from .isolation import describe, draw_rows, isolated
 from .kv_manager import KVManager
-from .prompt_logprobs import record as record_prompt_logprobs
 from .prompt import check_prompt, prompt_ids_of, token_budget
+from .prompt_logprobs import record as record_prompt_logprobs
 from .request import Request, RequestStatus, accept_tokens, make_generation
 from .runner import ModelRunner
 from .scheduler import Scheduler
@@ -34,9 +35,9 @@ class EngineConfig:
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 256
     block_size: int = 16
-    num_blocks: int | None = None          # default: from kv_memory_bytes
+    num_blocks: int | None = None  # default: from kv_memory_bytes
     kv_memory_bytes: int = 1 << 30
-    kv_dtype: str | None = None            # default: the model's dtype
+    kv_dtype: str | None = None  # default: the model's dtype
     enable_prefix_caching: bool = True
     speculative: SpeculativeConfig | None = None
 
@@ -62,8 +63,9 @@ class Engine:
         itemsize = torch.empty(0, dtype=dtype).element_size()
         block_bytes = 2 * c.num_layers * c.num_kv_heads * c.head_dim * cfg.block_size * itemsize
         num_blocks = cfg.num_blocks or max(1, cfg.kv_memory_bytes // block_bytes)
-        self.storage = PagedStorage(c.num_layers, c.num_kv_heads, c.head_dim, num_blocks, cfg.block_size, dtype,
-                                    llm.model.device)
+        self.storage = PagedStorage(
+            c.num_layers, c.num_kv_heads, c.head_dim, num_blocks, cfg.block_size, dtype, llm.model.device
+        )
         self.pool = BlockPool(num_blocks, cfg.block_size)
         self.kv = KVManager(self.pool, cfg.enable_prefix_caching)
         self.scheduler = Scheduler(self.kv, cfg.max_num_seqs, cfg.max_num_batched_tokens)
@@ -76,8 +78,13 @@ class Engine:
         self._early: list[RequestOutput] = []  # outputs produced outside step() (aborts)
 
     # ---- requests in
-    def add_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None,
-                    speculative: SpeculativeConfig | None = None) -> str:
+    def add_request(
+        self,
+        prompt,
+        params: SamplingParams | None = None,
+        request_id: str | None = None,
+        speculative: SpeculativeConfig | None = None,
+    ) -> str:
         """Queue a request; raise TinyLLMError (and queue nothing) if it can never run. `speculative`
         overrides the engine's speculative config for this request."""
         req = self._make_request(prompt, params, request_id, speculative)
@@ -85,8 +92,13 @@ class Engine:
         self.scheduler.add(req)
         return req.request_id
 
-    def _make_request(self, prompt, params: SamplingParams | None, request_id: str | None,
-                      speculative: SpeculativeConfig | None = None) -> Request:
+    def _make_request(
+        self,
+        prompt,
+        params: SamplingParams | None,
+        request_id: str | None,
+        speculative: SpeculativeConfig | None = None,
+    ) -> Request:
         """Validate a request without changing any state."""
         params = params or SamplingParams()
         if not isinstance(params, SamplingParams):
@@ -96,8 +108,10 @@ class Engine:
         check_prompt(ids, self.model_config.vocab_size, max_len)
         check_logit_bias_ids(params.logit_bias, self.model_config.vocab_size)
         if blocks_for(len(ids) + 1, self.pool.block_size) > self.pool.num_blocks:
-            raise TinyLLMError(f"prompt has {len(ids)} tokens, more than the KV pool holds "
-                               f"({self.pool.num_blocks} blocks of {self.pool.block_size})")
+            raise TinyLLMError(
+                f"prompt has {len(ids)} tokens, more than the KV pool holds "
+                f"({self.pool.num_blocks} blocks of {self.pool.block_size})"
+            )
         request_id = str(next(self._ids)) if request_id is None else str(request_id)
         if request_id in self.requests:
             raise TinyLLMError(f"request id {request_id!r} is already in use")
@@ -169,10 +183,22 @@ class Engine:
             rows = logits[[i for _, i, _ in plain]] if len(plain) < logits.shape[0] else logits
             results, failures = draw_rows(rows, reqs)
         for req, i, n in drafted:
-            results[req.request_id], failures[req.request_id] = isolated(req, lambda: verify_drafts(
-                logits[i:i + n], req.draft_ids, req.params, req.prompt_ids, req.output_ids, req.rng, req.constraint))
-        return [self._apply_or_fail(c.request, results.get(c.request.request_id),
-                                    failures.get(c.request.request_id), now) for c in chunks]
+            results[req.request_id], failures[req.request_id] = isolated(
+                req,
+                lambda req=req, i=i, n=n: verify_drafts(
+                    logits[i : i + n],
+                    req.draft_ids,
+                    req.params,
+                    req.prompt_ids,
+                    req.output_ids,
+                    req.rng,
+                    req.constraint,
+                ),
+            )
+        return [
+            self._apply_or_fail(c.request, results.get(c.request.request_id), failures.get(c.request.request_id), now)
+            for c in chunks
+        ]
 
     def _apply_or_fail(self, req: Request, results: list | None, error: Exception | None, now: float):
         output, error = (None, error) if error is not None else isolated(req, lambda: self._apply(req, results, now))
@@ -201,13 +227,21 @@ class Engine:
         return self._output(req, applied.text, applied.num_new)
 
     def _output(self, req: Request, text: str, n_new: int) -> RequestOutput:
-        new = req.output_ids[len(req.output_ids) - n_new:] if n_new else []
+        new = req.output_ids[len(req.output_ids) - n_new :] if n_new else []
         # The prompt's logprobs travel once, on the request's first output.
         first = len(req.output_ids) == n_new and (n_new > 0 or req.status.is_finished)
-        return RequestOutput(req.request_id, text, new, req.out.logprobs[len(req.output_ids) - n_new:] if n_new else [],
-                             req.status.is_finished, req.finish_reason, req.num_cached_tokens,
-                             len(req.prompt_ids), len(req.output_ids),
-                             prompt_logprobs=list(req.prompt_logprobs) if first and req.prompt_logprobs else None)
+        return RequestOutput(
+            req.request_id,
+            text,
+            new,
+            req.out.logprobs[len(req.output_ids) - n_new :] if n_new else [],
+            req.status.is_finished,
+            req.finish_reason,
+            req.num_cached_tokens,
+            len(req.prompt_ids),
+            len(req.output_ids),
+            prompt_logprobs=list(req.prompt_logprobs) if first and req.prompt_logprobs else None,
+        )
 
     # ---- conveniences
     def pool_stats(self):
@@ -229,8 +263,9 @@ class Engine:
         if req is not None and req.status.is_finished:
             del self.requests[str(request_id)]
 
-    def add_requests(self, prompts: list, params: SamplingParams | list[SamplingParams],
-                     speculative: SpeculativeConfig | None = None) -> list[str]:
+    def add_requests(
+        self, prompts: list, params: SamplingParams | list[SamplingParams], speculative: SpeculativeConfig | None = None
+    ) -> list[str]:
         """Queue several requests: all of them valid, or none queued. Returns their ids in order."""
         plist = params if isinstance(params, list) else [params] * len(prompts)
         if len(plist) != len(prompts):

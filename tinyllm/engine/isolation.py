@@ -4,10 +4,12 @@ raising fails that request only; the other requests of the step go on as if it h
 A failed request finishes with status FINISHED_ERROR (finish reason "error") and its blocks go back to the
 pool; its output carries the error's text for the caller (the server answers it with a 500 or an error event).
 """
+
 from __future__ import annotations
 
 import logging
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from ..sampling.sampler import SampleResult, sample_batch
 from .request import Request
@@ -17,8 +19,15 @@ T = TypeVar("T")
 
 
 def _draw(rows, reqs: list[Request]) -> list[SampleResult]:
-    return sample_batch(rows, [r.params for r in reqs], [r.prompt_ids for r in reqs], [r.output_ids for r in reqs],
-                        [r.rng for r in reqs], [len(r.output_ids) for r in reqs], [r.constraint for r in reqs])
+    return sample_batch(
+        rows,
+        [r.params for r in reqs],
+        [r.prompt_ids for r in reqs],
+        [r.output_ids for r in reqs],
+        [r.rng for r in reqs],
+        [len(r.output_ids) for r in reqs],
+        [r.constraint for r in reqs],
+    )
 
 
 def draw_rows(rows, reqs: list[Request]) -> tuple[dict[str, list[SampleResult]], dict[str, Exception]]:
@@ -30,7 +39,7 @@ def draw_rows(rows, reqs: list[Request]) -> tuple[dict[str, list[SampleResult]],
         pass
     results, failures = {}, {}
     for i, req in enumerate(reqs):
-        drawn, error = isolated(req, lambda: _draw(rows[i:i + 1], [req]))  # [1, V]
+        drawn, error = isolated(req, lambda i=i, req=req: _draw(rows[i : i + 1], [req]))  # [1, V]
         if error is None:
             results[req.request_id] = drawn
         else:

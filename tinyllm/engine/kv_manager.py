@@ -5,6 +5,7 @@ of it hold valid KV. Full blocks whose KV is computed are registered in the pool
 later prompt with the same prefix reuses them (`match_prefix`). The manager touches no tensors: copies a
 write into a shared block would need are returned as (src, dst) pairs for the runner to perform.
 """
+
 from __future__ import annotations
 
 from ..cache.block_pool import BlockPool
@@ -52,7 +53,7 @@ class KVManager:
         start = req.num_computed
         copies = self._table(req).reserve(start, start + num_new)
         if copies is not None:
-            del self.keys[req.request_id][start // self.block_size:]  # blocks written from here on change
+            del self.keys[req.request_id][start // self.block_size :]  # blocks written from here on change
         return copies
 
     def commit(self, req: Request) -> None:
@@ -71,7 +72,7 @@ class KVManager:
         table = self.tables.get(req.request_id)
         if table is not None:
             table.truncate(num_positions)
-        del self.keys.get(req.request_id, [])[num_positions // self.block_size:]
+        del self.keys.get(req.request_id, [])[num_positions // self.block_size :]
 
     def free(self, req: Request) -> None:
         """Release all of a request's blocks, tail first, so its prefix blocks stay cached longest."""

@@ -1,7 +1,8 @@
 """Prompt validation, the one place both the engine and the reference loop check a prompt and its budget."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..errors import TinyLLMError
 
@@ -24,8 +25,10 @@ def check_prompt(ids: list[int], vocab_size: int | None, max_len: int) -> None:
         bad = next(i for i in ids if not 0 <= i < vocab_size)
         raise TinyLLMError(f"prompt token id {bad} is out of range [0, {vocab_size})")
     if len(ids) >= max_len:
-        raise TinyLLMError(f"prompt has {len(ids)} tokens, but the model's context holds {max_len} "
-                           f"(at most {max_len - 1} prompt tokens leave room for one new token)")
+        raise TinyLLMError(
+            f"prompt has {len(ids)} tokens, but the model's context holds {max_len} "
+            f"(at most {max_len - 1} prompt tokens leave room for one new token)"
+        )
 
 
 def token_budget(prompt_len: int, max_tokens: int | None, max_len: int, pool_positions: int | None = None) -> int:

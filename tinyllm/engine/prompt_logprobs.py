@@ -7,6 +7,7 @@ model's own logits (no sampling settings apply), so they score the text itself. 
 prefix cache (kv_manager.py) so every prompt position is computed; a recompute after preemption skips the
 positions already recorded.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ def record(rows: PromptRows) -> None:
     assert rows.first == len(req.prompt_logprobs) - 1, "prompt logprob rows must continue the record"
     logp = torch.log_softmax(rows.logits.float(), dim=-1)  # [k, V]
     k = logp.shape[0]
-    targets = torch.tensor(req.prompt_ids[rows.first + 1:rows.first + 1 + k], device=logp.device)  # [k]
+    targets = torch.tensor(req.prompt_ids[rows.first + 1 : rows.first + 1 + k], device=logp.device)  # [k]
     chosen = logp.gather(-1, targets[:, None])[:, 0].tolist()  # [k]
     top_values, top_ids = torch.topk(logp, top_n, dim=-1) if top_n else (None, None)  # [k, n] each
     for j, (token, value) in enumerate(zip(targets.tolist(), chosen)):

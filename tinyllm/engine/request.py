@@ -1,5 +1,6 @@
 """A request's state (its ids, sampling, streaming text and timings), how sampled tokens are accepted
 into it, and the Generation it becomes. Shared by the engine and the reference loop; tensor-free."""
+
 from __future__ import annotations
 
 import enum
@@ -80,12 +81,28 @@ class Request:
     times: RequestTimes = field(default_factory=RequestTimes)
 
     @classmethod
-    def create(cls, request_id: str, prompt_ids: list[int], params: SamplingParams, max_new: int, tok,
-               eos_ids=(), constraint: Constraint | None = None) -> "Request":
+    def create(
+        cls,
+        request_id: str,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        max_new: int,
+        tok,
+        eos_ids=(),
+        constraint: Constraint | None = None,
+    ) -> Request:
         """The EOS ids end the request unless params.ignore_eos; params.stop_token_ids always do."""
         stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else frozenset(eos_ids))
-        req = cls(request_id, prompt_ids, params, max_new, OutputStream.create(tok, params.stop),
-                  request_rng(params.seed), stop_ids, constraint=constraint)
+        req = cls(
+            request_id,
+            prompt_ids,
+            params,
+            max_new,
+            OutputStream.create(tok, params.stop),
+            request_rng(params.seed),
+            stop_ids,
+            constraint=constraint,
+        )
         if params.prompt_logprobs is not None:
             req.prompt_logprobs.append(None)  # the first token has nothing before it
         return req
@@ -153,8 +170,12 @@ def make_generation(req: Request) -> Generation:
     t = req.times
     end = t.finished or time.perf_counter()
     first = t.first_token or end
-    timings = Timings(prefill_s=first - (t.first_scheduled or t.arrival), decode_s=end - first,
-                      ttft_s=first - t.arrival, total_s=end - t.arrival)
+    timings = Timings(
+        prefill_s=first - (t.first_scheduled or t.arrival),
+        decode_s=end - first,
+        ttft_s=first - t.arrival,
+        total_s=end - t.arrival,
+    )
     n = len(req.output_ids)
     stats = {
         "prompt_tokens": len(req.prompt_ids),
@@ -172,5 +193,13 @@ def make_generation(req: Request) -> Generation:
     }
     assert tuple(stats) == STATS_KEYS
     reason = req.finish_reason or FinishReason.LENGTH.value
-    return Generation(req.out.text, list(req.output_ids), list(req.out.logprobs), timings, stats, reason,
-                      list(req.prompt_ids), list(req.prompt_logprobs) if req.prompt_logprobs else None)
+    return Generation(
+        req.out.text,
+        list(req.output_ids),
+        list(req.out.logprobs),
+        timings,
+        stats,
+        reason,
+        list(req.prompt_ids),
+        list(req.prompt_logprobs) if req.prompt_logprobs else None,
+    )

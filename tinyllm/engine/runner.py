@@ -3,6 +3,7 @@
 The step's sequences are flattened into one row: single-token chunks (decodes) first, then prefill chunks.
 Keys and values go to the paged storage at each new token's slot; attention reads them back by slot.
 """
+
 from __future__ import annotations
 
 import torch
@@ -20,8 +21,9 @@ class PagedBatch:
 
     is_ragged = True
 
-    def __init__(self, storage: PagedStorage, slot_mapping: torch.Tensor, positions: torch.Tensor,
-                 layout: RaggedLayout):
+    def __init__(
+        self, storage: PagedStorage, slot_mapping: torch.Tensor, positions: torch.Tensor, layout: RaggedLayout
+    ):
         self.storage, self.slot_mapping, self._positions, self.layout = storage, slot_mapping, positions, layout
 
     def positions(self, t_new: int) -> torch.Tensor:
@@ -42,8 +44,9 @@ class ModelRunner:
         self.device = storage.device
 
     @torch.inference_mode()
-    def run(self, step: SchedulerOutput, tables: dict[str, BlockTable]
-            ) -> tuple[list[ScheduledChunk], torch.Tensor, list[PromptRows]]:
+    def run(
+        self, step: SchedulerOutput, tables: dict[str, BlockTable]
+    ) -> tuple[list[ScheduledChunk], torch.Tensor, list[PromptRows]]:
         """Run the step; return the chunks that sample and their logits [n, V], in that order (a chunk
         with k drafts has k + 1 rows), and the prompt rows of requests that want prompt logprobs."""
         for src, dst in step.block_copies:
@@ -60,8 +63,11 @@ class ModelRunner:
             stop = c.start + c.num_tokens
             if c.num_tokens > 1:
                 kv_slots = table.slot_range(stop) or table.slots(0, stop, self.device)  # [S] or a slice
-                layout.prefills.append(PrefillSlice(len(ids), c.num_tokens, kv_slots,
-                                                    offset_causal_mask(c.num_tokens, c.start, self.device)))
+                layout.prefills.append(
+                    PrefillSlice(
+                        len(ids), c.num_tokens, kv_slots, offset_causal_mask(c.num_tokens, c.start, self.device)
+                    )
+                )
             wanted = missing_positions(c.request, c.start, stop)
             if wanted:
                 extra.append((c, wanted, len(ids) + wanted.start - c.start))
@@ -80,7 +86,7 @@ class ModelRunner:
         logits = self.model(x, cache=batch, rows=torch.tensor(rows, dtype=torch.long, device=self.device))[0]
         prompt_rows, at = [], num_sampled
         for c, wanted, _ in extra:
-            prompt_rows.append(PromptRows(c.request, wanted.start, logits[at:at + len(wanted)]))  # [k, V]
+            prompt_rows.append(PromptRows(c.request, wanted.start, logits[at : at + len(wanted)]))  # [k, V]
             at += len(wanted)
         return sampling, logits[:num_sampled], prompt_rows  # [n, V]
 
@@ -94,7 +100,7 @@ class ModelRunner:
         s_max = max(ctx)
         slots = torch.zeros(len(decodes), s_max, dtype=torch.long, device=self.device)  # [Bd, Smax]
         for i, c in enumerate(decodes):
-            slots[i, :ctx[i]] = tables[c.request.request_id].slots(0, ctx[i], self.device)
+            slots[i, : ctx[i]] = tables[c.request.request_id].slots(0, ctx[i], self.device)
         lengths = torch.tensor(ctx, device=self.device)  # [Bd]
         mask = (torch.arange(s_max, device=self.device) < lengths[:, None])[:, None, None]  # [Bd, 1, 1, Smax]
         return slots, mask

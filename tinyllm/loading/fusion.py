@@ -4,6 +4,7 @@ gate_up_proj (at load), and split back (for writing a model out in HF names).
 Concatenating rows is exact for float tensors and for block formats alike (a block never spans two rows).
 Quantized parts in different formats cannot share one block table; they stay a tuple of parts.
 """
+
 from __future__ import annotations
 
 import torch
@@ -36,14 +37,16 @@ def fuse(state: dict, source: str = "<memory>") -> dict:
     as it is, so the model's name check reports exactly what is missing."""
     out = dict(state)
     for fused, parts in FUSED_PARAMETERS.items():
-        prefixes = sorted(name[:-len(parts[0])] for name in state if name.endswith(parts[0]))
+        prefixes = sorted(name[: -len(parts[0])] for name in state if name.endswith(parts[0]))
         for prefix in prefixes:
             names = [prefix + p for p in parts]
             if all(n in out for n in names):
                 for n in names[1:]:
                     if _columns(out[n]) != _columns(out[names[0]]) or len(getattr(out[n], "shape", ())) != 2:
-                        raise TinyLLMError(f"{source!r}: tensor {n} has shape {tuple(out[n].shape)}, expected "
-                                           f"{_columns(out[names[0]])} columns like {names[0]}")
+                        raise TinyLLMError(
+                            f"{source!r}: tensor {n} has shape {tuple(out[n].shape)}, expected "
+                            f"{_columns(out[names[0]])} columns like {names[0]}"
+                        )
                 out[prefix + fused] = concat_rows([out.pop(n) for n in names])
     return out
 
@@ -51,8 +54,10 @@ def fuse(state: dict, source: str = "<memory>") -> dict:
 def fused_sizes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Rows of each part of each fused parameter, in FUSED_PARAMETERS order."""
     q, kv = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
-    return {"self_attn.qkv_proj.weight": (q, kv, kv),
-            "mlp.gate_up_proj.weight": (config.intermediate_size, config.intermediate_size)}
+    return {
+        "self_attn.qkv_proj.weight": (q, kv, kv),
+        "mlp.gate_up_proj.weight": (config.intermediate_size, config.intermediate_size),
+    }
 
 
 def split(state: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, torch.Tensor]:
@@ -64,7 +69,7 @@ def split(state: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, torc
         if fused is None:
             out[name] = value
             continue
-        prefix = name[:-len(fused)]
+        prefix = name[: -len(fused)]
         for part, rows in zip(FUSED_PARAMETERS[fused], value.split(sizes[fused])):
             out[prefix + part] = rows
     return out

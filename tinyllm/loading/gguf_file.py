@@ -1,5 +1,6 @@
 """Open a GGUF file with the `gguf` library: its metadata as plain Python values, its tensors dequantized
 or, for the block formats the kernels execute, as zero-copy views of the file's read-only mmap."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,7 @@ from ..kernels import FORMATS, QuantWeight, check_blocks
 from .gguf_reader import GGUFTensor, attach_views, read_gguf
 
 # Block formats we promise to load (dequantized to float32 at load time).
-SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
-                   "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 
 
 @dataclass
@@ -39,8 +39,9 @@ class GGUFFile:
         t = self.tensors[name]
         kind = t.tensor_type.name
         if kind not in SUPPORTED_TYPES:
-            raise TinyLLMError(f"tensor {name!r} in {self.path} has type {kind}, "
-                               f"expected one of {', '.join(SUPPORTED_TYPES)}")
+            raise TinyLLMError(
+                f"tensor {name!r} in {self.path} has type {kind}, expected one of {', '.join(SUPPORTED_TYPES)}"
+            )
         out = dequantize(t.data, t.tensor_type)
         shape = tuple(int(d) for d in reversed(t.shape))  # ggml lists the fastest dim first
         return np.ascontiguousarray(out, dtype=np.float32).reshape(shape)
@@ -55,8 +56,9 @@ class GGUFFile:
         k, n = (int(d) for d in t.shape)  # ggml lists the fastest dim first
         data = t.data
         if data.ndim != 2 or data.shape[0] != n:
-            raise TinyLLMError(f"tensor {name!r} in {self.path} has a block table of shape {data.shape}, "
-                               f"expected {n} rows")
+            raise TinyLLMError(
+                f"tensor {name!r} in {self.path} has a block table of shape {data.shape}, expected {n} rows"
+            )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # the mmap is read-only; nothing writes to it
             view = torch.from_numpy(data)  # [N, row_bytes] uint8
@@ -96,6 +98,8 @@ def _check_extents(path: str, tensors) -> None:
         if end > size:
             raise TinyLLMError(f"{path!r} is truncated: tensor {t.name!r} ends past the end of the file")
         if after is not None and end > int(after.data_offset):
-            raise TinyLLMError(f"{path!r} is corrupt: tensor {t.name!r} ({t.tensor_type.name}, shape "
-                               f"{[int(d) for d in t.shape]}) needs {int(t.n_bytes)} bytes but only "
-                               f"{int(after.data_offset) - int(t.data_offset)} lie before the next tensor")
+            raise TinyLLMError(
+                f"{path!r} is corrupt: tensor {t.name!r} ({t.tensor_type.name}, shape "
+                f"{[int(d) for d in t.shape]}) needs {int(t.n_bytes)} bytes but only "
+                f"{int(after.data_offset) - int(t.data_offset)} lie before the next tensor"
+            )

@@ -1,4 +1,5 @@
 """A Llama model's config and weights from a GGUF file."""
+
 from __future__ import annotations
 
 import re
@@ -16,8 +17,9 @@ from .progress import progress
 def config_from_gguf(g: GGUFFile) -> ModelConfig:
     arch = g.architecture
     if arch not in SUPPORTED_GGUF_ARCHITECTURES:
-        raise TinyLLMError(f"{g.path!r} holds architecture {arch!r}, expected one of "
-                           f"{', '.join(SUPPORTED_GGUF_ARCHITECTURES)}")
+        raise TinyLLMError(
+            f"{g.path!r} holds architecture {arch!r}, expected one of {', '.join(SUPPORTED_GGUF_ARCHITECTURES)}"
+        )
     meta = g.metadata
     values = {}
     for field, key in GGUF_CONFIG_KEYS.items():
@@ -45,7 +47,7 @@ def config_from_gguf(g: GGUFFile) -> ModelConfig:
 def _our_name(gguf_name: str) -> str | None:
     layer = re.match(r"blk\.(\d+)\.", gguf_name)
     if layer:
-        pattern = "blk.{i}." + gguf_name[layer.end():]
+        pattern = "blk.{i}." + gguf_name[layer.end() :]
         target = GGUF_TENSOR_NAMES.get(pattern)
         return target.format(i=layer.group(1)) if target else None
     return GGUF_TENSOR_NAMES.get(gguf_name)

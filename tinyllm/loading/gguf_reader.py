@@ -8,6 +8,7 @@ starts at the next multiple of general.alignment (32 by default). A string is a 
 Reading ~100k vocabulary strings this way takes a fraction of a second; the `gguf` library's reader builds
 a numpy view per field part and takes seconds.
 """
+
 from __future__ import annotations
 
 import struct
@@ -17,23 +18,40 @@ import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 # GGUF value type id -> (struct format, numpy dtype) for scalars; 8 = string, 9 = array.
-SCALARS = {0: ("<B", np.uint8), 1: ("<b", np.int8), 2: ("<H", np.uint16), 3: ("<h", np.int16),
-           4: ("<I", np.uint32), 5: ("<i", np.int32), 6: ("<f", np.float32), 7: ("<?", np.bool_),
-           10: ("<Q", np.uint64), 11: ("<q", np.int64), 12: ("<d", np.float64)}
+SCALARS = {
+    0: ("<B", np.uint8),
+    1: ("<b", np.int8),
+    2: ("<H", np.uint16),
+    3: ("<h", np.int16),
+    4: ("<I", np.uint32),
+    5: ("<i", np.int32),
+    6: ("<f", np.float32),
+    7: ("<?", np.bool_),
+    10: ("<Q", np.uint64),
+    11: ("<q", np.int64),
+    12: ("<d", np.float64),
+}
 STRING, ARRAY = 8, 9
 # Tensor types stored as plain numbers; every other type is a block table viewed as uint8 rows.
-PLAIN_TYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I8": np.int8, "I16": np.int16,
-               "I32": np.int32, "I64": np.int64}
+PLAIN_TYPES = {
+    "F32": np.float32,
+    "F16": np.float16,
+    "F64": np.float64,
+    "I8": np.int8,
+    "I16": np.int16,
+    "I32": np.int32,
+    "I64": np.int64,
+}
 
 
 @dataclass
 class GGUFTensor:
     name: str
     tensor_type: GGMLQuantizationType
-    shape: tuple[int, ...]   # ggml order: fastest dimension first
-    data_offset: int         # absolute, in the file
+    shape: tuple[int, ...]  # ggml order: fastest dimension first
+    data_offset: int  # absolute, in the file
     n_bytes: int
-    data: np.ndarray | None = None   # set once the extents are checked
+    data: np.ndarray | None = None  # set once the extents are checked
 
     def numpy_shape(self) -> tuple[int, ...]:
         """Slowest dimension first; a block table's rows are bytes."""
@@ -55,7 +73,7 @@ class _Cursor:
 
     def string(self) -> str:
         n = self.unpack("<Q")
-        text = bytes(self.buf[self.pos:self.pos + n])
+        text = bytes(self.buf[self.pos : self.pos + n])
         if len(text) != n:
             raise ValueError("a string runs past the end of the file")
         self.pos += n
@@ -112,5 +130,5 @@ def attach_views(mm: np.memmap, tensors: list[GGUFTensor]) -> None:
     """Give every tensor its zero-copy view (call after checking that the extents fit the file)."""
     for t in tensors:
         dtype = PLAIN_TYPES.get(t.tensor_type.name, np.uint8)
-        flat = mm[t.data_offset:t.data_offset + t.n_bytes]
+        flat = mm[t.data_offset : t.data_offset + t.n_bytes]
         t.data = flat.view(dtype).reshape(t.numpy_shape())

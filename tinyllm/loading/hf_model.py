@@ -1,4 +1,5 @@
 """A Llama model's config and weights from a Hugging Face folder (config.json + safetensors)."""
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,9 @@ def config_from_hf(folder: str) -> ModelConfig:
     raw = read_json(path)
     model_type = raw.get("model_type")
     if model_type not in SUPPORTED_HF_MODEL_TYPES:
-        raise TinyLLMError(f"{path!r} has model_type {model_type!r}, expected one of "
-                           f"{', '.join(SUPPORTED_HF_MODEL_TYPES)}")
+        raise TinyLLMError(
+            f"{path!r} has model_type {model_type!r}, expected one of {', '.join(SUPPORTED_HF_MODEL_TYPES)}"
+        )
     if raw.get("attention_bias") or raw.get("mlp_bias"):
         raise TinyLLMError(f"{path!r} asks for biases in attention or MLP, which are not supported")
     values = {}

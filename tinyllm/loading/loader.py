@@ -1,4 +1,5 @@
 """Load a model from a path (a .gguf file or a Hugging Face folder), or the default model."""
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,6 @@ from .gguf_model import config_from_gguf, state_dict_from_gguf
 from .hf_model import config_from_hf, read_json, state_dict_from_hf
 from .quantize import QUANTIZE_MODES, quantize_state
 
-
 WEIGHT_MODES = ("native", "dequantized")
 
 
@@ -41,6 +41,7 @@ class WeightOptions:
     """How weights are held. weights: "native" keeps block formats as blocks (matmuls run on them),
     "dequantized" expands them to float at load (the reference path); None picks native on the CPU and
     dequantized elsewhere. quantize: "int8"/"int4" turns a float model's weights into blocks at load."""
+
     weights: str | None = None
     quantize: str | None = None
 
@@ -53,8 +54,9 @@ class WeightOptions:
     def native_on(self, device) -> bool:
         on_cpu = torch.device(device).type == "cpu"
         if self.weights == "native" and not on_cpu:
-            raise TinyLLMError(f"weights='native' runs on the CPU only, got device {str(device)!r}; "
-                               f"use weights='dequantized' there")
+            raise TinyLLMError(
+                f"weights='native' runs on the CPU only, got device {str(device)!r}; use weights='dequantized' there"
+            )
         return self.weights == "native" or (self.weights is None and on_cpu)
 
 
@@ -74,12 +76,12 @@ def _check_names_and_shapes(model: nn.Module, state: dict, source: str) -> None:
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
-        raise TinyLLMError(f"{source!r} does not match a Llama model of its config: "
-                           f"missing {missing[:3]}, unexpected {unexpected[:3]}")
+        raise TinyLLMError(
+            f"{source!r} does not match a Llama model of its config: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
     for name, shape in expected.items():
         if _shape(state[name]) != tuple(shape):
-            raise TinyLLMError(f"{source!r}: tensor {name} has shape {_shape(state[name])}, "
-                               f"expected {tuple(shape)}")
+            raise TinyLLMError(f"{source!r}: tensor {name} has shape {_shape(state[name])}, expected {tuple(shape)}")
 
 
 def _place_quantized(model: nn.Module, state: dict, dtype: torch.dtype) -> None:
@@ -92,8 +94,9 @@ def _place_quantized(model: nn.Module, state: dict, dtype: torch.dtype) -> None:
             model.set_submodule(path, QuantEmbedding(value, dtype) if is_embedding else QuantLinear(value))
 
 
-def build_model(config: ModelConfig, state: dict, device: torch.device | str, source: str,
-                dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
+def build_model(
+    config: ModelConfig, state: dict, device: torch.device | str, source: str, dtype: torch.dtype = torch.float32
+) -> LlamaForCausalLM:
     """Put loaded weights (float tensors, or QuantWeights kept as blocks) into a model without allocating
     them twice; nothing is half-loaded on error."""
     with torch.device("meta"):
@@ -125,8 +128,11 @@ def _finish_state(state: dict, options: WeightOptions, native: bool, source: str
 def _type_counts(state: dict) -> dict[str, int]:
     counts: dict[str, int] = {}
     for value in {id(v): v for v in state.values()}.values():
-        kinds = [str(value.dtype).removeprefix("torch.")] if isinstance(value, torch.Tensor) else \
-            [w.fmt for w in (value if isinstance(value, tuple) else (value,))]
+        kinds = (
+            [str(value.dtype).removeprefix("torch.")]
+            if isinstance(value, torch.Tensor)
+            else [w.fmt for w in (value if isinstance(value, tuple) else (value,))]
+        )
         for kind in kinds:
             counts[kind] = counts.get(kind, 0) + 1
     return counts
@@ -137,8 +143,10 @@ def _load_gguf(path: str, dtype, device, options: WeightOptions) -> LoadedModel:
     config = config_from_gguf(g)
     quantized = sorted({g.tensor_type(n) for n in g.tensors} - {"F32", "F16", "BF16"})
     if options.quantize and quantized:
-        raise TinyLLMError(f"quantize={options.quantize!r} needs float weights, but {path!r} already holds "
-                           f"{', '.join(quantized)} tensors")
+        raise TinyLLMError(
+            f"quantize={options.quantize!r} needs float weights, but {path!r} already holds "
+            f"{', '.join(quantized)} tensors"
+        )
     native = options.native_on(device)
     tokenizer = Tokenizer.from_gguf(g)
     types: dict[str, int] = {}
@@ -173,8 +181,13 @@ def _load_hf(folder: str, dtype, device, options: WeightOptions) -> LoadedModel:
     return LoadedModel(folder, "safetensors", config, model, tokenizer, _hf_eos_ids(folder, tokenizer), types)
 
 
-def load(path: str | os.PathLike | None = None, dtype: torch.dtype = torch.float32,
-         device: str | torch.device = "cpu", weights: str | None = None, quantize: str | None = None) -> LoadedModel:
+def load(
+    path: str | os.PathLike | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    weights: str | None = None,
+    quantize: str | None = None,
+) -> LoadedModel:
     """weights: "native" | "dequantized" | None (native on the CPU); quantize: None | "int8" | "int4"."""
     try:
         options = WeightOptions(weights, quantize)

@@ -1,8 +1,10 @@
 """A progress bar on a terminal, silence elsewhere (pipes, CI, tests)."""
+
 from __future__ import annotations
 
 import sys
-from typing import Iterable, TypeVar
+from collections.abc import Iterable
+from typing import TypeVar
 
 from tqdm import tqdm
 

@@ -10,6 +10,7 @@ Groups of 32 because the kernels' blocks are 32 wide and a group that small keep
 coarsening many weights. Scales are rounded to float16 first and the weights quantized against the
 rounded scale, so the stored block is the best it can be for the scale it stores.
 """
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """Grouped-query attention whose keys and values go through a cache hook (`cache.update`)."""
+
 from __future__ import annotations
 
 import torch
@@ -17,20 +18,22 @@ class GQAttention(nn.Module):
         self.qkv_proj = nn.Linear(hidden_size, (num_heads + 2 * num_kv_heads) * head_dim, bias=False)
         self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                mask: torch.Tensor | None, cache) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None, cache
+    ) -> torch.Tensor:
         """x [B, T, C]; mask True = may attend, broadcastable to [B, H, T, S], or None (see below)."""
         B, T, _ = x.shape
         H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = self.qkv_proj(x).view(B, T, H + 2 * Hkv, D).transpose(1, 2)  # [B, H+2Hkv, T, D]
-        q, k = apply_rope(qkv[:, :H + Hkv], cos, sin).split((H, Hkv), dim=1)  # [B, H, T, D], [B, Hkv, T, D]
-        v = qkv[:, H + Hkv:]  # [B, Hkv, T, D]
+        q, k = apply_rope(qkv[:, : H + Hkv], cos, sin).split((H, Hkv), dim=1)  # [B, H, T, D], [B, Hkv, T, D]
+        v = qkv[:, H + Hkv :]  # [B, Hkv, T, D]
         if getattr(cache, "is_ragged", False):  # the engine's batch of several flattened sequences
             out = cache.attend(self.layer_idx, q, k, v)  # [1, H, T, D]
             return self.o_proj(out.transpose(1, 2).reshape(B, T, H * D))
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)  # [B, Hkv, S, D], everything stored
         # mask None: without a cache the chunk is plainly causal; with one, every stored key is visible.
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and cache is None,
-                                             enable_gqa=H != Hkv)  # [B, H, T, D]
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=mask is None and cache is None, enable_gqa=Hkv != H
+        )  # [B, H, T, D]
         return self.o_proj(out.transpose(1, 2).reshape(B, T, H * D))  # [B, T, C]

@@ -4,6 +4,7 @@ Parameter names follow Hugging Face's LlamaForCausalLM, except that q/k/v and ga
 projection each (`qkv_proj`, `gate_up_proj`); the loaders map both HF and GGUF names by tables and
 concatenate the fused rows (loading/fusion.py).
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,8 +23,9 @@ class DecoderLayer(nn.Module):
     def __init__(self, config, layer_idx: int, attention: nn.Module | None = None):
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = attention or GQAttention(config.hidden_size, config.num_heads, config.num_kv_heads,
-                                                  config.head_dim, layer_idx)
+        self.self_attn = attention or GQAttention(
+            config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim, layer_idx
+        )
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = SwiGLU(config.hidden_size, config.intermediate_size)
 
@@ -37,8 +39,9 @@ class LlamaBackbone(nn.Module):
         super().__init__()
         # Zeros, not nn.Embedding's normal_ init: loaders build on the meta device, where normal_ imports
         # torch's Python decompositions (seconds and tens of MB); every weight is loaded afterwards anyway.
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size,
-                                         _weight=torch.zeros(config.vocab_size, config.hidden_size))
+        self.embed_tokens = nn.Embedding(
+            config.vocab_size, config.hidden_size, _weight=torch.zeros(config.vocab_size, config.hidden_size)
+        )
         self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -62,8 +65,15 @@ class LlamaForCausalLM(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.model.norm.weight.dtype
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache=None,
-                *, last_only: bool = False, rows: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        cache=None,
+        *,
+        last_only: bool = False,
+        rows: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """ids [B, T] -> logits [B, T, V] ([B, 1, V] with last_only; [B, len(rows), V] for chosen rows).
 
         With a cache, positions and the mask are read from it once, before any layer appends; each layer

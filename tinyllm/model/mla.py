@@ -1,6 +1,7 @@
 """Multi-head latent attention (MLA): keys and values come from one compressed latent per position, plus
 one rotary key shared by all heads, so the cache holds r + dR numbers per position instead of 2·Hkv·D.
 A small model built on it exercises LatentCache as its hook."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,9 +22,9 @@ class MLAConfig:
     intermediate_size: int = 128
     num_layers: int = 2
     num_heads: int = 4
-    d_latent: int = 16   # r: the compressed KV latent
-    d_nope: int = 16     # per-head key width without rotation
-    d_rope: int = 8      # dR: the shared rotary key
+    d_latent: int = 16  # r: the compressed KV latent
+    d_nope: int = 16  # per-head key width without rotation
+    d_rope: int = 8  # dR: the shared rotary key
     d_value: int = 16
     max_position_embeddings: int = 128
     rope_theta: float = 10000.0
@@ -45,7 +46,7 @@ class MLAttention(nn.Module):
         c, (B, T, _) = self.c, x.shape
         H = c.num_heads
         q = self.q_proj(x).view(B, T, H, c.d_nope + c.d_rope).transpose(1, 2)  # [B, H, T, dn+dR]
-        q = torch.cat((q[..., :c.d_nope], apply_rope(q[..., c.d_nope:], cos, sin)), dim=-1)
+        q = torch.cat((q[..., : c.d_nope], apply_rope(q[..., c.d_nope :], cos, sin)), dim=-1)
         latent = self.kv_down(x)  # [B, T, r]
         k_rope = apply_rope(self.k_rope_proj(x)[:, None], cos, sin)[:, 0]  # [B, T, dR]
         if cache is not None:
@@ -70,8 +71,9 @@ class MLAForCausalLM(nn.Module):
         self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
         self.rotary = RotaryEmbedding(c.d_rope, c.rope_theta)
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache=None,
-                *, last_only: bool = False) -> torch.Tensor:
+    def forward(
+        self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache=None, *, last_only: bool = False
+    ) -> torch.Tensor:
         T = ids.shape[1]
         mask = None
         if cache is not None:

@@ -1,4 +1,5 @@
 """SwiGLU feed-forward: down(silu(gate(x)) * up(x)), with gate and up as one projection split after it."""
+
 from __future__ import annotations
 
 import torch

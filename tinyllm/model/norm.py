@@ -1,4 +1,5 @@
 """RMSNorm: scale by the reciprocal root-mean-square, computed in float32 whatever the storage dtype."""
+
 from __future__ import annotations
 
 import torch

@@ -5,9 +5,10 @@ order. A fused projection whose parts came in different formats (some files stor
 q and k) keeps one QuantWeight per part and concatenates their outputs. An embedding lookup dequantizes only
 the looked-up rows; a tied head multiplies by the embedding's own QuantWeight.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn

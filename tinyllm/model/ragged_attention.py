@@ -4,6 +4,7 @@ The batch puts every decode query first (one token per sequence), then each pref
 queries attend in one batched SDPA call over their keys gathered from the paged pool and padded to the
 longest context (padding masked out); each prefill chunk attends with the offset causal mask.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,17 +15,17 @@ from torch.nn import functional as F
 
 @dataclass
 class PrefillSlice:
-    q_start: int                      # first row of the chunk in the flat batch
-    q_len: int                        # T: new positions
-    kv_slots: torch.Tensor | slice    # [S] slots of positions 0..S-1 (S = start + T), or one run of slots
-    mask: torch.Tensor                # [T, S] offset causal, True = may attend
+    q_start: int  # first row of the chunk in the flat batch
+    q_len: int  # T: new positions
+    kv_slots: torch.Tensor | slice  # [S] slots of positions 0..S-1 (S = start + T), or one run of slots
+    mask: torch.Tensor  # [T, S] offset causal, True = may attend
 
 
 @dataclass
 class RaggedLayout:
-    num_decode: int                           # Bd: decode rows come first
+    num_decode: int  # Bd: decode rows come first
     decode_slots: torch.Tensor | slice | None  # [Bd, Smax] slots, padded; a slice when Bd = 1 and consecutive
-    decode_mask: torch.Tensor | None          # [Bd, 1, 1, Smax] True = real key; None when nothing is padded
+    decode_mask: torch.Tensor | None  # [Bd, 1, 1, Smax] True = real key; None when nothing is padded
     prefills: list[PrefillSlice]
 
 
@@ -46,9 +47,10 @@ def ragged_attention(q: torch.Tensor, gather, layout: RaggedLayout) -> torch.Ten
         od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=layout.decode_mask)  # [Bd, Hkv, G, D]
         out[0, :, :Bd] = od.reshape(Bd, H, D).transpose(0, 1)
     for p in layout.prefills:
-        qp = q[:, :, p.q_start:p.q_start + p.q_len]  # [1, H, T, D]
+        qp = q[:, :, p.q_start : p.q_start + p.q_len]  # [1, H, T, D]
         kp, vp = gather(p.kv_slots)  # [S, Hkv, D] each
         kp, vp = kp.transpose(0, 1)[None], vp.transpose(0, 1)[None]  # [1, Hkv, S, D]
-        out[:, :, p.q_start:p.q_start + p.q_len] = F.scaled_dot_product_attention(
-            qp, kp, vp, attn_mask=p.mask, enable_gqa=H != kp.shape[1])
+        out[:, :, p.q_start : p.q_start + p.q_len] = F.scaled_dot_product_attention(
+            qp, kp, vp, attn_mask=p.mask, enable_gqa=kp.shape[1] != H
+        )
     return out

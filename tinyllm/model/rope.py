@@ -3,6 +3,7 @@
 GGUF files store Q and K rows permuted for the interleaved layout; the loader undoes that, so this one
 convention serves GGUF and safetensors weights alike.
 """
+
 from __future__ import annotations
 
 import torch

@@ -6,6 +6,7 @@ logit bias -> repetition penalty (prompt + generated ids) -> presence / frequenc
 uniform for (seed, position).
 Temperature 0 is greedy: the argmax of the penalised logits, lowest index on ties.
 """
+
 from tinyllm.sampling.filters import (
     apply_filters,
     apply_penalties,

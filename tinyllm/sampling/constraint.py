@@ -11,11 +11,12 @@ is the matcher) and the reference loop all get the right state without telling t
 
 The stop ids (EOS and end-of-turn) are allowed exactly when the grammar accepts the text so far.
 """
+
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -69,8 +70,9 @@ class Grammars:
     def _vocabulary(self):
         if self._ll_tokenizer is None:
             llg = _llguidance()
-            self._ll_tokenizer = llg.LLTokenizer(self.tokenizer.hf.to_str(), n_vocab=self.vocab_size,
-                                                 eos_token=list(self.stop_ids) or None)
+            self._ll_tokenizer = llg.LLTokenizer(
+                self.tokenizer.hf.to_str(), n_vocab=self.vocab_size, eos_token=list(self.stop_ids) or None
+            )
         return self._ll_tokenizer
 
     def compile(self, structured: StructuredOutput):
@@ -106,7 +108,7 @@ class Constraint:
 
     def _sync(self, history: Sequence[int]) -> None:
         history, consumed = list(history), self._consumed
-        if history[:len(consumed)] == consumed:
+        if history[: len(consumed)] == consumed:
             common = len(consumed)
         else:  # the first id where they differ: everything after it is rolled back
             limit = min(len(consumed), len(history))

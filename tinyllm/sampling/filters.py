@@ -17,10 +17,11 @@ dropped, so the steps compose: each filter sees the renormalised distribution le
 the one before. Filters accept [V] or [B, V] rows with one parameter for every row;
 penalties act on one request's [V] row. Masks are computed in float32.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -41,8 +42,9 @@ def _check_logits(logits: Tensor, dims: tuple[int, ...] = (1, 2)) -> None:
     if not isinstance(logits, Tensor) or not logits.is_floating_point():
         raise TinyLLMError(f"logits must be a floating-point tensor, got {type(logits).__name__}")
     if logits.dim() not in dims or logits.shape[-1] == 0:
-        raise TinyLLMError(f"logits must have shape {'[V] or [B, V]' if 2 in dims else '[V]'}"
-                           f" with V >= 1, got {tuple(logits.shape)}")
+        raise TinyLLMError(
+            f"logits must have shape {'[V] or [B, V]' if 2 in dims else '[V]'} with V >= 1, got {tuple(logits.shape)}"
+        )
 
 
 def _as_id_tensor(ids: Sequence[int] | Tensor, vocab_size: int, device: torch.device) -> Tensor:
@@ -52,13 +54,13 @@ def _as_id_tensor(ids: Sequence[int] | Tensor, vocab_size: int, device: torch.de
     else:
         t = torch.tensor(list(ids), dtype=torch.long, device=device)
     if t.numel() and (int(t.min()) < 0 or int(t.max()) >= vocab_size):
-        raise TinyLLMError(f"token ids must be in [0, {vocab_size}), got range "
-                           f"[{int(t.min())}, {int(t.max())}]")
+        raise TinyLLMError(f"token ids must be in [0, {vocab_size}), got range [{int(t.min())}, {int(t.max())}]")
     return t
 
 
-def apply_penalties(logits: Tensor, params: SamplingParams, prompt_ids: Sequence[int] | Tensor,
-                    generated_ids: Sequence[int] | Tensor) -> Tensor:
+def apply_penalties(
+    logits: Tensor, params: SamplingParams, prompt_ids: Sequence[int] | Tensor, generated_ids: Sequence[int] | Tensor
+) -> Tensor:
     """Repetition (prompt + generated), then presence/frequency (generated only)."""
     _check_logits(logits, dims=(1,))
     out = logits.clone()  # never modify the caller's logits
@@ -71,8 +73,7 @@ def apply_penalties(logits: Tensor, params: SamplingParams, prompt_ids: Sequence
         prompt = _as_id_tensor(prompt_ids, vocab, device)
         seen = torch.unique(torch.cat([prompt, generated]))  # [n_seen]
         values = out[seen]  # [n_seen]
-        out[seen] = torch.where(values > 0, values / params.repetition_penalty,
-                                values * params.repetition_penalty)
+        out[seen] = torch.where(values > 0, values / params.repetition_penalty, values * params.repetition_penalty)
     if frequency_or_presence and generated.numel():
         tokens, counts = torch.unique(generated, return_counts=True)  # [n_distinct] each
         out[tokens] -= counts.to(out.dtype) * params.frequency_penalty + params.presence_penalty
@@ -169,8 +170,9 @@ def apply_filters(logits: Tensor, params: SamplingParams) -> Tensor:
     return min_p_filter(out, params.min_p)
 
 
-def process_logits(logits: Tensor, params: SamplingParams, prompt_ids: Sequence[int] | Tensor,
-                   generated_ids: Sequence[int] | Tensor) -> Tensor:
+def process_logits(
+    logits: Tensor, params: SamplingParams, prompt_ids: Sequence[int] | Tensor, generated_ids: Sequence[int] | Tensor
+) -> Tensor:
     """The distribution a token is drawn from, as float32 logits with -inf where dropped.
 
     For greedy params this is the biased, penalised logits (the argmax is taken from them).

@@ -4,6 +4,7 @@ OpenAI's semantics: a map token id -> bias in [-100, 100], at most 300 entries; 
 token and +100 all but forces it. Kept in SamplingParams as a tuple of (id, bias) pairs sorted by id, so
 the params stay frozen and hashable and two equal maps compare equal.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,12 @@ def _is_id(value: Any) -> bool:
 
 
 def _is_bias(value: Any) -> bool:
-    return (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
-            and -LOGIT_BIAS_LIMIT <= float(value) <= LOGIT_BIAS_LIMIT)
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+        and -LOGIT_BIAS_LIMIT <= float(value) <= LOGIT_BIAS_LIMIT
+    )
 
 
 def normalise_logit_bias(value: Any) -> LogitBias:
@@ -44,8 +49,7 @@ def normalise_logit_bias(value: Any) -> LogitBias:
         if len(pair) != 2 or not _is_id(pair[0]):
             raise TinyLLMError(f"logit_bias keys must be token ids (integers >= 0), got {pair[0]!r}")
         if not _is_bias(pair[1]):
-            raise TinyLLMError(f"logit_bias values must be numbers in [-100, 100], got {pair[1]!r} "
-                               f"for token {pair[0]}")
+            raise TinyLLMError(f"logit_bias values must be numbers in [-100, 100], got {pair[1]!r} for token {pair[0]}")
         out[int(pair[0])] = float(pair[1])
     return tuple(sorted(out.items()))
 
@@ -53,8 +57,10 @@ def normalise_logit_bias(value: Any) -> LogitBias:
 def check_logit_bias_ids(bias: LogitBias, vocab_size: int | None) -> None:
     """Every biased id must be a token of the model."""
     if vocab_size is not None and bias and bias[-1][0] >= vocab_size:
-        raise TinyLLMError(f"logit_bias names token {bias[-1][0]}, but the vocabulary has {vocab_size} "
-                           f"tokens (ids 0 to {vocab_size - 1})")
+        raise TinyLLMError(
+            f"logit_bias names token {bias[-1][0]}, but the vocabulary has {vocab_size} "
+            f"tokens (ids 0 to {vocab_size - 1})"
+        )
 
 
 def apply_logit_bias(logits: Tensor, bias: LogitBias) -> Tensor:

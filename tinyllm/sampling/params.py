@@ -4,13 +4,15 @@ Every field is checked in `__post_init__`; a bad value raises TinyLLMError (a Va
 whose message names the field and the value. Bools are rejected where numbers are
 expected because `True` silently meaning `1` hides caller bugs.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from tinyllm.errors import TinyLLMError
 from tinyllm.sampling.logit_bias import LogitBias, normalise_logit_bias
@@ -68,29 +70,32 @@ class SamplingParams:
 def _validated_fields(p: SamplingParams) -> dict[str, Any]:
     """Every field checked and normalised, by name."""
     return {
-        "temperature": _real("temperature", p.temperature, lambda v: 0 <= v < math.inf,
-                             "a finite number >= 0"),
+        "temperature": _real("temperature", p.temperature, lambda v: 0 <= v < math.inf, "a finite number >= 0"),
         "top_k": _top_k(p.top_k),
         "top_p": _real("top_p", p.top_p, lambda v: 0 < v <= 1, "in (0, 1]"),
         "min_p": _real("min_p", p.min_p, lambda v: 0 <= v <= 1, "in [0, 1]"),
-        "repetition_penalty": _real("repetition_penalty", p.repetition_penalty,
-                                    lambda v: REPETITION_PENALTY_RANGE[0] <= v <= REPETITION_PENALTY_RANGE[1],
-                                    "in [{:g}, {:g}]".format(*REPETITION_PENALTY_RANGE)),
-        "presence_penalty": _real("presence_penalty", p.presence_penalty,
-                                  lambda v: -2 <= v <= 2, "in [-2, 2]"),
-        "frequency_penalty": _real("frequency_penalty", p.frequency_penalty,
-                                   lambda v: -2 <= v <= 2, "in [-2, 2]"),
-        "seed": _optional_int("seed", p.seed, lambda v: 0 <= v < _SEED_LIMIT,
-                              "None or an integer in [0, 2**63)"),
-        "max_tokens": _optional_int("max_tokens", p.max_tokens, lambda v: v >= 1,
-                                    "None or an integer >= 1"),
+        "repetition_penalty": _real(
+            "repetition_penalty",
+            p.repetition_penalty,
+            lambda v: REPETITION_PENALTY_RANGE[0] <= v <= REPETITION_PENALTY_RANGE[1],
+            "in [{:g}, {:g}]".format(*REPETITION_PENALTY_RANGE),
+        ),
+        "presence_penalty": _real("presence_penalty", p.presence_penalty, lambda v: -2 <= v <= 2, "in [-2, 2]"),
+        "frequency_penalty": _real("frequency_penalty", p.frequency_penalty, lambda v: -2 <= v <= 2, "in [-2, 2]"),
+        "seed": _optional_int("seed", p.seed, lambda v: 0 <= v < _SEED_LIMIT, "None or an integer in [0, 2**63)"),
+        "max_tokens": _optional_int("max_tokens", p.max_tokens, lambda v: v >= 1, "None or an integer >= 1"),
         "stop": _stop(p.stop),
         "stop_token_ids": _stop_token_ids(p.stop_token_ids),
         "ignore_eos": _bool("ignore_eos", p.ignore_eos),
-        "logprobs": _optional_int("logprobs", p.logprobs, lambda v: 0 <= v <= MAX_LOGPROBS,
-                                  f"None or an integer in [0, {MAX_LOGPROBS}]"),
-        "prompt_logprobs": _optional_int("prompt_logprobs", p.prompt_logprobs, lambda v: 0 <= v <= MAX_LOGPROBS,
-                                         f"None or an integer in [0, {MAX_LOGPROBS}]"),
+        "logprobs": _optional_int(
+            "logprobs", p.logprobs, lambda v: 0 <= v <= MAX_LOGPROBS, f"None or an integer in [0, {MAX_LOGPROBS}]"
+        ),
+        "prompt_logprobs": _optional_int(
+            "prompt_logprobs",
+            p.prompt_logprobs,
+            lambda v: 0 <= v <= MAX_LOGPROBS,
+            f"None or an integer in [0, {MAX_LOGPROBS}]",
+        ),
         "logit_bias": normalise_logit_bias(p.logit_bias),
         "structured": _structured(p.structured, p.ignore_eos),
     }

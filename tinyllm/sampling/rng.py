@@ -10,6 +10,7 @@ the result become a float in [0, 1).
 `stream` gives independent uniforms for the same position, for later users that need
 more than one per token (speculative decoding's acceptance test).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

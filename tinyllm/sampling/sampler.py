@@ -11,11 +11,12 @@ can never be chosen because its cumulative value equals its predecessor's.
 logprob, top_logprobs and entropy all describe the distribution the token was drawn
 from (for greedy: the softmax of the penalised logits).
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -55,8 +56,9 @@ def sampled_entropy(logits_after_filters: Tensor) -> float:
 def _check_row(logits: Tensor) -> None:
     """Model logits must be usable: NaN or an all -inf row would make every draw garbage."""
     if not isinstance(logits, Tensor) or not logits.is_floating_point() or logits.dim() != 1:
-        raise TinyLLMError(f"logits must be a floating-point [V] tensor, got "
-                           f"{getattr(logits, 'shape', type(logits).__name__)}")
+        raise TinyLLMError(
+            f"logits must be a floating-point [V] tensor, got {getattr(logits, 'shape', type(logits).__name__)}"
+        )
     top = float(logits.max())  # max propagates NaN, and is -inf only for an all -inf row
     if math.isnan(top) or top == float("-inf"):
         raise TinyLLMError("logits must contain no NaN and at least one finite value")
@@ -96,14 +98,24 @@ def _top_logprobs(logp: Tensor, n: int | None) -> list[tuple[int, float]]:
 
 def _describe(processed: Tensor, token: int, n_logprobs: int | None) -> SampleResult:
     logp = torch.log_softmax(processed, dim=-1)  # [V]
-    return SampleResult(token=token, logprob=float(logp[token]),
-                        top_logprobs=_top_logprobs(logp, n_logprobs),
-                        entropy=float(_entropy_rows(processed)))
+    return SampleResult(
+        token=token,
+        logprob=float(logp[token]),
+        top_logprobs=_top_logprobs(logp, n_logprobs),
+        entropy=float(_entropy_rows(processed)),
+    )
 
 
-def sample(logits: Tensor, params: SamplingParams, *, prompt_ids: Sequence[int] | Tensor,
-           generated_ids: Sequence[int] | Tensor, rng: RequestRng, position: int,
-           constraint: Constraint | None = None) -> SampleResult:
+def sample(
+    logits: Tensor,
+    params: SamplingParams,
+    *,
+    prompt_ids: Sequence[int] | Tensor,
+    generated_ids: Sequence[int] | Tensor,
+    rng: RequestRng,
+    position: int,
+    constraint: Constraint | None = None,
+) -> SampleResult:
     """Pick generated token number `position` (0 = first) from one [V] row of logits; with a constraint,
     only from the tokens its grammar allows after generated_ids."""
     _check_row(logits)
@@ -120,9 +132,15 @@ def sample(logits: Tensor, params: SamplingParams, *, prompt_ids: Sequence[int] 
 
 def _is_plain_greedy(params: SamplingParams) -> bool:
     """Greedy with nothing per-request to do: one argmax over the batch serves it."""
-    return (params.is_greedy and params.logprobs is None and not params.logit_bias and params.structured is None
-            and params.repetition_penalty == 1.0
-            and params.presence_penalty == 0.0 and params.frequency_penalty == 0.0)
+    return (
+        params.is_greedy
+        and params.logprobs is None
+        and not params.logit_bias
+        and params.structured is None
+        and params.repetition_penalty == 1.0
+        and params.presence_penalty == 0.0
+        and params.frequency_penalty == 0.0
+    )
 
 
 def _plain_greedy_rows(logits: Tensor) -> list[SampleResult]:
@@ -135,13 +153,21 @@ def _plain_greedy_rows(logits: Tensor) -> list[SampleResult]:
     tokens = torch.argmax(rows, dim=-1, keepdim=True)  # [b, 1]; first maximum per row
     chosen = logp.gather(-1, tokens).squeeze(-1)  # [b]
     entropy = _entropy_rows(rows, logp)  # [b]
-    return [SampleResult(token=t, logprob=lp, top_logprobs=[], entropy=h)
-            for t, lp, h in zip(tokens.squeeze(-1).tolist(), chosen.tolist(), entropy.tolist())]
+    return [
+        SampleResult(token=t, logprob=lp, top_logprobs=[], entropy=h)
+        for t, lp, h in zip(tokens.squeeze(-1).tolist(), chosen.tolist(), entropy.tolist())
+    ]
 
 
-def sample_batch(logits: Tensor, params: list[SamplingParams], prompt_ids: list[Sequence[int]],
-                 generated_ids: list[Sequence[int]], rngs: list[RequestRng],
-                 positions: list[int], constraints: list[Constraint | None] | None = None) -> list[SampleResult]:
+def sample_batch(
+    logits: Tensor,
+    params: list[SamplingParams],
+    prompt_ids: list[Sequence[int]],
+    generated_ids: list[Sequence[int]],
+    rngs: list[RequestRng],
+    positions: list[int],
+    constraints: list[Constraint | None] | None = None,
+) -> list[SampleResult]:
     """sample() for each row of logits [B, V]; plain-greedy rows share one argmax. `constraints` holds each
     row's grammar matcher (None: unconstrained)."""
     if not isinstance(logits, Tensor) or logits.dim() != 2:
@@ -149,9 +175,14 @@ def sample_batch(logits: Tensor, params: list[SamplingParams], prompt_ids: list[
         raise TinyLLMError(f"logits must be a [B, V] tensor, got {shape}")
     batch = logits.shape[0]
     constraints = [None] * batch if constraints is None else constraints
-    for name, seq in (("params", params), ("prompt_ids", prompt_ids),
-                      ("generated_ids", generated_ids), ("rngs", rngs), ("positions", positions),
-                      ("constraints", constraints)):
+    for name, seq in (
+        ("params", params),
+        ("prompt_ids", prompt_ids),
+        ("generated_ids", generated_ids),
+        ("rngs", rngs),
+        ("positions", positions),
+        ("constraints", constraints),
+    ):
         if len(seq) != batch:
             raise TinyLLMError(f"{name} must have one entry per row ({batch}), got {len(seq)}")
     results: list[SampleResult | None] = [None] * batch
@@ -162,7 +193,13 @@ def sample_batch(logits: Tensor, params: list[SamplingParams], prompt_ids: list[
             results[i] = result
     for i in range(batch):
         if results[i] is None:
-            results[i] = sample(logits[i], params[i], prompt_ids=prompt_ids[i],
-                                generated_ids=generated_ids[i], rng=rngs[i], position=positions[i],
-                                constraint=constraints[i])
+            results[i] = sample(
+                logits[i],
+                params[i],
+                prompt_ids=prompt_ids[i],
+                generated_ids=generated_ids[i],
+                rng=rngs[i],
+                position=positions[i],
+                constraint=constraints[i],
+            )
     return results  # type: ignore[return-value]

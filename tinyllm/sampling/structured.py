@@ -5,6 +5,7 @@ Kept in SamplingParams as a frozen, hashable value: a schema given as a dict is 
 (keys in the order given, since they fix the order of the generated properties). The grammar engine
 compiles it (constraint.py); this file only checks the shape of the request.
 """
+
 from __future__ import annotations
 
 import json

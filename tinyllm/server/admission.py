@@ -6,6 +6,7 @@ A prompt's characters are bounded without tokenizing it: every token stands for 
 context_length x max_token_chars cannot fit and is refused before the tokenizer sees it.
 Lone UTF-16 surrogates (JSON accepts "\\ud800") become U+FFFD before tokenizing: no encoding can hold them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from .errors import APIError
 
 MAX_STOP_STRINGS = 16
-MAX_STOP_CHARS = 1024   # per stop string
+MAX_STOP_CHARS = 1024  # per stop string
 CONTEXT_CODE = "context_length_exceeded"
 
 
@@ -49,19 +50,28 @@ class PromptLimits:
 
     def check_text(self, num_chars: int, param: str) -> None:
         if num_chars > self.max_chars:
-            raise context_error(f"{param} has {num_chars} characters, more than any prompt that fits the "
-                                f"{self.context_length}-token context can have ({self.max_chars})", param)
+            raise context_error(
+                f"{param} has {num_chars} characters, more than any prompt that fits the "
+                f"{self.context_length}-token context can have ({self.max_chars})",
+                param,
+            )
 
     def check_ids(self, num_ids: int, param: str) -> None:
         if num_ids >= self.context_length:
-            raise context_error(f"{param} has {num_ids} tokens, but the model's context holds "
-                                f"{self.context_length} (at most {self.context_length - 1} leave room for one "
-                                f"new token)", param)
+            raise context_error(
+                f"{param} has {num_ids} tokens, but the model's context holds "
+                f"{self.context_length} (at most {self.context_length - 1} leave room for one "
+                f"new token)",
+                param,
+            )
 
     def check_message_count(self, num_messages: int) -> None:
         if num_messages > self.context_length:
-            raise context_error(f"messages has {num_messages} entries, more than the {self.context_length} "
-                                f"tokens of the context can hold", "messages")
+            raise context_error(
+                f"messages has {num_messages} entries, more than the {self.context_length} "
+                f"tokens of the context can hold",
+                "messages",
+            )
 
     def check_messages(self, messages: list) -> None:
         self.check_message_count(len(messages))
@@ -71,8 +81,11 @@ class PromptLimits:
         """The prompt must leave room for max_tokens (or at least one token) in the context."""
         self.check_ids(num_prompt, param)
         if max_tokens is not None and num_prompt + max_tokens > self.context_length:
-            raise context_error(f"the prompt has {num_prompt} tokens and max_tokens is {max_tokens}, more than "
-                                f"the model's context of {self.context_length} tokens", "max_tokens")
+            raise context_error(
+                f"the prompt has {num_prompt} tokens and max_tokens is {max_tokens}, more than "
+                f"the model's context of {self.context_length} tokens",
+                "max_tokens",
+            )
 
 
 def _content_chars(content) -> int:
@@ -87,10 +100,10 @@ def check_stops(stop) -> tuple[str, ...]:
     """The stop strings, within the caps (a 400 naming the limit otherwise)."""
     stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
     if len(stops) > MAX_STOP_STRINGS:
-        raise APIError(400, f"stop has {len(stops)} strings, more than the limit of {MAX_STOP_STRINGS}",
-                       param="stop")
+        raise APIError(400, f"stop has {len(stops)} strings, more than the limit of {MAX_STOP_STRINGS}", param="stop")
     long = next((s for s in stops if len(s) > MAX_STOP_CHARS), None)
     if long is not None:
-        raise APIError(400, f"a stop string has {len(long)} characters, more than the limit of {MAX_STOP_CHARS}",
-                       param="stop")
+        raise APIError(
+            400, f"a stop string has {len(long)} characters, more than the limit of {MAX_STOP_CHARS}", param="stop"
+        )
     return tuple(replace_lone_surrogates(s) for s in stops)

@@ -2,9 +2,10 @@
 
 /v1/*, /tokenize, /detokenize, /openapi.json and /docs need the API key when one is set; /health and
 /metrics stay open for probes and scrapers (and show no file-system paths). CORS is off unless origins
-are allowed, and no redirect is ever built from the Host header (no trailing-slash redirects). The model loads in a background thread once the server is up, so /health can
-say 503 (loading) and then 200.
+are allowed, and no redirect is ever built from the Host header (no trailing-slash redirects). The model loads
+in a background thread once the server is up, so /health can say 503 (loading) and then 200.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -25,10 +26,20 @@ from .errors import APIError, bad_request, install_error_handlers
 from .limits import BodyLimit
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .prompts import chat_prompt_text, encode_text
+from .protocol import (
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    CompletionRequest,
+    CompletionResponse,
+    DetokenizeRequest,
+    DetokenizeResponse,
+    ModelCard,
+    ModelList,
+    TokenizeRequest,
+    TokenizeResponse,
+)
 from .slow_clients import ConnectionLimits
-from .protocol import (ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, CompletionRequest,
-                       CompletionResponse, DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList,
-                       TokenizeRequest, TokenizeResponse)
 from .state import Ready, ServerState
 
 MAX_BODY_BYTES = 16 << 20  # far above any prompt that fits a context, far below a memory problem
@@ -41,14 +52,22 @@ def _auth_dependency(api_key: str | None):
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         # compare_digest: the time taken must not tell how much of a guessed key was right.
         if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(), api_key.encode()):
-            raise APIError(401, "invalid or missing API key; send the header 'Authorization: Bearer <key>'",
-                           code="invalid_api_key")
+            raise APIError(
+                401, "invalid or missing API key; send the header 'Authorization: Bearer <key>'", code="invalid_api_key"
+            )
+
     return check
 
 
-def create_app(llm_or_loader, *, served_model_name: str | None = None, api_key: str | None = None,
-               allowed_origins: list[str] | None = None, limits: ConnectionLimits | None = None,
-               **engine_options) -> FastAPI:
+def create_app(
+    llm_or_loader,
+    *,
+    served_model_name: str | None = None,
+    api_key: str | None = None,
+    allowed_origins: list[str] | None = None,
+    limits: ConnectionLimits | None = None,
+    **engine_options,
+) -> FastAPI:
     """An app serving `llm_or_loader`: an LLM, or a callable returning one (called in a background
     thread at startup). engine_options go to the Engine (max_num_seqs, kv_memory_bytes, ...);
     `allowed_origins` turns CORS on for those browser origins ("*" for any)."""
@@ -64,16 +83,27 @@ def create_app(llm_or_loader, *, served_model_name: str | None = None, api_key: 
         finally:
             state.shutdown()
 
-    app = FastAPI(title="tinyllm", version=__version__, lifespan=lifespan, redirect_slashes=False,
-                  openapi_url=None, docs_url=None, redoc_url=None,  # added below, behind the key
-                  description="An OpenAI-compatible API over one model. Each response carries the `seed` it "
-                              "sampled with (a fresh random one when the request sent none): sending it back "
-                              "reproduces the answer; choice i of n samples with seed + i.")
+    app = FastAPI(
+        title="tinyllm",
+        version=__version__,
+        lifespan=lifespan,
+        redirect_slashes=False,
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,  # added below, behind the key
+        description="An OpenAI-compatible API over one model. Each response carries the `seed` it "
+        "sampled with (a fresh random one when the request sent none): sending it back "
+        "reproduces the answer; choice i of n samples with seed + i.",
+    )
     app.state.server = state
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES, body_timeout_s=limits.body_timeout_s)
     if allowed_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=list(allowed_origins), allow_methods=["GET", "POST"],
-                           allow_headers=["authorization", "content-type"])
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(allowed_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["authorization", "content-type"],
+        )
     install_error_handlers(app)
     auth = [Depends(_auth_dependency(api_key))]
     _add_docs_routes(app, auth)
@@ -100,16 +130,24 @@ def _add_docs_routes(app: FastAPI, auth: list) -> None:
 
 def _add_generation_routes(app: FastAPI, auth: list, ready) -> None:
     # Bodies are parsed off the event loop, counts checked before validation (body.py).
-    @app.post("/v1/chat/completions", dependencies=auth, response_model=ChatCompletionResponse,
-              openapi_extra=request_body_doc(ChatCompletionRequest),
-              responses={200: {"content": {"text/event-stream": {"schema": ChatCompletionChunk.model_json_schema()}}}})
+    @app.post(
+        "/v1/chat/completions",
+        dependencies=auth,
+        response_model=ChatCompletionResponse,
+        openapi_extra=request_body_doc(ChatCompletionRequest),
+        responses={200: {"content": {"text/event-stream": {"schema": ChatCompletionChunk.model_json_schema()}}}},
+    )
     async def chat(request: Request, ctx: Ready = Depends(ready)) -> Response:
         """Chat completion. Without max_tokens a choice may run to the end of the context."""
         body = await parse_body(request, ChatCompletionRequest, chat_counts(ctx.limits))
         return await chat_completion(body, request, ctx)
 
-    @app.post("/v1/completions", dependencies=auth, response_model=CompletionResponse,
-              openapi_extra=request_body_doc(CompletionRequest))
+    @app.post(
+        "/v1/completions",
+        dependencies=auth,
+        response_model=CompletionResponse,
+        openapi_extra=request_body_doc(CompletionRequest),
+    )
     async def complete(request: Request, ctx: Ready = Depends(ready)) -> Response:
         """Text completion of a prompt (text, ids, or a list of either)."""
         body = await parse_body(request, CompletionRequest, completion_counts(ctx.limits))
@@ -127,8 +165,9 @@ def _add_model_routes(app: FastAPI, auth: list, ready) -> None:
         ctx.check_model(model_id)
         return ModelCard(id=ctx.model_name, max_model_len=ctx.context_length)
 
-    @app.post("/tokenize", dependencies=auth, response_model=TokenizeResponse,
-              openapi_extra=request_body_doc(TokenizeRequest))
+    @app.post(
+        "/tokenize", dependencies=auth, response_model=TokenizeResponse, openapi_extra=request_body_doc(TokenizeRequest)
+    )
     async def tokenize(request: Request, ctx: Ready = Depends(ready)) -> TokenizeResponse:
         """Token ids of a prompt, or of messages rendered with the chat template (as chat would send)."""
         body = await parse_body(request, TokenizeRequest, chat_counts(ctx.limits))
@@ -140,8 +179,12 @@ def _add_model_routes(app: FastAPI, auth: list, ready) -> None:
         ids = await run_in_threadpool(_token_ids, ctx.tokenizer, body)
         return TokenizeResponse(tokens=ids, count=len(ids), max_model_len=ctx.context_length)
 
-    @app.post("/detokenize", dependencies=auth, response_model=DetokenizeResponse,
-              openapi_extra=request_body_doc(DetokenizeRequest))
+    @app.post(
+        "/detokenize",
+        dependencies=auth,
+        response_model=DetokenizeResponse,
+        openapi_extra=request_body_doc(DetokenizeRequest),
+    )
     async def detokenize(request: Request, ctx: Ready = Depends(ready)) -> DetokenizeResponse:
         body = await parse_body(request, DetokenizeRequest)
         ctx.check_model(body.model)
@@ -170,9 +213,15 @@ def _add_ops_routes(app: FastAPI, state: ServerState, metrics: ServerMetrics) ->
             # Only the kind of failure: its message may name files; the server log has the whole of it.
             return JSONResponse({"status": status, "error": state.error_kind}, status_code=503)
         s = ready.engine.state
-        return JSONResponse({"status": "ok", "model": ready.model_name, "running": s.running, "waiting": s.waiting,
-                             "kv_blocks": {"total": s.blocks_total, "used": s.blocks_used,
-                                           "cached": s.blocks_cached}})
+        return JSONResponse(
+            {
+                "status": "ok",
+                "model": ready.model_name,
+                "running": s.running,
+                "waiting": s.waiting,
+                "kv_blocks": {"total": s.blocks_total, "used": s.blocks_used, "cached": s.blocks_cached},
+            }
+        )
 
     @app.get("/metrics")
     async def prometheus() -> Response:

@@ -5,9 +5,11 @@ drains the inbox before every step(), so all Engine calls happen on that thread,
 to the request's asyncio queue with `loop.call_soon_threadsafe` (asyncio queues are not thread-safe).
 With nothing to do the thread sleeps on a condition instead of spinning.
 """
+
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -41,6 +43,7 @@ class Failed:
 @dataclass
 class EngineState:
     """What the engine thread last published, for /health and /metrics (read without a lock)."""
+
     running: int = 0
     waiting: int = 0
     blocks_total: int = 0
@@ -55,10 +58,8 @@ class Sink:
         self.loop, self.queue = loop, queue
 
     def put(self, item: Any) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody is listening any more
             self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            pass
 
 
 @dataclass
@@ -66,6 +67,7 @@ class Live:
     """The engine thread's record of a request it serves; metrics read the times. `arrival` is when the
     handler handed the request over; `times` is the engine's RequestTimes (first scheduled, first token,
     finished), updated in place by the engine."""
+
     sink: Sink
     arrival: float
     times: Any = None
@@ -111,7 +113,7 @@ class AsyncEngine:
         self._thread = threading.Thread(target=self._run, name="tinyllm-engine", daemon=True)
 
     # ---- any thread
-    def start(self) -> "AsyncEngine":
+    def start(self) -> AsyncEngine:
         self._publish(force=True)
         self._thread.start()
         return self
@@ -249,8 +251,9 @@ class AsyncEngine:
         self._published = now
         try:
             pool = self.engine.pool_stats()
-            self.state = EngineState(self.engine.num_running(), self.engine.num_waiting(),
-                                     pool.total, pool.used, pool.cached_free)
+            self.state = EngineState(
+                self.engine.num_running(), self.engine.num_waiting(), pool.total, pool.used, pool.cached_free
+            )
             self.observer.on_state(self.state)
         except Exception:
             log.exception("publishing engine state failed")

@@ -9,6 +9,7 @@ builds anything; validation then runs in the thread too. json.loads still holds 
 
 Routes that parse this way declare their body for the OpenAPI schema with `request_body_doc`.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,9 @@ def _check_content_type(content_type: str | None) -> None:
     # As FastAPI: no content type is read as JSON; any other type than JSON is refused.
     kind = (content_type or "application/json").split(";")[0].strip().lower()
     if kind != "application/json" and not kind.endswith("+json"):
-        raise bad_request(f"the request body must be a JSON object sent as application/json, got content "
-                          f"type {content_type!r}")
+        raise bad_request(
+            f"the request body must be a JSON object sent as application/json, got content type {content_type!r}"
+        )
 
 
 def _parse(raw: bytes, model: type[Model], check_counts: CountCheck | None) -> Model:
@@ -66,6 +68,7 @@ def chat_counts(limits: PromptLimits) -> CountCheck:
         messages = data.get("messages")
         if isinstance(messages, list):
             limits.check_message_count(len(messages))
+
     return check
 
 
@@ -78,11 +81,14 @@ def completion_counts(limits: PromptLimits) -> CountCheck:
             limits.check_ids(len(prompt), "prompt")
             return
         if len(prompt) > MAX_PROMPTS:
-            raise bad_request(f"prompt is a list of {len(prompt)} prompts, more than the {MAX_PROMPTS} one "
-                              f"request may ask for", "prompt")
+            raise bad_request(
+                f"prompt is a list of {len(prompt)} prompts, more than the {MAX_PROMPTS} one request may ask for",
+                "prompt",
+            )
         for p in prompt:
             if isinstance(p, list):
                 limits.check_ids(len(p), "prompt")
+
     return check
 
 
@@ -105,4 +111,5 @@ def add_body_schemas(app: FastAPI, models: list[type[BaseModel]]) -> None:
             for name, value in defs.get("$defs", {}).items():
                 components.setdefault(name, value)
         return app.openapi_schema
+
     app.openapi = openapi

@@ -1,5 +1,6 @@
 """POST /v1/chat/completions: messages rendered with the model's chat template, answered whole or
 streamed as chat.completion.chunk events."""
+
 from __future__ import annotations
 
 import time
@@ -11,11 +12,27 @@ from fastapi.responses import Response
 from .group import RequestGroup
 from .logprobs import TokenTexts, chat_logprobs
 from .prompts import chat_prompt_ids
-from .protocol import (AssistantMessage, ChatChoice, ChatCompletionChunk, ChatCompletionRequest,
-                       ChatCompletionResponse, ChatStreamChoice, Delta)
-from .sampling import check_vocab, chat_params, fresh_seed, per_choice, prepare_stops
-from .serving import (Choice, ClientGone, StreamShaper, client_gone_response, collect, owned, start_group,
-                      stream, usage_of)
+from .protocol import (
+    AssistantMessage,
+    ChatChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatStreamChoice,
+    Delta,
+)
+from .sampling import chat_params, check_vocab, fresh_seed, per_choice, prepare_stops
+from .serving import (
+    Choice,
+    ClientGone,
+    StreamShaper,
+    client_gone_response,
+    collect,
+    owned,
+    start_group,
+    stream,
+    usage_of,
+)
 from .state import Ready
 from .structured import compile_structured, structured_from
 from .unsupported import CHAT_FIELDS, check_supported
@@ -38,11 +55,11 @@ class ChatShaper(StreamShaper):
     def on_output(self, choice: Choice, output):
         lps = chat_logprobs(self.texts, output.logprobs) if self.logprobs and output.logprobs else None
         if output.text or lps is not None:
-            yield self._chunk([ChatStreamChoice(index=choice.index, delta=Delta(content=output.text or None),
-                                                logprobs=lps)])
+            yield self._chunk(
+                [ChatStreamChoice(index=choice.index, delta=Delta(content=output.text or None), logprobs=lps)]
+            )
         if output.finished:  # as OpenAI's: the finish reason comes alone, with an empty delta
-            yield self._chunk([ChatStreamChoice(index=choice.index, delta=Delta(),
-                                                finish_reason=output.finish_reason)])
+            yield self._chunk([ChatStreamChoice(index=choice.index, delta=Delta(), finish_reason=output.finish_reason)])
 
     def finish(self, choices: list[Choice]):
         if self.include_usage:
@@ -74,12 +91,14 @@ def _prepare(tokenizer, messages, values: dict, grammars, field: str | None) -> 
     return chat_prompt_ids(tokenizer, messages)
 
 
-async def _answer(body: ChatCompletionRequest, request: Request, ctx: Ready, group: RequestGroup,
-                  prompt_tokens: int, seed: int) -> Response:
+async def _answer(
+    body: ChatCompletionRequest, request: Request, ctx: Ready, group: RequestGroup, prompt_tokens: int, seed: int
+) -> Response:
     n = len(group.ids)
     choices = [Choice(i, 0, prompt_tokens) for i in range(n)]
-    meta = dict(id=f"chatcmpl-{group.ids[0].rsplit('-', 1)[0]}", model=ctx.model_name, seed=seed,
-                created=int(time.time()))  # one timestamp for every chunk
+    meta = dict(
+        id=f"chatcmpl-{group.ids[0].rsplit('-', 1)[0]}", model=ctx.model_name, seed=seed, created=int(time.time())
+    )  # one timestamp for every chunk
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         shaper = ChatShaper(meta, n, bool(body.logprobs), include_usage, ctx.texts)
@@ -88,8 +107,17 @@ async def _answer(body: ChatCompletionRequest, request: Request, ctx: Ready, gro
         await collect(request, group, choices, PROMPT_PARAM)
     except ClientGone:
         return client_gone_response()
-    answer = ChatCompletionResponse(**meta, usage=usage_of(choices), choices=[
-        ChatChoice(index=c.index, message=AssistantMessage(content=c.text), finish_reason=c.finish_reason,
-                   logprobs=chat_logprobs(ctx.texts, c.logprobs) if body.logprobs else None)
-        for c in choices])
+    answer = ChatCompletionResponse(
+        **meta,
+        usage=usage_of(choices),
+        choices=[
+            ChatChoice(
+                index=c.index,
+                message=AssistantMessage(content=c.text),
+                finish_reason=c.finish_reason,
+                logprobs=chat_logprobs(ctx.texts, c.logprobs) if body.logprobs else None,
+            )
+            for c in choices
+        ],
+    )
     return Response(answer.model_dump_json(), media_type="application/json")

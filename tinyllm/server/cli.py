@@ -1,5 +1,6 @@
 """`tinyllm serve`: the OpenAI-compatible server. Only argparse is imported here, so building the
 `tinyllm` command stays fast; fastapi, uvicorn and the model load when `serve` runs."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,35 +12,63 @@ API_KEY_ENV = "TINYLLM_API_KEY"
 
 
 def add_serve_command(subparsers) -> None:
-    p = subparsers.add_parser("serve", help="an OpenAI-compatible HTTP server (chat, completions, metrics)",
-                              description="Serve one model over an OpenAI-compatible HTTP API. The port "
-                                          "answers at once; /health says 503 until the model has loaded.")
-    p.add_argument("--model", default=None,
-                   help="a .gguf file or a Hugging Face folder (default: SmolLM2-135M-Instruct)")
+    p = subparsers.add_parser(
+        "serve",
+        help="an OpenAI-compatible HTTP server (chat, completions, metrics)",
+        description="Serve one model over an OpenAI-compatible HTTP API. The port "
+        "answers at once; /health says 503 until the model has loaded.",
+    )
+    p.add_argument(
+        "--model", default=None, help="a .gguf file or a Hugging Face folder (default: SmolLM2-135M-Instruct)"
+    )
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="compute dtype")
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, ...)")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it)")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it)"
+    )
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--api-key", default=None,
-                   help=f"require 'Authorization: Bearer KEY' on /v1/* (default: ${API_KEY_ENV} if set, else none)")
-    p.add_argument("--served-model-name", default=None,
-                   help="the model id clients send (default: the file name, with or without .gguf)")
-    p.add_argument("--allowed-origins", nargs="+", default=None,
-                   help="browser origins allowed by CORS, e.g. http://localhost:3000 or * (default: CORS off)")
-    p.add_argument("--header-timeout", type=float, default=10.0,
-                   help="seconds a connection may take to send its request headers (default 10)")
-    p.add_argument("--body-timeout", type=float, default=30.0,
-                   help="seconds a request body may pause between parts (default 30)")
-    p.add_argument("--max-connections", type=int, default=256,
-                   help="open connections (and running requests) before new ones get 503 (default 256)")
+    p.add_argument(
+        "--api-key",
+        default=None,
+        help=f"require 'Authorization: Bearer KEY' on /v1/* (default: ${API_KEY_ENV} if set, else none)",
+    )
+    p.add_argument(
+        "--served-model-name",
+        default=None,
+        help="the model id clients send (default: the file name, with or without .gguf)",
+    )
+    p.add_argument(
+        "--allowed-origins",
+        nargs="+",
+        default=None,
+        help="browser origins allowed by CORS, e.g. http://localhost:3000 or * (default: CORS off)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a connection may take to send its request headers (default 10)",
+    )
+    p.add_argument(
+        "--body-timeout", type=float, default=30.0, help="seconds a request body may pause between parts (default 30)"
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=256,
+        help="open connections (and running requests) before new ones get 503 (default 256)",
+    )
     p.add_argument("--max-num-seqs", type=int, default=32, help="sequences batched together (default 32)")
     p.add_argument("--max-num-batched-tokens", type=int, default=256, help="tokens per engine step (default 256)")
     p.add_argument("--kv-memory-gb", type=float, default=1.0, help="KV cache pool size in GiB (default 1)")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
-    p.add_argument("--speculative", default=None, choices=["ngram", "draft"],
-                   help="speculative decoding for every request: prompt lookup or a draft model")
+    p.add_argument(
+        "--speculative",
+        default=None,
+        choices=["ngram", "draft"],
+        help="speculative decoding for every request: prompt lookup or a draft model",
+    )
     p.add_argument("--num-draft-tokens", type=int, default=4)
     p.add_argument("--draft-model", default=None, help="a smaller model sharing the tokenizer")
     p.add_argument("--draft-layers", type=int, default=None, help="self-draft from the target's first N layers")
@@ -50,13 +79,21 @@ def add_serve_command(subparsers) -> None:
 def engine_options(args) -> dict:
     if not args.kv_memory_gb > 0:
         raise TinyLLMError(f"--kv-memory-gb must be > 0, got {args.kv_memory_gb}")
-    options = dict(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                   block_size=args.block_size, kv_memory_bytes=int(args.kv_memory_gb * (1 << 30)))
+    options = dict(
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        block_size=args.block_size,
+        kv_memory_bytes=int(args.kv_memory_gb * (1 << 30)),
+    )
     if args.speculative is not None:
         from ..speculative.proposer import SpeculativeConfig
 
-        options["speculative"] = SpeculativeConfig(method=args.speculative, num_draft_tokens=args.num_draft_tokens,
-                                                   draft_model=args.draft_model, draft_layers=args.draft_layers)
+        options["speculative"] = SpeculativeConfig(
+            method=args.speculative,
+            num_draft_tokens=args.num_draft_tokens,
+            draft_model=args.draft_model,
+            draft_layers=args.draft_layers,
+        )
     elif args.draft_model is not None or args.draft_layers is not None:
         raise TinyLLMError("--draft-model and --draft-layers need --speculative draft")
     from ..engine.engine import EngineConfig
@@ -69,12 +106,16 @@ def connection_limits(args):
     from .slow_clients import ConnectionLimits
 
     try:
-        return ConnectionLimits(header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout,
-                                max_connections=args.max_connections)
+        return ConnectionLimits(
+            header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout, max_connections=args.max_connections
+        )
     except ValueError as exc:
         name, _, rest = str(exc).partition(" ")
-        flag = {"header_timeout_s": "--header-timeout", "body_timeout_s": "--body-timeout",
-                "max_connections": "--max-connections"}.get(name, name)
+        flag = {
+            "header_timeout_s": "--header-timeout",
+            "body_timeout_s": "--body-timeout",
+            "max_connections": "--max-connections",
+        }.get(name, name)
         raise TinyLLMError(f"{flag} {rest}") from None
 
 
@@ -88,8 +129,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         from .app import create_app
     except ImportError as exc:
-        raise TinyLLMError(f"tinyllm serve needs fastapi, uvicorn and prometheus-client ({exc}); "
-                           f"install them with: pip install fastapi uvicorn prometheus-client") from None
+        raise TinyLLMError(
+            f"tinyllm serve needs fastapi, uvicorn and prometheus-client ({exc}); "
+            f"install them with: pip install fastapi uvicorn prometheus-client"
+        ) from None
 
     def load():
         import torch
@@ -102,11 +145,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return LLM(args.model, dtype=args.dtype, device=args.device)
 
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
-    app = create_app(load, served_model_name=args.served_model_name, api_key=api_key,
-                     allowed_origins=args.allowed_origins, limits=limits, **options)
+    app = create_app(
+        load,
+        served_model_name=args.served_model_name,
+        api_key=api_key,
+        allowed_origins=args.allowed_origins,
+        limits=limits,
+        **options,
+    )
     from .slow_clients import uvicorn_options
 
     # On Ctrl-C, streams still open get a few seconds to end; then they are cut (and their requests aborted).
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5,
-                **uvicorn_options(limits))
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=5,
+        **uvicorn_options(limits),
+    )
     return 0

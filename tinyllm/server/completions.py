@@ -3,6 +3,7 @@
 Choice index = prompt index x n + k; choice k of every prompt samples with seed + k, so a prompt sent
 alone with the same seed gets the same choices it got in a batch.
 """
+
 from __future__ import annotations
 
 import time
@@ -17,8 +18,17 @@ from .logprobs import TokenTexts, completion_logprobs
 from .prompts import check_prompts, completion_prompt_ids, split_prompts
 from .protocol import CompletionChoice, CompletionChunk, CompletionRequest, CompletionResponse
 from .sampling import check_vocab, completion_params, fresh_seed, per_choice, prepare_stops
-from .serving import (Choice, ClientGone, StreamShaper, client_gone_response, collect, owned, start_group,
-                      stream, usage_of)
+from .serving import (
+    Choice,
+    ClientGone,
+    StreamShaper,
+    client_gone_response,
+    collect,
+    owned,
+    start_group,
+    stream,
+    usage_of,
+)
 from .state import Ready
 from .structured import compile_structured, structured_from
 from .unsupported import COMPLETION_FIELDS, check_supported
@@ -35,11 +45,13 @@ class CompletionShaper(StreamShaper):
         if self.logprobs and output.logprobs:
             lps, choice.text_offset = completion_logprobs(self.texts, output.logprobs, choice.text_offset)
         if output.text or lps is not None:
-            yield CompletionChunk(**self.meta, choices=[
-                CompletionChoice(index=choice.index, text=output.text, logprobs=lps)])
+            yield CompletionChunk(
+                **self.meta, choices=[CompletionChoice(index=choice.index, text=output.text, logprobs=lps)]
+            )
         if output.finished:  # the finish reason comes alone, with empty text
-            yield CompletionChunk(**self.meta, choices=[
-                CompletionChoice(index=choice.index, text="", finish_reason=output.finish_reason)])
+            yield CompletionChunk(
+                **self.meta, choices=[CompletionChoice(index=choice.index, text="", finish_reason=output.finish_reason)]
+            )
 
     def finish(self, choices: list[Choice]):
         if self.include_usage:
@@ -76,10 +88,18 @@ def _prepare(tokenizer, texts: list, values: dict, grammars, field: str | None) 
     return completion_prompt_ids(tokenizer, texts)
 
 
-async def _answer(body: CompletionRequest, request: Request, ctx: Ready, group: RequestGroup,
-                  choices: list[Choice], seed: int, prompt_ids: list[list[int]]) -> Response:
-    meta = dict(id=f"cmpl-{group.ids[0].rsplit('-', 1)[0]}", model=ctx.model_name, seed=seed,
-                created=int(time.time()))  # one timestamp for every chunk
+async def _answer(
+    body: CompletionRequest,
+    request: Request,
+    ctx: Ready,
+    group: RequestGroup,
+    choices: list[Choice],
+    seed: int,
+    prompt_ids: list[list[int]],
+) -> Response:
+    meta = dict(
+        id=f"cmpl-{group.ids[0].rsplit('-', 1)[0]}", model=ctx.model_name, seed=seed, created=int(time.time())
+    )  # one timestamp for every chunk
     want_logprobs = body.logprobs is not None
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -104,9 +124,16 @@ def _choice(body: CompletionRequest, ctx: Ready, c: Choice, prompt, ids: list[in
     if body.echo:
         text = echo_text(ctx.tokenizer, prompt) + text
     if body.logprobs is not None:
-        lps = (echo_logprobs(ctx.texts, ids, c.prompt_logprobs, gen_lps, body.logprobs) if body.echo
-               else completion_logprobs(ctx.texts, gen_lps, 0)[0])
-    prompt_lps = (prompt_logprobs_field(ctx.texts, c.prompt_logprobs, body.prompt_logprobs)
-                  if body.prompt_logprobs is not None else None)
-    return CompletionChoice(index=c.index, text=text, finish_reason=c.finish_reason, logprobs=lps,
-                            prompt_logprobs=prompt_lps)
+        lps = (
+            echo_logprobs(ctx.texts, ids, c.prompt_logprobs, gen_lps, body.logprobs)
+            if body.echo
+            else completion_logprobs(ctx.texts, gen_lps, 0)[0]
+        )
+    prompt_lps = (
+        prompt_logprobs_field(ctx.texts, c.prompt_logprobs, body.prompt_logprobs)
+        if body.prompt_logprobs is not None
+        else None
+    )
+    return CompletionChoice(
+        index=c.index, text=text, finish_reason=c.finish_reason, logprobs=lps, prompt_logprobs=prompt_lps
+    )

@@ -1,6 +1,7 @@
 """What /v1/completions returns about the prompt itself: `echo` (the prompt's text, and with `logprobs` its
 tokens' logprobs before the completion's, the first token's null as OpenAI's API had it) and vLLM's
 `prompt_logprobs` extra (per prompt token: null for the first, else token id -> logprob and text)."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -14,8 +15,9 @@ def echo_text(tokenizer, prompt) -> str:
     return prompt if isinstance(prompt, str) else tokenizer.decode(list(prompt))
 
 
-def echo_logprobs(texts: TokenTexts, prompt_ids: list[int], prompt_lps: list, completion_lps: list,
-                  top_n: int) -> CompletionLogprobs:
+def echo_logprobs(
+    texts: TokenTexts, prompt_ids: list[int], prompt_lps: list, completion_lps: list, top_n: int
+) -> CompletionLogprobs:
     """The prompt's tokens then the completion's, in OpenAI's completions format."""
     first = texts.get(prompt_ids[0])[0]
     out = CompletionLogprobs(tokens=[first], token_logprobs=[None], top_logprobs=[None], text_offset=[0])

@@ -3,6 +3,7 @@
 Clients (the official SDKs among them) map the HTTP status to an exception class and read
 `error.message`, so every path out of the server, FastAPI's own included, goes through here.
 """
+
 from __future__ import annotations
 
 import logging
@@ -14,16 +15,23 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger("tinyllm.server")
 
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
-          405: "invalid_request_error", 413: "invalid_request_error", 500: "server_error",
-          503: "service_unavailable"}
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    500: "server_error",
+    503: "service_unavailable",
+}
 
 
 class APIError(Exception):
     """A failure to report to the client; raising it anywhere in a handler answers `status`."""
 
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 type: str | None = None):
+    def __init__(
+        self, status: int, message: str, *, param: str | None = None, code: str | None = None, type: str | None = None
+    ):
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
         self.type = type or _TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
@@ -54,8 +62,9 @@ def validation_error(exc: RequestValidationError) -> APIError:
         return bad_request(f"the request body is not valid JSON ({first.get('ctx', {}).get('error', 'parse error')})")
     param = _param_of(loc)
     if len(loc) == 1 and loc[0] == "body":  # missing, or not an object (e.g. no JSON content type)
-        return bad_request(f"the request body must be a JSON object sent as application/json "
-                           f"({first.get('msg', 'invalid body')})")
+        return bad_request(
+            f"the request body must be a JSON object sent as application/json ({first.get('msg', 'invalid body')})"
+        )
     where = ".".join(str(p) for p in loc[1:]) or "body"
     more = f" (and {len(errors) - 1} more errors)" if len(errors) > 1 else ""
     return bad_request(f"{where}: {first.get('msg', 'invalid value')}{more}", param)

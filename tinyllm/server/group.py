@@ -5,11 +5,12 @@ of a streamed answer is sent. Iterating yields (choice index, RequestOutput) as 
 them; `close()` aborts whatever is unfinished, and every handler calls it on its way out, so a client
 that goes away never leaves a request running.
 """
+
 from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from .async_engine import Accepted, AsyncEngine, Failed, Sink
 

@@ -1,6 +1,7 @@
 """A cap on request body size that answers in OpenAI's error shape (Starlette's own cap answers plain
 text). A body with a Content-Length over the cap is refused before it is read; a chunked one is cut
 off once it passes the cap. A body that stops arriving for `body_timeout_s` answers 408."""
+
 from __future__ import annotations
 
 import asyncio
@@ -35,7 +36,9 @@ class BodyLimit:
                 try:
                     message = await asyncio.wait_for(receive(), self.body_timeout_s)
                 except asyncio.TimeoutError:
-                    raise HTTPException(408, f"the request body stopped arriving for {self.body_timeout_s:g} s")
+                    raise HTTPException(
+                        408, f"the request body stopped arriving for {self.body_timeout_s:g} s"
+                    ) from None
             if message["type"] == "http.request":
                 body_done = not message.get("more_body", False)
                 seen += len(message.get("body", b""))

@@ -1,6 +1,7 @@
 """Token logprobs in OpenAI's two formats: chat (`content: [{token, logprob, bytes, top_logprobs}]`)
 and legacy completions (`tokens`, `token_logprobs`, `top_logprobs: [{token: logprob}]`, `text_offset`).
 """
+
 from __future__ import annotations
 
 import math
@@ -68,8 +69,10 @@ def chat_logprobs(texts: TokenTexts, logprobs: list) -> ChatLogprobs:
     content = []
     for lp in logprobs:
         text, raw = texts.get(lp.token)
-        top = [TopLogprob(token=texts.get(i)[0], logprob=_finite(v), bytes=texts.get(i)[1])
-               for i, v in _top_with_sampled(lp)]
+        top = [
+            TopLogprob(token=texts.get(i)[0], logprob=_finite(v), bytes=texts.get(i)[1])
+            for i, v in _top_with_sampled(lp)
+        ]
         content.append(ChatTokenLogprob(token=text, logprob=_finite(lp.logprob), bytes=raw, top_logprobs=top))
     return ChatLogprobs(content=content)
 

@@ -11,6 +11,7 @@ thread), so that for every request that ends with "stop" or "length":
 
 Aborted and failed requests are counted by finish reason but have no phases.
 """
+
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -33,32 +34,42 @@ class ServerMetrics(Observer):
         self.waiting = Gauge("tinyllm_requests_waiting", "Sequences waiting to be scheduled", registry=r)
         self.blocks_total = Gauge("tinyllm_kv_blocks_total", "KV cache blocks in the pool", registry=r)
         self.blocks_used = Gauge("tinyllm_kv_blocks_used", "KV cache blocks held by sequences", registry=r)
-        self.blocks_cached = Gauge("tinyllm_kv_blocks_cached",
-                                   "Free KV blocks still holding a reusable prompt prefix", registry=r)
+        self.blocks_cached = Gauge(
+            "tinyllm_kv_blocks_cached", "Free KV blocks still holding a reusable prompt prefix", registry=r
+        )
         self.prompt_tokens = Counter("tinyllm_prompt_tokens", "Prompt tokens prefilled", registry=r)
         self.generation_tokens = Counter("tinyllm_generation_tokens", "Tokens generated", registry=r)
-        self.ttft = Histogram("tinyllm_time_to_first_token_seconds",
-                              "From the request's arrival at the engine to its first sampled token",
-                              buckets=_TTFT_BUCKETS, registry=r)
-        self.itl = Histogram("tinyllm_inter_token_latency_seconds", "Time between a sequence's tokens",
-                             buckets=_ITL_BUCKETS, registry=r)
-        self.prefix_queries = Counter("tinyllm_prefix_cache_queries",
-                                      "Prompt tokens looked up in the prefix cache", registry=r)
-        self.prefix_hits = Counter("tinyllm_prefix_cache_hits",
-                                   "Prompt tokens whose KV came from the prefix cache", registry=r)
+        self.ttft = Histogram(
+            "tinyllm_time_to_first_token_seconds",
+            "From the request's arrival at the engine to its first sampled token",
+            buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "tinyllm_inter_token_latency_seconds", "Time between a sequence's tokens", buckets=_ITL_BUCKETS, registry=r
+        )
+        self.prefix_queries = Counter(
+            "tinyllm_prefix_cache_queries", "Prompt tokens looked up in the prefix cache", registry=r
+        )
+        self.prefix_hits = Counter(
+            "tinyllm_prefix_cache_hits", "Prompt tokens whose KV came from the prefix cache", registry=r
+        )
         self._add_phases(r)
-        self.finished = Counter("tinyllm_requests_finished", "Sequences finished, by finish reason",
-                                ["finish_reason"], registry=r)
+        self.finished = Counter(
+            "tinyllm_requests_finished", "Sequences finished, by finish reason", ["finish_reason"], registry=r
+        )
         for reason in ("stop", "length", "abort", "error"):
             self.finished.labels(reason)  # export zeros, so dashboards see every series from the start
 
     def _add_phases(self, r: CollectorRegistry) -> None:
         def phase(name: str, doc: str) -> Histogram:
             return Histogram(name, doc, buckets=_PHASE_BUCKETS, registry=r)
+
         self.e2e = phase("tinyllm_e2e_request_latency_seconds", "From a request's arrival to its end")
         self.queue = phase("tinyllm_request_queue_time_seconds", "From arrival to first being scheduled")
-        self.prefill = phase("tinyllm_request_prefill_time_seconds",
-                             "From first being scheduled to the first sampled token")
+        self.prefill = phase(
+            "tinyllm_request_prefill_time_seconds", "From first being scheduled to the first sampled token"
+        )
         self.decode = phase("tinyllm_request_decode_time_seconds", "From the first sampled token to the end")
 
     # ---- Observer: called on the engine thread

@@ -1,5 +1,6 @@
 """Prompts of API requests turned into token ids: chat messages through the model's template, and the
 four shapes of a completions prompt (text, texts, ids, lists of ids)."""
+
 from __future__ import annotations
 
 from ..errors import TinyLLMError
@@ -18,8 +19,9 @@ def _plain_messages(messages: list[ChatMessage]) -> list[dict]:
         if isinstance(content, list):
             bad = next((p for p in content if p.type != "text" or p.text is None), None)
             if bad is not None:
-                raise bad_request(f"messages[{i}].content has a {bad.type!r} part; only text parts "
-                                  f"are supported", "messages")
+                raise bad_request(
+                    f"messages[{i}].content has a {bad.type!r} part; only text parts are supported", "messages"
+                )
             content = "".join(p.text for p in content)
         plain.append({"role": m.role, "content": content or ""})
     return plain
@@ -32,8 +34,9 @@ def chat_prompt_text(tokenizer, messages: list[ChatMessage], add_generation_prom
     except TinyLLMError as exc:
         raise bad_request(str(exc), "messages") from None
     except Exception as exc:  # a template may fail in its own ways on messages it does not expect
-        raise bad_request(f"the chat template failed on these messages ({type(exc).__name__}: {exc})",
-                          "messages") from None
+        raise bad_request(
+            f"the chat template failed on these messages ({type(exc).__name__}: {exc})", "messages"
+        ) from None
 
 
 def encode_text(tokenizer, text: str, add_special_tokens: bool = True) -> list[int]:
@@ -60,8 +63,11 @@ def check_prompts(prompts: list, n: int, limits: PromptLimits) -> None:
     if not prompts:
         raise bad_request("prompt is empty; expected text, token ids, or a list of them", "prompt")
     if len(prompts) * n > MAX_PROMPTS:
-        raise bad_request(f"{len(prompts)} prompts x n={n} is {len(prompts) * n} sequences, more than the "
-                          f"{MAX_PROMPTS} one request may ask for", "prompt")
+        raise bad_request(
+            f"{len(prompts)} prompts x n={n} is {len(prompts) * n} sequences, more than the "
+            f"{MAX_PROMPTS} one request may ask for",
+            "prompt",
+        )
     for p in prompts:
         if not p:
             raise bad_request("prompt is empty; expected at least one character or token id", "prompt")

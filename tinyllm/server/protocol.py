@@ -6,6 +6,7 @@ ask for something this server does not do; other unknown extras are ignored. Ran
 sampling fields are checked by SamplingParams, so the rules live in one place; every field is
 optional and nullable, since clients send `null` for "not set".
 """
+
 from __future__ import annotations
 
 import time
@@ -15,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_valid
 
 from .. import __version__
 
-MAX_N = 16          # choices per request: each is a sequence in the engine's batch
+MAX_N = 16  # choices per request: each is a sequence in the engine's batch
 MAX_TOP_LOGPROBS = 20
 # Names the code that produced an answer; OpenAI's clients read it from every response and chunk.
 SYSTEM_FINGERPRINT = f"tinyllm-{__version__}"
@@ -99,6 +100,7 @@ class DetokenizeRequest(_Body):
 
 
 # ---- responses ---------------------------------------------------------------------------------
+
 
 def _now() -> int:
     return int(time.time())

@@ -3,6 +3,7 @@
 Tests and the serving benchmark use it to run a real server (real sockets, real HTTP) without a
 subprocess, and to stop it cleanly afterwards.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,11 +25,24 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class ServerThread:
-    def __init__(self, app, host: str = "127.0.0.1", port: int | None = None, log_level: str = "warning",
-                 limits: ConnectionLimits | None = None):
+    def __init__(
+        self,
+        app,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        log_level: str = "warning",
+        limits: ConnectionLimits | None = None,
+    ):
         self.host, self.port = host, port or free_port(host)
-        config = uvicorn.Config(app, host=self.host, port=self.port, log_level=log_level, lifespan="on",
-                                timeout_graceful_shutdown=5, **uvicorn_options(limits or ConnectionLimits()))
+        config = uvicorn.Config(
+            app,
+            host=self.host,
+            port=self.port,
+            log_level=log_level,
+            lifespan="on",
+            timeout_graceful_shutdown=5,
+            **uvicorn_options(limits or ConnectionLimits()),
+        )
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, name="tinyllm-uvicorn", daemon=True)
 
@@ -36,7 +50,7 @@ class ServerThread:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> "ServerThread":
+    def start(self, timeout: float = 30.0) -> ServerThread:
         self._thread.start()
         deadline = time.monotonic() + timeout
         while not self.server.started:
@@ -45,7 +59,7 @@ class ServerThread:
             time.sleep(0.02)
         return self
 
-    def wait_ready(self, timeout: float = 120.0) -> "ServerThread":
+    def wait_ready(self, timeout: float = 120.0) -> ServerThread:
         """Poll /health until the model has loaded (200); raise if it failed or took too long."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -64,7 +78,7 @@ class ServerThread:
         self.server.should_exit = True
         self._thread.join(timeout)
 
-    def __enter__(self) -> "ServerThread":
+    def __enter__(self) -> ServerThread:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -1,10 +1,11 @@
 """From an API request to the engine's SamplingParams, one per choice.
 
 Defaults follow OpenAI: temperature 1; without max_tokens a completion gets 16 tokens and a chat
-choice may run to the end of the context. A request without a seed gets a fresh random one here, at the boundary, and the response
-returns it, so any answer can be reproduced by sending that seed back. Choice i of a prompt samples
-with seed + i, so the n choices of one request differ while each stays reproducible.
+choice may run to the end of the context. A request without a seed gets a fresh random one here, at the
+boundary, and the response returns it, so any answer can be reproduced by sending that seed back. Choice i
+of a prompt samples with seed + i, so the n choices of one request differ while each stays reproducible.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -31,10 +32,18 @@ def fresh_seed() -> int:
 def _common(req) -> dict:
     if req.stream_options is not None and not req.stream:
         raise bad_request("stream_options is only allowed when stream is true", "stream_options")
-    values = dict(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, min_p=req.min_p,
-                  repetition_penalty=req.repetition_penalty, presence_penalty=req.presence_penalty,
-                  frequency_penalty=req.frequency_penalty, stop=req.stop, stop_token_ids=req.stop_token_ids,
-                  ignore_eos=req.ignore_eos)
+    values = dict(
+        temperature=req.temperature,
+        top_p=req.top_p,
+        top_k=req.top_k,
+        min_p=req.min_p,
+        repetition_penalty=req.repetition_penalty,
+        presence_penalty=req.presence_penalty,
+        frequency_penalty=req.frequency_penalty,
+        stop=req.stop,
+        stop_token_ids=req.stop_token_ids,
+        ignore_eos=req.ignore_eos,
+    )
     values["stop"] = check_stops(req.stop) if req.stop is not None else None
     values["logit_bias"] = _logit_bias(req.logit_bias) if req.logit_bias else None
     # None means "not set": leave SamplingParams' default (which matches OpenAI's) in place.
@@ -46,8 +55,9 @@ def _logit_bias(bias: dict[str, float]) -> dict[int, float]:
     ids = {}
     for key, value in bias.items():
         if not (key.isascii() and key.isdigit()):
-            raise bad_request(f"logit_bias keys must be token ids written as decimal integers, got {key!r}",
-                              "logit_bias")
+            raise bad_request(
+                f"logit_bias keys must be token ids written as decimal integers, got {key!r}", "logit_bias"
+            )
         ids[int(key)] = value
     return ids
 
@@ -74,8 +84,7 @@ def chat_params(req: ChatCompletionRequest) -> tuple[dict, dict]:
     use_completion = req.max_completion_tokens is not None
     values["max_tokens"] = req.max_completion_tokens if use_completion else req.max_tokens
     values["logprobs"] = (req.top_logprobs or 0) if req.logprobs else None
-    names = {"max_tokens": "max_completion_tokens" if use_completion else "max_tokens",
-             "logprobs": "top_logprobs"}
+    names = {"max_tokens": "max_completion_tokens" if use_completion else "max_tokens", "logprobs": "top_logprobs"}
     return values, names
 
 

@@ -1,13 +1,14 @@
 """What chat and completions share: choices accumulated from engine outputs, usage, engine failures as
 HTTP errors, and running a request group to its end either whole (watching for the client leaving)
 or as a server-sent-event stream."""
+
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Awaitable, Callable, Iterable
 
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
@@ -25,7 +26,7 @@ log = logging.getLogger("tinyllm.server")
 @dataclass
 class Choice:
     index: int
-    prompt: int           # which prompt of the request it answers
+    prompt: int  # which prompt of the request it answers
     prompt_tokens: int
     pieces: list[str] = field(default_factory=list)
     logprobs: list = field(default_factory=list)
@@ -60,8 +61,12 @@ def usage_of(choices: list[Choice]) -> Usage:
         prompts[c.prompt] = (tokens, min(cached, c.cached_tokens))
     prompt_tokens = sum(t for t, _ in prompts.values())
     completion = sum(c.completion_tokens for c in choices)
-    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion, total_tokens=prompt_tokens + completion,
-                 prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(c for _, c in prompts.values())))
+    return Usage(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion,
+        total_tokens=prompt_tokens + completion,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(c for _, c in prompts.values())),
+    )
 
 
 def engine_error(exc: Exception, prompt_param: str) -> APIError:
@@ -146,8 +151,9 @@ class EventStream(StreamingResponse):
     by the client (Starlette then cancels the body iterator, which may never resume to clean up)."""
 
     def __init__(self, events: AsyncIterator[str], on_close: Callable[[], None]):
-        super().__init__(events, media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        super().__init__(
+            events, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
         self._on_close = on_close
 
     async def __call__(self, scope, receive, send) -> None:
@@ -170,8 +176,9 @@ class StreamShaper:
         return ()
 
 
-async def _events(group: RequestGroup, shaper: StreamShaper, choices: list[Choice],
-                  prompt_param: str) -> AsyncIterator[str]:
+async def _events(
+    group: RequestGroup, shaper: StreamShaper, choices: list[Choice], prompt_param: str
+) -> AsyncIterator[str]:
     try:
         for chunk in shaper.start():
             yield _sse(chunk)

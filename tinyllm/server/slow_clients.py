@@ -1,6 +1,7 @@
 """Slow clients must not hold the server: a connection whose request headers take longer than
 `header_timeout_s` is closed, a body that stops arriving for `body_timeout_s` answers 408 (limits.py),
 and past `max_connections` uvicorn answers 503. uvicorn alone waits forever for slow headers."""
+
 from __future__ import annotations
 
 import asyncio
@@ -11,17 +12,20 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 @dataclass(frozen=True)
 class ConnectionLimits:
-    header_timeout_s: float = 10.0   # a whole request line and headers, from the connection's start
-    body_timeout_s: float = 30.0     # the longest pause between two parts of a request body
-    max_connections: int = 256       # open connections and running requests, each
-    keep_alive_s: float = 5.0        # an idle keep-alive connection is closed after this
+    header_timeout_s: float = 10.0  # a whole request line and headers, from the connection's start
+    body_timeout_s: float = 30.0  # the longest pause between two parts of a request body
+    max_connections: int = 256  # open connections and running requests, each
+    keep_alive_s: float = 5.0  # an idle keep-alive connection is closed after this
 
     def __post_init__(self) -> None:
         for name in ("header_timeout_s", "body_timeout_s", "keep_alive_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if isinstance(self.max_connections, bool) or not isinstance(self.max_connections, int) \
-                or self.max_connections < 1:
+        if (
+            isinstance(self.max_connections, bool)
+            or not isinstance(self.max_connections, int)
+            or self.max_connections < 1
+        ):
             raise ValueError(f"max_connections must be a positive integer, got {self.max_connections!r}")
 
 
@@ -52,5 +56,8 @@ def guarded_h11(header_timeout_s: float) -> type:
 
 def uvicorn_options(limits: ConnectionLimits) -> dict:
     """Keyword arguments for uvicorn.Config / uvicorn.run."""
-    return dict(http=guarded_h11(limits.header_timeout_s), limit_concurrency=limits.max_connections,
-                timeout_keep_alive=limits.keep_alive_s)
+    return dict(
+        http=guarded_h11(limits.header_timeout_s),
+        limit_concurrency=limits.max_connections,
+        timeout_keep_alive=limits.keep_alive_s,
+    )

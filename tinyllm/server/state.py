@@ -1,5 +1,6 @@
 """The server's model, loaded in a background thread so the port answers (/health: 503) while a
 large model loads, and everything a handler needs once it is ready."""
+
 from __future__ import annotations
 
 import logging
@@ -36,8 +37,12 @@ class Ready:
     def check_model(self, model: str | None) -> None:
         # A request may leave `model` out; one that names another model gets OpenAI's 404.
         if model is not None and model != self.model_name and model not in self.aliases:
-            raise APIError(404, f"the model {model!r} does not exist; this server serves {self.model_name!r}",
-                           param="model", code="model_not_found")
+            raise APIError(
+                404,
+                f"the model {model!r} does not exist; this server serves {self.model_name!r}",
+                param="model",
+                code="model_not_found",
+            )
 
 
 def model_aliases(llm) -> frozenset:

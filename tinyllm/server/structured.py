@@ -3,6 +3,7 @@
 `json_schema` / `grammar` (both endpoints). At most one may ask for a constraint; a malformed one, or one the
 grammar engine cannot compile, is a 400 naming the field.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,21 +31,30 @@ def _structured_outputs(value: Any) -> StructuredOutput:
         raise TinyLLMError(f"structured_outputs must be an object, got {type(value).__name__}")
     asked = {k: v for k, v in value.items() if k in _SUB_FIELDS and v not in (None, False)}
     if len(asked) != 1:
-        raise TinyLLMError(f"structured_outputs must set exactly one of {', '.join(_SUB_FIELDS)}, "
-                           f"got {sorted(asked) or 'none'}")
+        raise TinyLLMError(
+            f"structured_outputs must set exactly one of {', '.join(_SUB_FIELDS)}, got {sorted(asked) or 'none'}"
+        )
     [(key, spec)] = asked.items()
     return _SUB_FIELDS[key](spec)
 
 
 _SUB_FIELDS: dict[str, Callable[[Any], StructuredOutput]] = {
-    "json": S.json_schema, "regex": S.regex, "grammar": S.grammar, "choice": _choice,
+    "json": S.json_schema,
+    "regex": S.regex,
+    "grammar": S.grammar,
+    "choice": _choice,
     "json_object": lambda _: S.json_object(),
 }
 
 # request field -> how its value becomes a StructuredOutput (None: the value asks for nothing)
 _EXTRA_FIELDS: dict[str, Callable[[Any], StructuredOutput | None]] = {
-    "guided_json": S.json_schema, "guided_regex": S.regex, "guided_grammar": S.grammar, "guided_choice": _choice,
-    "structured_outputs": _structured_outputs, "json_schema": S.json_schema, "grammar": S.grammar,
+    "guided_json": S.json_schema,
+    "guided_regex": S.regex,
+    "guided_grammar": S.grammar,
+    "guided_choice": _choice,
+    "structured_outputs": _structured_outputs,
+    "json_schema": S.json_schema,
+    "grammar": S.grammar,
 }
 
 
@@ -82,8 +92,9 @@ def structured_from(body) -> tuple[StructuredOutput | None, str | None]:
         if structured is not None:
             found.append((structured, name))
     if len(found) > 1:
-        raise bad_request(f"only one structured-output field may be sent, got {', '.join(n for _, n in found)}",
-                          found[1][1])
+        raise bad_request(
+            f"only one structured-output field may be sent, got {', '.join(n for _, n in found)}", found[1][1]
+        )
     return found[0] if found else (None, None)
 
 

@@ -7,6 +7,7 @@ values that mean "nothing asked" and are therefore accepted. Fields that change 
 answer (`user`, `metadata`, `prompt_cache_key`, ...) are accepted and listed in the README, as are
 unknown extras, which are ignored.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -52,39 +53,52 @@ _COMMON = _table(
     # structured outputs (guided_*, structured_outputs, json_schema, grammar) are read by structured.py
     ("guided_decoding_backend", _is("auto", "guidance", "llguidance"), '"auto" or "guidance"'),
     ("regex", _never, "nothing (send guided_regex)"),
-    ("min_tokens", _is(0), "0"), ("use_beam_search", _is(False), "false"),
-    ("include_stop_str_in_output", _is(False), "false"), ("skip_special_tokens", _is(True), "true"),
+    ("min_tokens", _is(0), "0"),
+    ("use_beam_search", _is(False), "false"),
+    ("include_stop_str_in_output", _is(False), "false"),
+    ("skip_special_tokens", _is(True), "true"),
     ("spaces_between_special_tokens", _is(True), "true"),
-    ("allowed_token_ids", _never, "nothing"), ("bad_words", _is([]), "an empty list"),
-    ("logits_processors", _is([]), "an empty list"), ("truncate_prompt_tokens", _never, "nothing"),
-    ("return_tokens_as_token_ids", _is(False), "false"), ("typical_p", _is(1.0, 1), "1"),
-    ("mirostat", _is(0), "0"), ("tfs_z", _is(1.0, 1), "1"), ("n_probs", _is(0), "0"),
+    ("allowed_token_ids", _never, "nothing"),
+    ("bad_words", _is([]), "an empty list"),
+    ("logits_processors", _is([]), "an empty list"),
+    ("truncate_prompt_tokens", _never, "nothing"),
+    ("return_tokens_as_token_ids", _is(False), "false"),
+    ("typical_p", _is(1.0, 1), "1"),
+    ("mirostat", _is(0), "0"),
+    ("tfs_z", _is(1.0, 1), "1"),
+    ("n_probs", _is(0), "0"),
 )
 
-CHAT_FIELDS = {**_COMMON, **_table(
-    ("tools", _is([]), "an empty list"),
-    ("tool_choice", _is("none"), '"none"'),
-    ("functions", _is([]), "an empty list"),
-    ("function_call", _is("none"), '"none"'),
-    ("audio", _never, "nothing"),
-    ("modalities", _is(["text"]), '["text"]'),
-    ("prediction", _never, "nothing"),
-    ("reasoning_effort", _never, "nothing (this model does not reason)"),
-    ("verbosity", _never, "nothing"),
-    ("web_search_options", _never, "nothing"),
-    ("echo", _is(False), "false"),
-    ("prompt_logprobs", _never, "nothing (it is a /v1/completions field here)"),
-    ("add_generation_prompt", _is(True), "true"),
-    ("continue_final_message", _is(False), "false"),
-    ("chat_template", _never, "nothing (the model's own template is used)"),
-    ("chat_template_kwargs", _is({}), "an empty object"),
-    ("documents", _is([]), "an empty list"),
-)}
+CHAT_FIELDS = {
+    **_COMMON,
+    **_table(
+        ("tools", _is([]), "an empty list"),
+        ("tool_choice", _is("none"), '"none"'),
+        ("functions", _is([]), "an empty list"),
+        ("function_call", _is("none"), '"none"'),
+        ("audio", _never, "nothing"),
+        ("modalities", _is(["text"]), '["text"]'),
+        ("prediction", _never, "nothing"),
+        ("reasoning_effort", _never, "nothing (this model does not reason)"),
+        ("verbosity", _never, "nothing"),
+        ("web_search_options", _never, "nothing"),
+        ("echo", _is(False), "false"),
+        ("prompt_logprobs", _never, "nothing (it is a /v1/completions field here)"),
+        ("add_generation_prompt", _is(True), "true"),
+        ("continue_final_message", _is(False), "false"),
+        ("chat_template", _never, "nothing (the model's own template is used)"),
+        ("chat_template_kwargs", _is({}), "an empty object"),
+        ("documents", _is([]), "an empty list"),
+    ),
+}
 
-COMPLETION_FIELDS = {**_COMMON, **_table(
-    ("best_of", _best_of_is_n, "a value equal to n"),
-    ("suffix", _is(""), "an empty string"),
-)}
+COMPLETION_FIELDS = {
+    **_COMMON,
+    **_table(
+        ("best_of", _best_of_is_n, "a value equal to n"),
+        ("suffix", _is(""), "an empty string"),
+    ),
+}
 
 MESSAGE_FIELDS = _table(
     ("tool_calls", _is([]), "an empty list"),
@@ -108,11 +122,17 @@ def check_supported(body, table: dict[str, Unsupported]) -> None:
     sent = {**(body.model_extra or {}), **{k: getattr(body, k) for k in type(body).model_fields}}
     entry = _first_unsupported(sent, table, sent)
     if entry is not None:
-        raise bad_request(f"{entry.name} is not supported by this server (it would be ignored); "
-                          f"send {entry.accepted} or leave it out", entry.name)
+        raise bad_request(
+            f"{entry.name} is not supported by this server (it would be ignored); "
+            f"send {entry.accepted} or leave it out",
+            entry.name,
+        )
     for i, message in enumerate(getattr(body, "messages", None) or ()):
         extra = message.model_extra or {}
         entry = _first_unsupported(extra, MESSAGE_FIELDS, extra)
         if entry is not None:
-            raise bad_request(f"messages[{i}].{entry.name} is not supported by this server (tool calling "
-                              f"is not implemented); send {entry.accepted} or leave it out", "messages")
+            raise bad_request(
+                f"messages[{i}].{entry.name} is not supported by this server (tool calling "
+                f"is not implemented); send {entry.accepted} or leave it out",
+                "messages",
+            )

@@ -1,9 +1,10 @@
 """A draft model proposer: a smaller model sharing the tokenizer drafts greedily through its own KV cache.
 `self_draft` makes one from the target's first layers and its head, so any model can speculate alone."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 import torch
 from torch import nn
@@ -55,7 +56,7 @@ class DraftModelProposer:
         if k <= 0:
             return []
         device = self.cache.device
-        feed = ids[len(self.seen):]
+        feed = ids[len(self.seen) :]
         logits = self.model(torch.tensor([feed], device=device), cache=self.cache, last_only=True)[0, -1]
         self.seen += feed
         drafts = []

@@ -1,4 +1,5 @@
 """Build a proposer from a SpeculativeConfig for one sequence; draft models come from loading/."""
+
 from __future__ import annotations
 
 from ..errors import TinyLLMError
@@ -25,8 +26,9 @@ class DraftModels:
             from ..loading.loader import load
 
             draft = load(config.draft_model, self.target.dtype, self.target.device)
-            if draft.tokenizer.vocab_size != self.tokenizer.vocab_size or \
-                    draft.tokenizer.encode(_PROBE) != self.tokenizer.encode(_PROBE):
+            if draft.tokenizer.vocab_size != self.tokenizer.vocab_size or draft.tokenizer.encode(
+                _PROBE
+            ) != self.tokenizer.encode(_PROBE):
                 raise TinyLLMError(f"draft model {config.draft_model!r} does not share the target's tokenizer")
             self._loaded[config.draft_model] = draft.model
         return self._loaded[config.draft_model]

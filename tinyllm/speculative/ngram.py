@@ -1,8 +1,9 @@
 """Prompt lookup: draft the tokens that followed the latest earlier occurrence of the sequence's last n-gram.
 No second model; strong when the output repeats its input (summaries, edits, code)."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 class NgramProposer:
@@ -13,11 +14,11 @@ class NgramProposer:
         ids = list(ids)
         n_ids = len(ids)
         for n in range(min(self.max_ngram, n_ids - 1), self.min_ngram - 1, -1):
-            suffix = ids[n_ids - n:]
+            suffix = ids[n_ids - n :]
             # the latest match that ends before the suffix itself, so something follows it
             for start in range(n_ids - n - 1, -1, -1):
-                if ids[start:start + n] == suffix:
-                    return ids[start + n:start + n + k]
+                if ids[start : start + n] == suffix:
+                    return ids[start + n : start + n + k]
         return []
 
     def rollback(self, num_tokens: int) -> None:

@@ -1,8 +1,10 @@
 """The proposer interface, and the settings that choose one."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from ..errors import TinyLLMError
 
@@ -21,11 +23,11 @@ class Proposer(Protocol):
 
 @dataclass(frozen=True)
 class SpeculativeConfig:
-    method: str = "ngram"            # "ngram" (prompt lookup) or "draft" (a draft model)
-    num_draft_tokens: int = 4        # k: drafts verified per target forward
-    max_ngram: int = 3               # prompt lookup: longest suffix n-gram to match
-    min_ngram: int = 2               # a 1-gram match is mostly noise: its drafts get rejected
-    draft_model: str | None = None   # path of a draft model sharing the tokenizer
+    method: str = "ngram"  # "ngram" (prompt lookup) or "draft" (a draft model)
+    num_draft_tokens: int = 4  # k: drafts verified per target forward
+    max_ngram: int = 3  # prompt lookup: longest suffix n-gram to match
+    min_ngram: int = 2  # a 1-gram match is mostly noise: its drafts get rejected
+    draft_model: str | None = None  # path of a draft model sharing the tokenizer
     draft_layers: int | None = None  # self-draft: the target's first N layers and its head
 
     def __post_init__(self) -> None:
@@ -39,6 +41,7 @@ class SpeculativeConfig:
             raise TinyLLMError(f"min_ngram ({self.min_ngram}) must not exceed max_ngram ({self.max_ngram})")
         if self.method == "draft" and (self.draft_model is None) == (self.draft_layers is None):
             raise TinyLLMError("the draft method needs exactly one of draft_model (a path) or draft_layers (N)")
-        if self.draft_layers is not None and (isinstance(self.draft_layers, bool)
-                                              or not isinstance(self.draft_layers, int) or self.draft_layers < 1):
+        if self.draft_layers is not None and (
+            isinstance(self.draft_layers, bool) or not isinstance(self.draft_layers, int) or self.draft_layers < 1
+        ):
             raise TinyLLMError(f"draft_layers must be a positive integer, got {self.draft_layers!r}")

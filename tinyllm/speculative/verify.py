@@ -8,9 +8,10 @@ probability is p(d) and a rejected x follows the residual, so this *is* rejectio
 exactly the token plain decoding draws at position t, seeded output is identical with and without drafts.
 Greedy is the special case x = argmax p.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -20,9 +21,15 @@ from ..sampling.rng import RequestRng
 from ..sampling.sampler import SampleResult, sample
 
 
-def verify_drafts(logits: torch.Tensor, drafts: Sequence[int], params: SamplingParams, prompt_ids: Sequence[int],
-                  generated_ids: Sequence[int], rng: RequestRng,
-                 constraint: Constraint | None = None) -> list[SampleResult]:
+def verify_drafts(
+    logits: torch.Tensor,
+    drafts: Sequence[int],
+    params: SamplingParams,
+    prompt_ids: Sequence[int],
+    generated_ids: Sequence[int],
+    rng: RequestRng,
+    constraint: Constraint | None = None,
+) -> list[SampleResult]:
     """logits [m+1, V]: row i predicts the token after generated_ids + drafts[:i]. Returns the tokens to
     emit: the accepted drafts, then the target's own token (a correction, or a bonus when all pass). A
     constraint masks row i with its state after generated_ids + drafts[:i]; the next call rolls it back past
@@ -30,8 +37,15 @@ def verify_drafts(logits: torch.Tensor, drafts: Sequence[int], params: SamplingP
     history = list(generated_ids)
     out = []
     for i in range(len(drafts) + 1):
-        r = sample(logits[i], params, prompt_ids=prompt_ids, generated_ids=history, rng=rng, position=len(history),
-                   constraint=constraint)
+        r = sample(
+            logits[i],
+            params,
+            prompt_ids=prompt_ids,
+            generated_ids=history,
+            rng=rng,
+            position=len(history),
+            constraint=constraint,
+        )
         out.append(r)
         if i == len(drafts) or r.token != drafts[i]:
             break

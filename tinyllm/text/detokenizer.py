@@ -1,4 +1,5 @@
 """Streaming detokenization: generated ids in, text pieces out that never end inside a character."""
+
 from __future__ import annotations
 
 import numbers
@@ -78,7 +79,7 @@ class IncrementalDecoder:
             final = len(text) - 1
         else:
             return ""
-        piece = text[self._settled:final]
+        piece = text[self._settled : final]
         self._settled = max(self._settled, final)
         if len(self._window) > _MAX_WINDOW:
             self._trim()
@@ -86,7 +87,7 @@ class IncrementalDecoder:
 
     def flush(self) -> str:
         """Returns the rest of text (a cut-off character comes out as decode gives it, U+FFFD) and resets."""
-        rest = self._text[self._settled:]
+        rest = self._text[self._settled :]
         self._reset()
         return rest
 
@@ -101,8 +102,10 @@ class IncrementalDecoder:
         _MAX_WINDOW, so trying the last _MAX_WINDOW cuts finds a clean one wherever there is one.
         """
         n = len(self._window)
-        splits = [(cut, self._tok.decode(self._window[:cut]), self._tok.decode(self._window[cut:]))
-                  for cut in range(n - 1, max(0, n - 1 - _MAX_WINDOW), -1)]
+        splits = [
+            (cut, self._tok.decode(self._window[:cut]), self._tok.decode(self._window[cut:]))
+            for cut in range(n - 1, max(0, n - 1 - _MAX_WINDOW), -1)
+        ]
         clean = [s for s in splits if self._text.startswith(s[1]) and self._text.endswith(s[2])]
         for cut, dropped, kept in clean + splits:
             settled = self._settled_after_cut(dropped, kept)

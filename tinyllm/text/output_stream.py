@@ -3,6 +3,7 @@
 token -> incremental detokenizer -> stop matcher -> text that is safe to send. EOS / stop ids are decided
 before a token gets here; a stop string ends the stream with the text cut before it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ class OutputStream:
     stopped: bool = False  # a stop string was found
 
     @classmethod
-    def create(cls, tok, stop_strings) -> "OutputStream":
+    def create(cls, tok, stop_strings) -> OutputStream:
         return cls(IncrementalDecoder(tok), StopMatcher(stop_strings))
 
     @property

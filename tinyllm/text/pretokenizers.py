@@ -4,6 +4,7 @@ A GGUF stores the vocabulary and merges but not how text is cut into words befor
 only names the scheme. Each scheme here is the list of split regexes llama.cpp applies for that
 name (and that the model's own tokenizer.json does), so that our token ids match the model's.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,12 +19,16 @@ GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(
 
 # Llama 3: case-insensitive contractions, a non-letter glued before a word, numbers in groups of
 # at most three digits, and newlines kept together with the whitespace before them.
-LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 
 # Qwen2: like Llama 3, but every digit is its own word.
-QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-               r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 
 # Every digit alone first (SmolLM2's tokenizer.json has Digits(individual_digits=True) before its
 # ByteLevel step); this matters for a digit after spaces: "  3" is "  " + "3", not " " + " 3".
@@ -33,9 +38,9 @@ SINGLE_DIGIT = r"\p{N}"
 @dataclass(frozen=True)
 class PreTokenizerSpec:
     name: str
-    splits: tuple[str, ...]       # regexes applied in order, each cutting the pieces the last left
-    ignore_merges: bool = False   # a whole word already in the vocab is one token (Llama 3 sets this)
-    add_bos: bool = False         # llama.cpp's default when the file has no tokenizer.ggml.add_bos_token
+    splits: tuple[str, ...]  # regexes applied in order, each cutting the pieces the last left
+    ignore_merges: bool = False  # a whole word already in the vocab is one token (Llama 3 sets this)
+    add_bos: bool = False  # llama.cpp's default when the file has no tokenizer.ggml.add_bos_token
 
 
 _SMOLLM = PreTokenizerSpec("smollm", (SINGLE_DIGIT, GPT2_SPLIT))
@@ -61,8 +66,7 @@ def pre_tokenizer_spec(name: object) -> PreTokenizerSpec:
     """The scheme for a `tokenizer.ggml.pre` value; TinyLLMError for one we do not know."""
     spec = PRE_TOKENIZERS.get(name) if isinstance(name, str) else None
     if spec is None:
-        raise TinyLLMError(f"tokenizer.ggml.pre is {name!r}, expected one of "
-                           f"{', '.join(sorted(PRE_TOKENIZERS))}")
+        raise TinyLLMError(f"tokenizer.ggml.pre is {name!r}, expected one of {', '.join(sorted(PRE_TOKENIZERS))}")
     return spec
 
 

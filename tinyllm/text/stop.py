@@ -1,7 +1,9 @@
 """Stop strings on streamed text: cut before the first one, hold back what could still become one."""
+
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from .stop_automaton import compile_stops
 
@@ -69,8 +71,8 @@ class StopMatcher:
             self._held, self._node, self._stopped = "", 0, True
             return StopResult(region[:earliest], True)
         keep = automaton.depth[node]
-        self._node, self._held = node, region[len(region) - keep:] if keep else ""
-        return StopResult(region[:len(region) - keep], False)
+        self._node, self._held = node, region[len(region) - keep :] if keep else ""
+        return StopResult(region[: len(region) - keep], False)
 
     def flush(self) -> str:
         """At the end of generation (no stop string): releases the held-back tail."""

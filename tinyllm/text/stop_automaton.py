@@ -10,6 +10,7 @@ After reading any text from node 0, the state is the node of the longest suffix 
 of some stop string. Nodes number at most the stop strings' total length plus one, and each character read
 costs O(1) amortised, so memory and time are linear in the stop strings' total length, never quadratic.
 """
+
 from __future__ import annotations
 
 from collections import deque

@@ -5,26 +5,38 @@ folder it is read from tokenizer.json; from a GGUF file it is rebuilt from the v
 and token types in the metadata, with the pre-tokenizer named by `tokenizer.ggml.pre` (see
 pretokenizers.py). Either way encode/decode below add only the BOS rule, so both paths behave alike.
 """
+
 from __future__ import annotations
 
 import json
 import operator
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import tokenizers
 from tokenizers import AddedToken, decoders, models, processors
 
-from .chat_template import render_chat
 from ..errors import TinyLLMError
+from .chat_template import render_chat
 from .pretokenizers import PreTokenizerSpec, build_pre_tokenizer, pre_tokenizer_spec, prefix_space_normalizer
 
 # Token texts that end a turn or the text, found in the vocabulary by their spelling because
 # neither GGUF nor tokenizer.json marks them (llama.cpp's end-of-generation list).
-END_OF_TURN_TEXTS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>",
-                     "<|endoftext|>", "<|end_of_text|>", "<EOT>", "<end_of_utterance>",
-                     "<|return|>", "<|call|>")
+END_OF_TURN_TEXTS = (
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "<end_of_utterance>",
+    "<|return|>",
+    "<|call|>",
+)
 
 # GGUF token types (llama.cpp's numbering).
 CONTROL, USER_DEFINED = 3, 4
@@ -65,24 +77,35 @@ class Tokenizer:
         """From GGUF metadata (llama.cpp's tokenizer.ggml.* keys); only byte-level BPE is supported."""
         model = metadata.get("tokenizer.ggml.model")
         if model != "gpt2":
-            raise TinyLLMError(f"tokenizer.ggml.model is {model!r}, expected 'gpt2' (byte-level BPE), "
-                               f"the only tokenizer kind tinyllm reads from GGUF")
+            raise TinyLLMError(
+                f"tokenizer.ggml.model is {model!r}, expected 'gpt2' (byte-level BPE), "
+                f"the only tokenizer kind tinyllm reads from GGUF"
+            )
         spec = pre_tokenizer_spec(metadata.get("tokenizer.ggml.pre"))
         tokens = _string_list(metadata, "tokenizer.ggml.tokens")
         bos_id = _optional_id(metadata, "tokenizer.ggml.bos_token_id", len(tokens))
         eos_id = _optional_id(metadata, "tokenizer.ggml.eos_token_id", len(tokens))
         add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", spec.add_bos))
         if add_bos and bos_id is None:
-            raise TinyLLMError("tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id "
-                               "is missing, expected a BOS id to add")
+            raise TinyLLMError(
+                "tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id "
+                "is missing, expected a BOS id to add"
+            )
         hf = _byte_level_bpe(tokens, _string_list(metadata, "tokenizer.ggml.merges"), spec)
         _add_gguf_added_tokens(hf, tokens, metadata.get("tokenizer.ggml.token_type") or [], (bos_id, eos_id))
         if metadata.get("tokenizer.ggml.add_space_prefix", False):
             hf.normalizer = prefix_space_normalizer()
         hf.post_processor = _bos_post_processor(hf, bos_id if add_bos else None)
-        return cls(hf=hf, kind=f"byte-level BPE (pre-tokenizer: {spec.name})", vocab_size=len(tokens),
-                   bos_id=bos_id, eos_id=eos_id, eot_ids=_find_eot_ids(hf, ()), add_bos=add_bos,
-                   chat_template=metadata.get("tokenizer.chat_template"))
+        return cls(
+            hf=hf,
+            kind=f"byte-level BPE (pre-tokenizer: {spec.name})",
+            vocab_size=len(tokens),
+            bos_id=bos_id,
+            eos_id=eos_id,
+            eot_ids=_find_eot_ids(hf, ()),
+            add_bos=add_bos,
+            chat_template=metadata.get("tokenizer.chat_template"),
+        )
 
     @classmethod
     def from_hf_folder(cls, folder: str | os.PathLike) -> Tokenizer:
@@ -106,9 +129,16 @@ class Tokenizer:
             ids = hf.encode("").ids
             add_bos = ids[:1] == [bos_id]
         add_bos = add_bos and bos_id is not None
-        return cls(hf=hf, kind=_describe(hf), vocab_size=hf.get_vocab_size(with_added_tokens=True),
-                   bos_id=bos_id, eos_id=eos_id, eot_ids=_find_eot_ids(hf, generation_eos),
-                   add_bos=add_bos, chat_template=_hf_chat_template(folder, config))
+        return cls(
+            hf=hf,
+            kind=_describe(hf),
+            vocab_size=hf.get_vocab_size(with_added_tokens=True),
+            bos_id=bos_id,
+            eos_id=eos_id,
+            eot_ids=_find_eot_ids(hf, generation_eos),
+            add_bos=add_bos,
+            chat_template=_hf_chat_template(folder, config),
+        )
 
     # ---- use ----------------------------------------------------------------------------
 
@@ -137,10 +167,14 @@ class Tokenizer:
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         """The prompt text for a conversation, rendered with the model's own template."""
         if self.chat_template is None:
-            raise TinyLLMError(f"this {self.kind} tokenizer has no chat template, expected a model "
-                               f"whose files include one")
-        special = {name: self.hf.id_to_token(i) for name, i in
-                   (("bos_token", self.bos_id), ("eos_token", self.eos_id)) if i is not None}
+            raise TinyLLMError(
+                f"this {self.kind} tokenizer has no chat template, expected a model whose files include one"
+            )
+        special = {
+            name: self.hf.id_to_token(i)
+            for name, i in (("bos_token", self.bos_id), ("eos_token", self.eos_id))
+            if i is not None
+        }
         return render_chat(self.chat_template, messages, add_generation_prompt, special)
 
     def _checked_ids(self, ids: Sequence[int]) -> list[int]:
@@ -157,6 +191,7 @@ class Tokenizer:
 
 
 # ---- GGUF helpers ------------------------------------------------------------------------
+
 
 def _string_list(metadata: dict, key: str) -> list[str]:
     value = metadata.get(key)
@@ -180,7 +215,7 @@ def _merge_pair(merge: str) -> tuple[str, str]:
     cut = merge.find(" ", 1)
     if cut < 0:
         raise TinyLLMError(f"GGUF merge {merge!r} has no space, expected 'left right'")
-    return merge[:cut], merge[cut + 1:]
+    return merge[:cut], merge[cut + 1 :]
 
 
 def _byte_level_bpe(tokens: list[str], merges: list[str], spec: PreTokenizerSpec) -> tokenizers.Tokenizer:
@@ -196,8 +231,9 @@ def _byte_level_bpe(tokens: list[str], merges: list[str], spec: PreTokenizerSpec
     return hf
 
 
-def _add_gguf_added_tokens(hf: tokenizers.Tokenizer, tokens: list[str], types: list[int],
-                           special_ids: tuple[int | None, ...]) -> None:
+def _add_gguf_added_tokens(
+    hf: tokenizers.Tokenizer, tokens: list[str], types: list[int], special_ids: tuple[int | None, ...]
+) -> None:
     """Control tokens (and BOS/EOS) become special; user-defined ones are matched whole but kept
     as text, as llama.cpp does. Both are found in raw text before any splitting."""
     control = {i for i, t in enumerate(types) if t == CONTROL} | {i for i in special_ids if i is not None}
@@ -211,11 +247,13 @@ def _bos_post_processor(hf: tokenizers.Tokenizer, bos_id: int | None):
     if bos_id is None:
         return None
     bos = hf.id_to_token(bos_id)
-    return processors.TemplateProcessing(single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 $B:1",
-                                         special_tokens=[(bos, bos_id)])
+    return processors.TemplateProcessing(
+        single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 $B:1", special_tokens=[(bos, bos_id)]
+    )
 
 
 # ---- shared / HF folder helpers ----------------------------------------------------------
+
 
 def _find_eot_ids(hf: tokenizers.Tokenizer, extra: Sequence[int]) -> tuple[int, ...]:
     found = {t: hf.token_to_id(t) for t in END_OF_TURN_TEXTS}
