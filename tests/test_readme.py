@@ -82,3 +82,12 @@ def test_readme_server_snippets_run_as_shown(live_server):
     for code in shell:
         out = run(["bash", "-c", code.replace(README_PORT, str(live_server))], live_server)
         assert '"text_completion"' in out and '"error"' not in out
+
+
+@pytest.mark.slow
+def test_readme_library_snippet_runs_as_shown():
+    (code,) = snippets("python", "tinyllm.LLM()")
+    env = {**os.environ, "PYTHONPATH": str(README.parent)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()

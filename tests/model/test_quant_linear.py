@@ -137,7 +137,7 @@ def default_pair():
 
 @pytest.mark.slow
 def test_default_model_native_logits_equal_dequantized(default_pair):
-    from test_reference import PROMPTS
+    from test_llama_vs_transformers import PROMPTS
 
     native, ref = default_pair
     for text in PROMPTS + ["héllo wörld 🙂 — 東京 12345"]:
@@ -148,7 +148,7 @@ def test_default_model_native_logits_equal_dequantized(default_pair):
 
 @pytest.mark.slow
 def test_default_model_native_greedy_ids_equal_dequantized(default_pair):
-    from test_reference import PROMPTS
+    from test_llama_vs_transformers import PROMPTS
 
     native, ref = default_pair
     for text in PROMPTS:
