@@ -56,3 +56,16 @@ def test_slot_range_only_for_consecutive_blocks():
     t.blocks[1], t.blocks[2] = t.blocks[2], t.blocks[1]
     assert t.slot_range(10) is None and t.slot_range(4) == slice(0, 4)
     assert torch.equal(t.slots(0, 4), torch.arange(4))
+
+
+def test_a_table_grows_into_the_block_after_its_last_when_free():
+    pool = BlockPool(8, 4)
+    t, y, z = BlockTable(pool), BlockTable(pool), BlockTable(pool)
+    t.reserve(0, 4)
+    y.reserve(0, 4)
+    z.reserve(0, 4)
+    assert (t.blocks, y.blocks, z.blocks) == ([0], [1], [2])
+    y.release()
+    z.release()  # the free list now starts with block 2, then 1
+    t.reserve(4, 12)  # continues after block 0: 1, 2 rather than 2 first
+    assert t.blocks == [0, 1, 2] and t.slot_range(12) == slice(0, 12)

@@ -57,11 +57,17 @@ class BlockPool:
         cached = sum(1 for b in self.free if b in self.key_of)
         return PoolStats(self.num_blocks, self.num_blocks - len(self.free), cached)
 
-    def allocate(self) -> int:
-        """A fresh block (ref 1), evicting the least recently used free one's key."""
+    def allocate(self, prefer: int | None = None) -> int:
+        """A fresh block (ref 1): `prefer` if it is free (it continues a sequence's run of consecutive blocks,
+        which attention reads in place instead of gathering), else the least recently used free one. A cached
+        prefix in the block handed out is evicted."""
         if not self.free:
             raise RuntimeError("no free KV blocks")  # callers check num_free first
-        block, _ = self.free.popitem(last=False)
+        if prefer is not None and prefer in self.free:
+            del self.free[prefer]
+            block = prefer
+        else:
+            block, _ = self.free.popitem(last=False)
         key = self.key_of.pop(block, None)
         if key is not None:
             del self.meta[key]

@@ -54,7 +54,7 @@ class BlockTable:
             else:
                 self.pool.forget(self.blocks[i])  # its contents change: it no longer names a cached prefix
         while len(self.blocks) < blocks_for(stop, self.block_size):
-            self.blocks.append(self.pool.allocate())
+            self.blocks.append(self.pool.allocate(prefer=self.blocks[-1] + 1 if self.blocks else None))
         return copies
 
     def truncate(self, num_positions: int) -> None:

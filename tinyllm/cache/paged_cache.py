@@ -71,8 +71,13 @@ class PagedStorage:
         shape = (self.num_blocks * self.block_size, self.n_kv_heads * self.d_head)
         return self.k[layer].view(shape), self.v[layer].view(shape)
 
-    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """k, v [T, Hkv, D] into slots [T] of one layer (rounded to the storage dtype)."""
+    def write(self, layer: int, slots: torch.Tensor | slice, k: torch.Tensor, v: torch.Tensor) -> None:
+        """k, v [T, Hkv, D] into slots [T] (or a slice of T consecutive slots) of one layer (rounded to the
+        storage dtype)."""
+        if isinstance(slots, slice):
+            self.k[layer, slots] = k
+            self.v[layer, slots] = v
+            return
         k_flat, v_flat = self.flat(layer)
         row = self.n_kv_heads * self.d_head
         k_flat.index_copy_(0, slots, k.reshape(k.shape[0], row).to(self.dtype))

@@ -58,6 +58,8 @@ class ModelRunner:
         layout = RaggedLayout(len(decodes), None, None, [])
         if decodes:
             layout.decode_slots, layout.decode_mask = self._decode_keys(decodes, tables)
+        # one decode whose blocks are consecutive: its new key goes to the slot after its keys, in place
+        in_place = not prefills and isinstance(layout.decode_slots, slice)
         for c in decodes + prefills:
             table = tables[c.request.request_id]
             stop = c.start + c.num_tokens
@@ -73,12 +75,16 @@ class ModelRunner:
                 extra.append((c, wanted, len(ids) + wanted.start - c.start))
             ids += c.request.tokens(c.start, stop)
             positions.append(torch.arange(c.start, stop))
-            slot_mapping.append(table.slots(c.start, stop, self.device))
+            if not in_place:
+                slot_mapping.append(table.slots(c.start, stop, self.device))
             if c.samples:
                 first = len(ids) - (stop - c.sample_start)
                 rows += range(first, len(ids))
                 sampling.append(c)
-        batch = PagedBatch(self.storage, torch.cat(slot_mapping), torch.cat(positions).to(self.device), layout)
+        write_slots = (
+            slice(layout.decode_slots.stop - 1, layout.decode_slots.stop) if in_place else torch.cat(slot_mapping)
+        )
+        batch = PagedBatch(self.storage, write_slots, torch.cat(positions).to(self.device), layout)
         num_sampled = len(rows)
         for _, wanted, first_row in extra:
             rows += range(first_row, first_row + len(wanted))

@@ -33,19 +33,12 @@ def ragged_attention(q: torch.Tensor, gather, layout: RaggedLayout) -> torch.Ten
     """q [1, H, N, D]; gather(slots [..., S]) -> keys, values [..., S, Hkv, D] of this layer, new keys already
     written -> [1, H, N, D]."""
     H = q.shape[1]
-    out = torch.empty_like(q)
     Bd = layout.num_decode
+    if Bd and not layout.prefills:  # decodes only (the common step): their output is the whole output
+        return _decode_attention(q, gather, layout).reshape(Bd, H, -1).transpose(0, 1)[None]  # [1, H, Bd, D]
+    out = torch.empty_like(q)
     if Bd:
-        kd, vd = gather(layout.decode_slots)  # [Bd, Smax, Hkv, D] each ([Smax, Hkv, D] from a slice)
-        if kd.dim() == 3:
-            kd, vd = kd[None], vd[None]  # [1, Smax, Hkv, D]
-        kd, vd = kd.transpose(1, 2), vd.transpose(1, 2)  # [Bd, Hkv, Smax, D]
-        Hkv, D = kd.shape[1], kd.shape[3]
-        # The G = H / Hkv query heads sharing a kv head act as G queries of that head: one plain SDPA,
-        # the same sums as GQA, and several times faster than enable_gqa in half precision on CPU.
-        qd = q[0, :, :Bd].transpose(0, 1).reshape(Bd, Hkv, H // Hkv, D)  # [Bd, Hkv, G, D]
-        od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=layout.decode_mask)  # [Bd, Hkv, G, D]
-        out[0, :, :Bd] = od.reshape(Bd, H, D).transpose(0, 1)
+        out[0, :, :Bd] = _decode_attention(q, gather, layout).reshape(Bd, H, -1).transpose(0, 1)
     for p in layout.prefills:
         qp = q[:, :, p.q_start : p.q_start + p.q_len]  # [1, H, T, D]
         kp, vp = gather(p.kv_slots)  # [S, Hkv, D] each
@@ -54,3 +47,17 @@ def ragged_attention(q: torch.Tensor, gather, layout: RaggedLayout) -> torch.Ten
             qp, kp, vp, attn_mask=p.mask, enable_gqa=kp.shape[1] != H
         )
     return out
+
+
+def _decode_attention(q: torch.Tensor, gather, layout: RaggedLayout) -> torch.Tensor:
+    """The decode queries (the first Bd rows of q [1, H, N, D]) over their keys -> [Bd, Hkv, G, D]."""
+    H, Bd = q.shape[1], layout.num_decode
+    kd, vd = gather(layout.decode_slots)  # [Bd, Smax, Hkv, D] each ([Smax, Hkv, D] from a slice)
+    if kd.dim() == 3:
+        kd, vd = kd[None], vd[None]  # [1, Smax, Hkv, D]
+    kd, vd = kd.transpose(1, 2), vd.transpose(1, 2)  # [Bd, Hkv, Smax, D]
+    Hkv, D = kd.shape[1], kd.shape[3]
+    # The G = H / Hkv query heads sharing a kv head act as G queries of that head: one plain SDPA,
+    # the same sums as GQA, and several times faster than enable_gqa in half precision on CPU.
+    qd = q[0, :, :Bd].transpose(0, 1).reshape(Bd, Hkv, H // Hkv, D)  # [Bd, Hkv, G, D]
+    return F.scaled_dot_product_attention(qd, kd, vd, attn_mask=layout.decode_mask)  # [Bd, Hkv, G, D]
