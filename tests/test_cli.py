@@ -156,3 +156,12 @@ def test_structured_output_flags(tiny_gguf, tmp_path):
     assert r.returncode == 2 and "the regex cannot be compiled" in r.stderr and "Traceback" not in r.stderr
     r = run(*base, "--json-schema", str(tmp_path / "missing.json"))
     assert r.returncode == 2 and "--json-schema file" in r.stderr
+
+
+def test_serve_takes_the_weight_options():
+    from tinyllm.cli import build_parser
+
+    args = build_parser().parse_args(["serve", "--weights", "dequantized", "--quantize", "int8"])
+    assert (args.weights, args.quantize) == ("dequantized", "int8")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--weights", "float"])

@@ -24,6 +24,14 @@ def add_serve_command(subparsers) -> None:
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="compute dtype")
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, ...)")
     p.add_argument(
+        "--weights",
+        default=None,
+        choices=["native", "dequantized"],
+        help="keep GGUF block formats as blocks (native, the default on the CPU: least memory, fastest alone) or "
+        "expand them to float (faster when many requests are batched)",
+    )
+    p.add_argument("--quantize", default=None, choices=["int8", "int4"], help="quantize a float model at load")
+    p.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it)"
     )
     p.add_argument("--port", type=int, default=8000)
@@ -142,7 +150,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.threads:
             torch.set_num_threads(args.threads)
 
-        return LLM(args.model, dtype=args.dtype, device=args.device)
+        return LLM(args.model, dtype=args.dtype, device=args.device, weights=args.weights, quantize=args.quantize)
 
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     app = create_app(
