@@ -4,13 +4,11 @@ import os
 import re
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tinyllm.server.runner import free_port
+from helpers.live_server import serve
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 README_PORT = "8000"
@@ -23,46 +21,8 @@ def snippets(language: str, marker: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def live_server():
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(README.parent)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tinyllm",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--threads",
-            "1",
-            "--max-num-seqs",
-            "4",
-            "--kv-memory-gb",
-            "0.1",
-            "--log-level",
-            "warning",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            pytest.fail("tinyllm serve did not become ready")
+    with serve("--max-num-seqs", "4", "--kv-memory-gb", "0.1") as port:
         yield port
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def run(cmd: list[str], port: int) -> str:

@@ -2,22 +2,15 @@
 (logprob, is_greedy), which it reads from /v1/completions echo with logprobs, equal LLM.score on the same
 tiny model and the same token ids."""
 
-import os
-import subprocess
-import sys
-import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
+from helpers.live_server import serve
 from helpers.model_files import random_tiny_llama, write_hf_folder
 from tinyllm import LLM
-from tinyllm.server.runner import free_port
 
 lm_eval = pytest.importorskip("lm_eval")
 
-ROOT = Path(__file__).resolve().parents[2]
 REQUESTS = [  # (context, continuation), as a multiple-choice task would ask them
     ("The river runs to the", " sea"),
     ("The river runs to the", " mountain"),
@@ -36,48 +29,8 @@ def folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def base_url(folder):
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tinyllm",
-            "serve",
-            "--model",
-            folder,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--threads",
-            "1",
-            "--kv-memory-gb",
-            "0.05",
-            "--served-model-name",
-            "tiny",
-            "--log-level",
-            "warning",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            pytest.fail("tinyllm serve did not become ready")
+    with serve("--model", folder, "--kv-memory-gb", "0.05", "--served-model-name", "tiny") as port:
         yield f"http://127.0.0.1:{port}/v1/completions"
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def greedy_request(llm) -> tuple[str, str]:
