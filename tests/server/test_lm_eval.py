@@ -2,7 +2,6 @@
 (logprob, is_greedy), which it reads from /v1/completions echo with logprobs, equal LLM.score on the same
 tiny model and the same token ids."""
 
-
 import pytest
 
 from helpers.live_server import serve
