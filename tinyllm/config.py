@@ -1,8 +1,8 @@
-"""The model's architecture, read from metadata (GGUF `llama.*` keys or config.json)."""
+"""The model's architecture, read from metadata (GGUF `{arch}.*` keys or config.json)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -20,9 +20,40 @@ def parse_dtype(value: str | torch.dtype, what: str = "dtype") -> torch.dtype:
     raise TinyLLMError(f"{what} must be one of {', '.join(DTYPES)}, got {value!r}")
 
 
+ROPE_SCALING_KINDS = ("linear", "llama3")
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """Rotary frequency scaling: "linear" divides every frequency by factor; "llama3" divides the low
+    frequencies by factor, keeps the high ones and blends between (Llama 3.1's scheme)."""
+
+    kind: str
+    factor: float
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+    def __post_init__(self) -> None:
+        if self.kind not in ROPE_SCALING_KINDS:
+            raise ValueError(f"rope scaling kind must be one of {', '.join(ROPE_SCALING_KINDS)}, got {self.kind!r}")
+        if not self.factor > 0:
+            raise ValueError(f"rope scaling factor must be positive, got {self.factor!r}")
+        if self.kind == "llama3" and not 0 < self.low_freq_factor < self.high_freq_factor:
+            raise ValueError(
+                f"llama3 rope scaling needs 0 < low_freq_factor < high_freq_factor, got "
+                f"{self.low_freq_factor} and {self.high_freq_factor}"
+            )
+
+
+LAYER_KINDS = ("full", "sliding")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
-    """Hyper-parameters of a Llama-family decoder. Validates itself on construction."""
+    """Hyper-parameters of a decoder of one of the families in model/family.py. Validates itself on
+    construction. Layers are "full" (attend to every earlier position) or "sliding" (the last
+    sliding_window positions, the query's own included)."""
 
     vocab_size: int
     hidden_size: int
@@ -36,7 +67,17 @@ class ModelConfig:
     rope_dim: int | None = None  # rotated dims per head; None means all of head_dim
     rms_norm_eps: float = 1e-5
     tie_word_embeddings: bool = False
-    architecture: str = "llama"
+    architecture: str = "llama"  # as the source names it (model_type or general.architecture)
+    family: str = "llama"  # a key of model/family.py's FAMILIES
+    attention_bias: bool = False  # q, k and v projections carry biases
+    rope_scaling: RopeScaling | None = None
+    rope_freq_factors: tuple[float, ...] | None = None  # [R/2] divisors of the frequencies (GGUF rope_freqs)
+    local_rope_theta: float | None = None  # sliding layers' rotary base, where it differs from rope_theta
+    sliding_window: int | None = None
+    layer_kinds: tuple[str, ...] = field(default=())  # per layer; () means every layer full
+    query_scale: float | None = None  # multiplies q·k; None means 1/sqrt(head_dim)
+    attn_softcap: float | None = None  # attention logits become cap·tanh(logit/cap)
+    final_softcap: float | None = None  # the same on the output logits
 
     def __post_init__(self) -> None:
         for name in (
@@ -61,6 +102,33 @@ class ModelConfig:
             raise ValueError(f"rope_dim must be even and in (0, head_dim={self.head_dim}], got {rope_dim}")
         if self.rms_norm_eps <= 0:
             raise ValueError(f"rms_norm_eps must be positive, got {self.rms_norm_eps}")
+        self._check_layers()
+        for name in ("local_rope_theta", "query_scale", "attn_softcap", "final_softcap"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be positive or None, got {value!r}")
+        if self.rope_freq_factors is not None and len(self.rope_freq_factors) != rope_dim // 2:
+            raise ValueError(
+                f"rope_freq_factors must hold rope_dim/2 = {rope_dim // 2} values, got {len(self.rope_freq_factors)}"
+            )
+
+    def _check_layers(self) -> None:
+        if self.layer_kinds and len(self.layer_kinds) != self.num_layers:
+            raise ValueError(f"layer_kinds must name {self.num_layers} layers, got {len(self.layer_kinds)}")
+        bad = [k for k in self.layer_kinds if k not in LAYER_KINDS]
+        if bad:
+            raise ValueError(f"layer kinds must be one of {', '.join(LAYER_KINDS)}, got {bad[0]!r}")
+        if self.sliding_window is not None and (not isinstance(self.sliding_window, int) or self.sliding_window <= 0):
+            raise ValueError(f"sliding_window must be a positive integer or None, got {self.sliding_window!r}")
+        if "sliding" in self.layer_kinds and self.sliding_window is None:
+            raise ValueError("layer_kinds has sliding layers but sliding_window is None")
+
+    def layer_kind(self, layer: int) -> str:
+        return self.layer_kinds[layer] if self.layer_kinds else "full"
+
+    def layer_window(self, layer: int) -> int | None:
+        """How many positions (the query's own included) a query of this layer sees; None = all."""
+        return self.sliding_window if self.layer_kind(layer) == "sliding" else None
 
     @property
     def rotary_dim(self) -> int:

@@ -11,7 +11,8 @@ import torch
 from ..cache.block_table import BlockTable
 from ..cache.fill import offset_causal_mask
 from ..cache.paged_cache import PagedStorage
-from ..model.ragged_attention import PrefillSlice, RaggedLayout, ragged_attention
+from ..model.ragged_attention import PrefillSlice, RaggedLayout, ragged_attention, windowed
+from ..model.sdpa import AttentionSpec
 from .prompt_logprobs import PromptRows, missing_positions
 from .scheduler import ScheduledChunk, SchedulerOutput
 
@@ -25,6 +26,7 @@ class PagedBatch:
         self, storage: PagedStorage, slot_mapping: torch.Tensor, positions: torch.Tensor, layout: RaggedLayout
     ):
         self.storage, self.slot_mapping, self._positions, self.layout = storage, slot_mapping, positions, layout
+        self._windowed = {None: layout}  # window -> the layout with its masks narrowed, made once per step
 
     def positions(self, t_new: int) -> torch.Tensor:
         return self._positions  # [N]
@@ -32,10 +34,16 @@ class PagedBatch:
     def mask(self, t_new: int) -> None:
         return None  # masks live in the layout, per group
 
-    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def attend(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: AttentionSpec | None = None
+    ) -> torch.Tensor:
         """Write the new k, v [1, Hkv, N, D] at their slots, then attend q [1, H, N, D] -> [1, H, N, D]."""
+        spec = spec or AttentionSpec()
         self.storage.write(layer, self.slot_mapping, k[0].transpose(0, 1), v[0].transpose(0, 1))
-        return ragged_attention(q, lambda slots: self.storage.gather(layer, slots, q.dtype), self.layout)
+        if spec.window not in self._windowed:
+            self._windowed[spec.window] = windowed(self.layout, spec.window)
+        layout = self._windowed[spec.window]
+        return ragged_attention(q, lambda slots: self.storage.gather(layer, slots, q.dtype), layout, spec)
 
 
 class ModelRunner:

@@ -41,7 +41,7 @@ def fuse(state: dict, source: str = "<memory>") -> dict:
         for prefix in prefixes:
             names = [prefix + p for p in parts]
             if all(n in out for n in names):
-                for n in names[1:]:
+                for n in names[1:] if fused.endswith(".weight") else ():  # biases are vectors: any lengths
                     if _columns(out[n]) != _columns(out[names[0]]) or len(getattr(out[n], "shape", ())) != 2:
                         raise TinyLLMError(
                             f"{source!r}: tensor {n} has shape {tuple(out[n].shape)}, expected "
@@ -57,6 +57,7 @@ def fused_sizes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     return {
         "self_attn.qkv_proj.weight": (q, kv, kv),
         "mlp.gate_up_proj.weight": (config.intermediate_size, config.intermediate_size),
+        "self_attn.qkv_proj.bias": (q, kv, kv),
     }
 
 

@@ -1,4 +1,4 @@
-"""A Llama model's config and weights from a GGUF file."""
+"""A model's weights from a GGUF file, named by the family's table; the config is gguf_config.py's."""
 
 from __future__ import annotations
 
@@ -9,48 +9,21 @@ import torch
 
 from ..config import ModelConfig
 from ..errors import TinyLLMError
+from ..model.family import FAMILIES, Family
+from .gguf_config import config_from_gguf  # noqa: F401  (the loader's one import for GGUF)
 from .gguf_file import GGUFFile
-from .names import GGUF_CONFIG_KEYS, GGUF_ROPE_PERMUTED, GGUF_TENSOR_NAMES, SUPPORTED_GGUF_ARCHITECTURES
+from .names import GGUF_ROPE_FREQS, GGUF_ROPE_PERMUTED, GGUF_TENSOR_NAMES
 from .progress import progress
 
 
-def config_from_gguf(g: GGUFFile) -> ModelConfig:
-    arch = g.architecture
-    if arch not in SUPPORTED_GGUF_ARCHITECTURES:
-        raise TinyLLMError(
-            f"{g.path!r} holds architecture {arch!r}, expected one of {', '.join(SUPPORTED_GGUF_ARCHITECTURES)}"
-        )
-    meta = g.metadata
-    values = {}
-    for field, key in GGUF_CONFIG_KEYS.items():
-        key = key.format(arch=arch)
-        if key in meta:
-            values[field] = meta[key]
-    if "rope_freqs.weight" in g.tensors:
-        raise TinyLLMError(f"{g.path!r} uses rotary frequency factors (rope_freqs), which are not supported")
-    required = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "max_position_embeddings")
-    missing = [GGUF_CONFIG_KEYS[f].format(arch=arch) for f in required if f not in values]
-    if missing:
-        raise TinyLLMError(f"{g.path!r} lacks metadata {', '.join(missing)}")
-    values.setdefault("num_kv_heads", values["num_heads"])
-    values.setdefault("head_dim", values["hidden_size"] // values["num_heads"])
-    values.setdefault("vocab_size", len(meta.get("tokenizer.ggml.tokens", ())))
-    values["tie_word_embeddings"] = "output.weight" not in g.tensors
-    ints = {k: int(v) for k, v in values.items() if k not in ("rope_theta", "rms_norm_eps", "tie_word_embeddings")}
-    values.update(ints)
-    try:
-        return ModelConfig(architecture=arch, **values)
-    except ValueError as exc:
-        raise TinyLLMError(f"{g.path!r} has an invalid config: {exc}") from None
-
-
-def _our_name(gguf_name: str) -> str | None:
+def _our_name(gguf_name: str, family: Family) -> str | None:
+    table = {**GGUF_TENSOR_NAMES, **dict(family.gguf_tensors)}
     layer = re.match(r"blk\.(\d+)\.", gguf_name)
     if layer:
         pattern = "blk.{i}." + gguf_name[layer.end() :]
-        target = GGUF_TENSOR_NAMES.get(pattern)
+        target = table.get(pattern)
         return target.format(i=layer.group(1)) if target else None
-    return GGUF_TENSOR_NAMES.get(gguf_name)
+    return table.get(gguf_name)
 
 
 def unpermute_rope_rows(w: np.ndarray, num_heads: int) -> np.ndarray:
@@ -66,8 +39,11 @@ def unpermute_rope_index(rows: int, num_heads: int) -> torch.Tensor:
 
 
 def _tensor(g: GGUFFile, gguf_name: str, name: str, config: ModelConfig, dtype: torch.dtype, native: bool):
-    """A float tensor, or (native) a QuantWeight viewing the file; Q/K rows reordered either way."""
+    """A float tensor, or (native) a QuantWeight viewing the file; Q/K rows reordered either way (for the
+    families llama.cpp permutes), norm weights shifted back where llama.cpp stored them shifted."""
+    family = FAMILIES[config.family]
     heads = next((getattr(config, f) for suffix, f in GGUF_ROPE_PERMUTED.items() if name.endswith(suffix)), None)
+    heads = heads if family.gguf_rope_permuted else None
     if native and g.can_stay_quantized(gguf_name):
         w = g.quant_weight(gguf_name)
         return w if heads is None else w.rows(unpermute_rope_index(w.shape[0], heads))  # copies Q/K only
@@ -76,15 +52,18 @@ def _tensor(g: GGUFFile, gguf_name: str, name: str, config: ModelConfig, dtype: 
     w = g.dequantize(gguf_name)
     if heads is not None:
         w = unpermute_rope_rows(w, heads)
+    if family.gguf_norm_shift and gguf_name.endswith("norm.weight"):
+        w = w - np.float32(family.gguf_norm_shift)
     return torch.from_numpy(w if w.flags.writeable else w.copy()).to(dtype)
 
 
 def state_dict_from_gguf(g: GGUFFile, config: ModelConfig, dtype: torch.dtype, native: bool = False) -> dict:
     """Our parameter names (HF names, before fusing) -> float tensors, or QuantWeights where `native`."""
     state = {}
-    for gguf_name in progress(list(g.tensors), desc="loading weights"):
-        name = _our_name(gguf_name)
+    family = FAMILIES[config.family]
+    for gguf_name in progress([n for n in g.tensors if n != GGUF_ROPE_FREQS], desc="loading weights"):
+        name = _our_name(gguf_name, family)
         if name is None:
-            raise TinyLLMError(f"{g.path!r} holds tensor {gguf_name!r}, which a Llama model does not have")
+            raise TinyLLMError(f"{g.path!r} holds tensor {gguf_name!r}, which a {family.name} model does not have")
         state[name] = _tensor(g, gguf_name, name, config, dtype, native)
     return state

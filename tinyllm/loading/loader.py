@@ -11,15 +11,15 @@ from torch import nn
 from ..config import ModelConfig
 from ..errors import TinyLLMError
 from ..kernels import dequantize
-from ..model.llama import LlamaForCausalLM
+from ..model.llama import LlamaForCausalLM, rotary_tables
 from ..model.quant_linear import QuantEmbedding, QuantLinear
-from ..model.rope import RotaryEmbedding
 from ..text.tokenizer import Tokenizer
 from .default_model import default_model_path
 from .fusion import fuse
 from .gguf_file import open_gguf
 from .gguf_model import config_from_gguf, state_dict_from_gguf
-from .hf_model import config_from_hf, read_json, state_dict_from_hf
+from .hf_config import config_from_hf
+from .hf_model import read_json, state_dict_from_hf
 from .quantize import QUANTIZE_MODES, quantize_state
 
 WEIGHT_MODES = ("native", "dequantized")
@@ -77,7 +77,7 @@ def _check_names_and_shapes(model: nn.Module, state: dict, source: str) -> None:
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
         raise TinyLLMError(
-            f"{source!r} does not match a Llama model of its config: missing {missing[:3]}, unexpected {unexpected[:3]}"
+            f"{source!r} does not match a {model.config.family} model of its config: missing {missing[:3]}, unexpected {unexpected[:3]}"
         )
     for name, shape in expected.items():
         if _shape(state[name]) != tuple(shape):
@@ -110,7 +110,8 @@ def build_model(
     model.load_state_dict(floats, assign=True, strict=True)
     if config.tie_word_embeddings and not _is_quantized(state["lm_head.weight"]):
         model.lm_head.weight = model.model.embed_tokens.weight
-    model.rotary = RotaryEmbedding(config.rotary_dim, config.rope_theta).to(device)
+    full, local = rotary_tables(config)
+    model.rotary, model.rotary_local = full.to(device), None if local is None else local.to(device)
     return model.eval().requires_grad_(False)
 
 

@@ -1,8 +1,6 @@
 """Name tables: GGUF and Hugging Face names mapped to our config fields and parameters (data, not code)."""
 
-# Architectures whose weights are a plain Llama decoder.
-SUPPORTED_GGUF_ARCHITECTURES = ("llama",)
-SUPPORTED_HF_MODEL_TYPES = ("llama",)
+# Which architectures load, and what sets each one apart, is model/family.py's FAMILIES.
 
 # ModelConfig field -> GGUF metadata key, with "{arch}" standing for general.architecture.
 GGUF_CONFIG_KEYS = {
@@ -19,7 +17,23 @@ GGUF_CONFIG_KEYS = {
     "vocab_size": "{arch}.vocab_size",
 }
 
-# GGUF tensor name -> our parameter name; "{i}" is the layer index.
+# Optional ModelConfig values -> GGUF metadata key (llama.cpp's names, from gguf.constants.Keys).
+GGUF_OPTIONAL_KEYS = {
+    "sliding_window": "{arch}.attention.sliding_window",
+    "sliding_window_pattern": "{arch}.attention.sliding_window_pattern",
+    "attn_softcap": "{arch}.attn_logit_softcapping",
+    "final_softcap": "{arch}.final_logit_softcapping",
+    "query_scale": "{arch}.attention.scale",
+    "local_rope_theta": "{arch}.rope.freq_base_swa",
+    "rope_scaling_type": "{arch}.rope.scaling.type",
+    "rope_scaling_factor": "{arch}.rope.scaling.factor",
+}
+
+# Tensors that configure rather than weigh: read into the config, never into a parameter.
+GGUF_ROPE_FREQS = "rope_freqs.weight"
+
+# GGUF tensor name -> our parameter name; "{i}" is the layer index. A family's table adds to or overrides
+# these (Family.gguf_tensors).
 GGUF_TENSOR_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
@@ -55,10 +69,18 @@ HF_CONFIG_KEYS = {
     "rope_theta": ("rope_theta",),
     "rms_norm_eps": ("rms_norm_eps",),
     "tie_word_embeddings": ("tie_word_embeddings",),
+    "attn_softcap": ("attn_logit_softcapping",),
+    "final_softcap": ("final_logit_softcapping",),
 }
+
+# config.json activation names -> Family.activation.
+HF_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh"}
+# config.json layer_types values -> our layer kinds.
+HF_LAYER_KINDS = {"full_attention": "full", "sliding_attention": "sliding"}
 
 # Our fused parameters -> the parameters (HF names, in row order) whose rows they concatenate.
 FUSED_PARAMETERS = {
     "self_attn.qkv_proj.weight": ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
     "mlp.gate_up_proj.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight"),
+    "self_attn.qkv_proj.bias": ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"),
 }

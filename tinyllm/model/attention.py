@@ -1,39 +1,57 @@
-"""Grouped-query attention whose keys and values go through a cache hook (`cache.update`)."""
+"""Grouped-query attention whose keys and values go through a cache hook (`cache.update`, or `cache.attend`
+for the engine's ragged batch). Optional pieces, switched on by the model family and its config: biases on
+q/k/v, a per-head norm of q and k before rotation, and the layer's AttentionSpec (scale, soft-cap, window)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from .rope import apply_rope
+from .sdpa import PLAIN, AttentionSpec, attention
 
 
 class GQAttention(nn.Module):
-    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int, layer_idx: int):
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        layer_idx: int,
+        *,
+        bias: bool = False,
+        qk_norm: type[nn.Module] | None = None,
+        eps: float = 1e-6,
+        spec: AttentionSpec = PLAIN,
+    ):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
-        self.layer_idx = layer_idx
+        self.layer_idx, self.spec = layer_idx, spec
         # Rows: H·D of q, then Hkv·D of k, then Hkv·D of v — one matmul reads x once.
-        self.qkv_proj = nn.Linear(hidden_size, (num_heads + 2 * num_kv_heads) * head_dim, bias=False)
+        self.qkv_proj = nn.Linear(hidden_size, (num_heads + 2 * num_kv_heads) * head_dim, bias=bias)
         self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
+        if qk_norm is not None:  # over each head's D values, shared by all heads
+            self.q_norm, self.k_norm = qk_norm(head_dim, eps), qk_norm(head_dim, eps)
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None, cache
     ) -> torch.Tensor:
-        """x [B, T, C]; mask True = may attend, broadcastable to [B, H, T, S], or None (see below)."""
+        """x [B, T, C]; mask True = may attend, broadcastable to [B, H, T, S], or None (see below); the
+        model hands each layer the mask of its window."""
         B, T, _ = x.shape
         H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = self.qkv_proj(x).view(B, T, H + 2 * Hkv, D).transpose(1, 2)  # [B, H+2Hkv, T, D]
-        q, k = apply_rope(qkv[:, : H + Hkv], cos, sin).split((H, Hkv), dim=1)  # [B, H, T, D], [B, Hkv, T, D]
+        qk = qkv[:, : H + Hkv]  # [B, H+Hkv, T, D]
+        if hasattr(self, "q_norm"):
+            qk = torch.cat((self.q_norm(qk[:, :H]), self.k_norm(qk[:, H:])), dim=1)  # [B, H+Hkv, T, D]
+        q, k = apply_rope(qk, cos, sin).split((H, Hkv), dim=1)  # [B, H, T, D], [B, Hkv, T, D]
         v = qkv[:, H + Hkv :]  # [B, Hkv, T, D]
         if getattr(cache, "is_ragged", False):  # the engine's batch of several flattened sequences
-            out = cache.attend(self.layer_idx, q, k, v)  # [1, H, T, D]
+            out = cache.attend(self.layer_idx, q, k, v, self.spec)  # [1, H, T, D]
             return self.o_proj(out.transpose(1, 2).reshape(B, T, H * D))
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)  # [B, Hkv, S, D], everything stored
         # mask None: without a cache the chunk is plainly causal; with one, every stored key is visible.
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=mask is None and cache is None, enable_gqa=Hkv != H
-        )  # [B, H, T, D]
+        out = attention(q, k, v, mask, self.spec, is_causal=mask is None and cache is None)  # [B, H, T, D]
         return self.o_proj(out.transpose(1, 2).reshape(B, T, H * D))  # [B, T, C]

@@ -1,6 +1,8 @@
-"""A Llama-family decoder (SmolLM2, Llama 2/3, TinyLlama, ...): wires embedding, blocks, norm and head.
+"""The decoder every family shares (Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3): wires embedding, blocks,
+norm and head. What differs between families is data (model/family.py, ModelConfig) choosing small pieces:
+the norm, the activation, the block layout, the per-layer AttentionSpec and rotary tables.
 
-Parameter names follow Hugging Face's LlamaForCausalLM, except that q/k/v and gate/up are fused into one
+Parameter names follow Hugging Face's checkpoints, except that q/k/v and gate/up are fused into one
 projection each (`qkv_proj`, `gate_up_proj`); the loaders map both HF and GGUF names by tables and
 concatenate the fused rows (loading/fusion.py).
 """
@@ -12,46 +14,91 @@ from torch import nn
 
 from ..config import ModelConfig
 from .attention import GQAttention
-from .mlp import SwiGLU
-from .norm import RMSNorm
+from .family import FAMILIES, Family
+from .mlp import GatedMLP
+from .norm import NORMS
 from .rope import RotaryEmbedding
+from .sdpa import AttentionSpec, window_mask
+
+
+def attention_spec(config: ModelConfig, layer: int) -> AttentionSpec:
+    return AttentionSpec(config.query_scale, config.attn_softcap, config.layer_window(layer))
 
 
 class DecoderLayer(nn.Module):
     """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x)). The attention is GQA unless given."""
 
-    def __init__(self, config, layer_idx: int, attention: nn.Module | None = None):
+    def __init__(self, config, layer_idx: int, attention: nn.Module | None = None, family: Family | None = None):
         super().__init__()
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        family = family or FAMILIES["llama"]
+        norm = NORMS[family.norm]
+        self.input_layernorm = norm(config.hidden_size, config.rms_norm_eps)
         self.self_attn = attention or GQAttention(
-            config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim, layer_idx
+            config.hidden_size,
+            config.num_heads,
+            config.num_kv_heads,
+            config.head_dim,
+            layer_idx,
+            bias=config.attention_bias or family.qkv_bias,
+            qk_norm=norm if family.qk_norm else None,
+            eps=config.rms_norm_eps,
+            spec=attention_spec(config, layer_idx),
         )
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = SwiGLU(config.hidden_size, config.intermediate_size)
+        self.post_attention_layernorm = norm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, family.activation)
 
     def forward(self, x, cos, sin, mask, cache):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
+class SandwichDecoderLayer(DecoderLayer):
+    """Norms on both sides of each sub-layer (Gemma 2/3): x + post(attn(pre(x))), then the same for the MLP.
+    Here post_attention_layernorm is the norm after attention, as Gemma's checkpoints name it."""
+
+    def __init__(self, config, layer_idx: int, family: Family):
+        super().__init__(config, layer_idx, family=family)
+        norm = NORMS[family.norm]
+        self.pre_feedforward_layernorm = norm(config.hidden_size, config.rms_norm_eps)
+        self.post_feedforward_layernorm = norm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, x, cos, sin, mask, cache):
+        x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), cos, sin, mask, cache))
+        return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
+
+
+BLOCKS = {"pre_norm": lambda c, i, f: DecoderLayer(c, i, family=f), "sandwich": SandwichDecoderLayer}
+
+
 class LlamaBackbone(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, family: Family):
         super().__init__()
         # Zeros, not nn.Embedding's normal_ init: loaders build on the meta device, where normal_ imports
         # torch's Python decompositions (seconds and tens of MB); every weight is loaded afterwards anyway.
         self.embed_tokens = nn.Embedding(
             config.vocab_size, config.hidden_size, _weight=torch.zeros(config.vocab_size, config.hidden_size)
         )
-        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.layers = nn.ModuleList(BLOCKS[family.block](config, i, family) for i in range(config.num_layers))
+        self.norm = NORMS[family.norm](config.hidden_size, config.rms_norm_eps)
+
+
+def rotary_tables(config: ModelConfig) -> tuple[RotaryEmbedding, RotaryEmbedding | None]:
+    """The full layers' rotary (rope_theta and the scaling), and the sliding layers' own (its base,
+    unscaled) where the config gives one; None means the sliding layers share the first."""
+    full = RotaryEmbedding(config.rotary_dim, config.rope_theta, config.rope_scaling, config.rope_freq_factors)
+    local = None if config.local_rope_theta is None else RotaryEmbedding(config.rotary_dim, config.local_rope_theta)
+    return full, local
 
 
 class LlamaForCausalLM(nn.Module):
+    """A decoder of any family in model/family.py; the name is kept from when Llama was the only one."""
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
-        self.model = LlamaBackbone(config)
-        self.rotary = RotaryEmbedding(config.rotary_dim, config.rope_theta)
+        self.family = FAMILIES[config.family]
+        self.model = LlamaBackbone(config, self.family)
+        self.rotary, self.rotary_local = rotary_tables(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
@@ -64,6 +111,17 @@ class LlamaForCausalLM(nn.Module):
     @property
     def dtype(self) -> torch.dtype:
         return self.model.norm.weight.dtype
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.model.embed_tokens(ids)  # [B, T, C]
+        if self.family.embed_scale:  # the scale rounded to the compute dtype first, as Gemma does
+            x = x * torch.tensor(self.config.hidden_size**0.5, dtype=x.dtype)
+        return x
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.lm_head(self.model.norm(x)).float()  # [B, T, V]
+        cap = self.config.final_softcap
+        return logits if cap is None else torch.tanh(logits / cap) * cap
 
     def forward(
         self,
@@ -78,24 +136,34 @@ class LlamaForCausalLM(nn.Module):
 
         With a cache, positions and the mask are read from it once, before any layer appends; each layer
         then calls cache.update(layer, k, v) once. Without one this is a plain causal forward over ids.
+        Sliding layers get the mask narrowed to their window (a ragged batch narrows its own).
         """
         T = ids.shape[1]
-        mask = None
+        mask, num_keys = None, T
         if cache is not None:
             if positions is None:
                 positions = cache.positions(T)  # [T] or [B, T]
             mask = cache.mask(T)  # [T, S] or [B, 1, T, S], True = may attend; None for a ragged batch
+            num_keys = mask.shape[-1] if mask is not None else T
             if T == 1 and mask is not None and mask.dim() == 2:
                 mask = None  # one new query of one sequence sees every stored key
         elif positions is None:
             positions = torch.arange(T, device=ids.device)  # [T]
         positions = positions.to(ids.device)
-        x = self.model.embed_tokens(ids)  # [B, T, C]
-        cos, sin = self.rotary.cos_sin(positions, x.dtype)  # [T, R] or [B, T, R]
-        for layer in self.model.layers:
-            x = layer(x, cos, sin, mask, cache)
+        x = self.embed(ids)  # [B, T, C]
+        ropes = {"full": self.rotary.cos_sin(positions, x.dtype)}  # cos, sin [T, R] each
+        local = getattr(self, "rotary_local", None)
+        ropes["sliding"] = ropes["full"] if local is None else local.cos_sin(positions, x.dtype)
+        windowed = {}  # window -> mask
+        ragged = getattr(cache, "is_ragged", False)
+        for i, layer in enumerate(self.model.layers):
+            window = self.config.layer_window(i)
+            if window is not None and not ragged and window not in windowed:
+                windowed[window] = window_mask(mask, T, num_keys, window, ids.device)  # [T, S] or [B, 1, T, S]
+            cos, sin = ropes[self.config.layer_kind(i)]
+            x = layer(x, cos, sin, mask if window is None or ragged else windowed[window], cache)
         if last_only:
             x = x[:, -1:]  # [B, 1, C]
         elif rows is not None:
             x = x[:, rows]  # [B, len(rows), C]
-        return self.lm_head(self.model.norm(x)).float()  # [B, T, V]
+        return self.head(x)  # [B, T, V]

@@ -19,3 +19,14 @@ class RMSNorm(nn.Module):
         # Half precision rounds the normalized value before the scale, as the reference does.
         x32 = F.rms_norm(x.float(), self.weight.shape, None, self.eps)
         return self.weight * x32.to(x.dtype)
+
+
+class RMSNormPlusOne(RMSNorm):
+    """Gemma's RMSNorm: the weight stores the scale minus one, so the scale is (1 + weight)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = F.rms_norm(x.float(), self.weight.shape, None, self.eps)
+        return (x32 * (1.0 + self.weight.float())).to(x.dtype)
+
+
+NORMS = {"rms": RMSNorm, "rms_plus_one": RMSNormPlusOne}

@@ -2,15 +2,17 @@
 
 The batch puts every decode query first (one token per sequence), then each prefill chunk. Decode
 queries attend in one batched SDPA call over their keys gathered from the paged pool and padded to the
-longest context (padding masked out); each prefill chunk attends with the offset causal mask.
+longest context (padding masked out); each prefill chunk attends with the offset causal mask. A layer
+with a sliding window narrows both masks to it (`windowed`), so no query sees a key outside its window.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
-from torch.nn import functional as F
+
+from .sdpa import PLAIN, AttentionSpec, attention, window_decode_mask, window_mask
 
 
 @dataclass
@@ -29,27 +31,40 @@ class RaggedLayout:
     prefills: list[PrefillSlice]
 
 
-def ragged_attention(q: torch.Tensor, gather, layout: RaggedLayout) -> torch.Tensor:
+def _num_slots(slots: torch.Tensor | slice) -> int:
+    return slots.stop - slots.start if isinstance(slots, slice) else slots.shape[-1]
+
+
+def windowed(layout: RaggedLayout, window: int | None) -> RaggedLayout:
+    """The same batch with every mask narrowed to the last `window` positions of each query."""
+    if window is None:
+        return layout
+    decode_mask = layout.decode_mask
+    if layout.num_decode:
+        decode_mask = window_decode_mask(decode_mask, _num_slots(layout.decode_slots), window)
+    prefills = [replace(p, mask=window_mask(p.mask, p.q_len, p.mask.shape[-1], window)) for p in layout.prefills]
+    return RaggedLayout(layout.num_decode, layout.decode_slots, decode_mask, prefills)
+
+
+def ragged_attention(q: torch.Tensor, gather, layout: RaggedLayout, spec: AttentionSpec = PLAIN) -> torch.Tensor:
     """q [1, H, N, D]; gather(slots [..., S]) -> keys, values [..., S, Hkv, D] of this layer, new keys already
-    written -> [1, H, N, D]."""
+    written -> [1, H, N, D]. The layout's masks must already honour spec.window (see `windowed`)."""
     H = q.shape[1]
     Bd = layout.num_decode
     if Bd and not layout.prefills:  # decodes only (the common step): their output is the whole output
-        return _decode_attention(q, gather, layout).reshape(Bd, H, -1).transpose(0, 1)[None]  # [1, H, Bd, D]
+        return _decode_attention(q, gather, layout, spec).reshape(Bd, H, -1).transpose(0, 1)[None]  # [1, H, Bd, D]
     out = torch.empty_like(q)
     if Bd:
-        out[0, :, :Bd] = _decode_attention(q, gather, layout).reshape(Bd, H, -1).transpose(0, 1)
+        out[0, :, :Bd] = _decode_attention(q, gather, layout, spec).reshape(Bd, H, -1).transpose(0, 1)
     for p in layout.prefills:
         qp = q[:, :, p.q_start : p.q_start + p.q_len]  # [1, H, T, D]
         kp, vp = gather(p.kv_slots)  # [S, Hkv, D] each
         kp, vp = kp.transpose(0, 1)[None], vp.transpose(0, 1)[None]  # [1, Hkv, S, D]
-        out[:, :, p.q_start : p.q_start + p.q_len] = F.scaled_dot_product_attention(
-            qp, kp, vp, attn_mask=p.mask, enable_gqa=kp.shape[1] != H
-        )
+        out[:, :, p.q_start : p.q_start + p.q_len] = attention(qp, kp, vp, p.mask, spec)
     return out
 
 
-def _decode_attention(q: torch.Tensor, gather, layout: RaggedLayout) -> torch.Tensor:
+def _decode_attention(q: torch.Tensor, gather, layout: RaggedLayout, spec: AttentionSpec) -> torch.Tensor:
     """The decode queries (the first Bd rows of q [1, H, N, D]) over their keys -> [Bd, Hkv, G, D]."""
     H, Bd = q.shape[1], layout.num_decode
     kd, vd = gather(layout.decode_slots)  # [Bd, Smax, Hkv, D] each ([Smax, Hkv, D] from a slice)
@@ -60,4 +75,4 @@ def _decode_attention(q: torch.Tensor, gather, layout: RaggedLayout) -> torch.Te
     # The G = H / Hkv query heads sharing a kv head act as G queries of that head: one plain SDPA,
     # the same sums as GQA, and several times faster than enable_gqa in half precision on CPU.
     qd = q[0, :, :Bd].transpose(0, 1).reshape(Bd, Hkv, H // Hkv, D)  # [Bd, Hkv, G, D]
-    return F.scaled_dot_product_attention(qd, kd, vd, attn_mask=layout.decode_mask)  # [Bd, Hkv, G, D]
+    return attention(qd, kd, vd, layout.decode_mask, spec)  # [Bd, Hkv, G, D]

@@ -21,12 +21,14 @@ def self_draft(target: LlamaForCausalLM, num_layers: int) -> LlamaForCausalLM:
         raise TinyLLMError(f"draft_layers must be in [1, {total - 1}] for a {total}-layer model, got {num_layers}")
     draft = LlamaForCausalLM.__new__(LlamaForCausalLM)
     nn.Module.__init__(draft)
-    draft.config = replace(target.config, num_layers=num_layers)
+    c = target.config
+    draft.config = replace(c, num_layers=num_layers, layer_kinds=c.layer_kinds[:num_layers])
     draft.model = nn.Module()
     draft.model.embed_tokens = target.model.embed_tokens
     draft.model.layers = nn.ModuleList(list(target.model.layers)[:num_layers])
     draft.model.norm = target.model.norm
-    draft.rotary, draft.lm_head = target.rotary, target.lm_head
+    draft.family, draft.rotary, draft.rotary_local = target.family, target.rotary, target.rotary_local
+    draft.lm_head = target.lm_head
     return draft.eval()
 
 

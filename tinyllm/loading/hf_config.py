@@ -1,0 +1,111 @@
+"""config.json -> ModelConfig for every family in model/family.py, old and new transformers layouts alike
+(`rope_scaling` + `rope_theta`, or `rope_parameters`, possibly one per layer kind)."""
+
+from __future__ import annotations
+
+import os
+
+from ..config import ModelConfig, RopeScaling
+from ..errors import TinyLLMError
+from ..model.family import Family, family_for_hf
+from .hf_model import read_json
+from .names import HF_ACTIVATIONS, HF_CONFIG_KEYS, HF_LAYER_KINDS
+
+
+def rope_scaling_from(params: dict | None, where: str) -> RopeScaling | None:
+    """A rope_scaling / rope_parameters dict -> RopeScaling (None for no scaling)."""
+    params = params or {}
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind in ("default", None):
+        return None
+    if kind not in ("linear", "llama3"):
+        raise TinyLLMError(f"{where}: rope scaling of type {kind!r} is not supported, expected default, linear or llama3")
+    extra = {}
+    if kind == "llama3":
+        keys = ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+        extra = {k: params[k] for k in keys if k in params}
+    try:
+        return RopeScaling(kind, float(params.get("factor", 1.0)), **extra)
+    except ValueError as exc:
+        raise TinyLLMError(f"{where}: {exc}") from None
+
+
+def _rope(raw: dict, where: str) -> dict:
+    """rope_theta, rope_scaling and local_rope_theta from either layout."""
+    params = raw.get("rope_parameters") or {}
+    if "full_attention" in params:  # one set per layer kind
+        full, local = params["full_attention"], params.get("sliding_attention") or {}
+        if rope_scaling_from(local, where) is not None:
+            raise TinyLLMError(f"{where}: rope scaling on sliding layers is not supported")
+        theta, local_theta = full.get("rope_theta"), local.get("rope_theta")
+        scaling = rope_scaling_from(full, where)
+    else:
+        theta = raw.get("rope_theta", params.get("rope_theta"))
+        local_theta = raw.get("rope_local_base_freq")
+        scaling = rope_scaling_from(raw.get("rope_scaling") or params, where)
+    values = {"rope_scaling": scaling, "local_rope_theta": None if local_theta is None else float(local_theta)}
+    if theta is not None:
+        values["rope_theta"] = float(theta)
+    factor = raw.get("partial_rotary_factor", params.get("partial_rotary_factor"))
+    if factor is not None and factor != 1.0:
+        values["partial_rotary_factor"] = float(factor)
+    return values
+
+
+def _layer_kinds(raw: dict, family: Family, num_layers: int, where: str) -> tuple[str, ...]:
+    if raw.get("layer_types"):
+        bad = [t for t in raw["layer_types"] if t not in HF_LAYER_KINDS]
+        if bad:
+            raise TinyLLMError(f"{where}: layer type {bad[0]!r} is not supported, expected {', '.join(HF_LAYER_KINDS)}")
+        return tuple(HF_LAYER_KINDS[t] for t in raw["layer_types"])
+    if raw.get("sliding_window") is None or raw.get("use_sliding_window") is False:
+        return ()
+    pattern = raw.get("sliding_window_pattern", family.sliding_pattern)
+    if pattern:
+        return tuple("full" if (i + 1) % pattern == 0 else "sliding" for i in range(num_layers))
+    if raw.get("use_sliding_window"):  # Qwen2's older layout: layers from max_window_layers on slide
+        start = raw.get("max_window_layers", 0)
+        return tuple("sliding" if i >= start else "full" for i in range(num_layers))
+    return ("sliding",) * num_layers
+
+
+def _check_options(raw: dict, family: Family, where: str) -> None:
+    if raw.get("mlp_bias"):
+        raise TinyLLMError(f"{where}: mlp_bias is not supported")
+    act = raw.get("hidden_activation") or raw.get("hidden_act")
+    if act is not None and HF_ACTIVATIONS.get(act) != family.activation:
+        raise TinyLLMError(f"{where}: hidden activation {act!r} is not supported for {family.name}")
+
+
+def config_from_hf(folder: str) -> ModelConfig:
+    path = os.path.join(folder, "config.json")
+    if not os.path.isfile(path):
+        raise TinyLLMError(f"model folder {folder!r} has no config.json")
+    raw = read_json(path)
+    model_type = raw.get("model_type")
+    family = family_for_hf(model_type)
+    where = repr(path)
+    _check_options(raw, family, where)
+    values = {}
+    for field, keys in HF_CONFIG_KEYS.items():
+        for key in keys:
+            if raw.get(key) is not None:
+                values[field] = raw[key]
+                break
+    values.update(_rope(raw, where))
+    values.setdefault("num_kv_heads", values.get("num_heads"))
+    if "head_dim" not in values and "hidden_size" in values and values.get("num_heads"):
+        values["head_dim"] = values["hidden_size"] // values["num_heads"]
+    factor = values.pop("partial_rotary_factor", None)
+    if factor is not None and "head_dim" in values:
+        values["rope_dim"] = int(values["head_dim"] * factor)
+    if raw.get("query_pre_attn_scalar") is not None:
+        values["query_scale"] = float(raw["query_pre_attn_scalar"]) ** -0.5
+    values["attention_bias"] = bool(raw.get("attention_bias")) and not family.qkv_bias
+    kinds = _layer_kinds(raw, family, values.get("num_layers", 0), where)
+    values["layer_kinds"] = kinds
+    values["sliding_window"] = raw.get("sliding_window") if "sliding" in kinds else None
+    try:
+        return ModelConfig(architecture=model_type, family=family.name, **values)
+    except (TypeError, ValueError) as exc:
+        raise TinyLLMError(f"{where} is not a valid {family.name} config: {exc}") from None

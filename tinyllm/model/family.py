@@ -1,0 +1,127 @@
+"""Model families as data: what makes each decoder differ from Llama, in one frozen description each.
+
+The model (llama.py) and the loaders read these fields; no forward branches on a family's name. What a
+config may switch on or off within a family (biases, windows, softcaps, rope scaling) lives in
+ModelConfig; what every model of the family shares lives here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import TinyLLMError
+
+NORM_KINDS = ("rms", "rms_plus_one")  # weight·x̂, or (1 + weight)·x̂ (Gemma)
+ACTIVATIONS = ("silu", "gelu_tanh")
+BLOCK_KINDS = ("pre_norm", "sandwich")  # sandwich: norms before and after attention and MLP (Gemma 2/3)
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    hf_model_types: tuple[str, ...]  # config.json model_type values
+    gguf_architecture: str | None  # general.architecture of llama.cpp's files; None = none of its own
+    norm: str = "rms"
+    activation: str = "silu"
+    block: str = "pre_norm"
+    qkv_bias: bool = False  # every model of the family has q/k/v biases (Qwen2)
+    qk_norm: bool = False  # per-head RMSNorm of q and k before rotation (Qwen3, Gemma 3)
+    embed_scale: bool = False  # embeddings multiplied by sqrt(hidden_size)
+    fused_hf_names: bool = False  # the HF checkpoint already holds qkv_proj and gate_up_proj (Phi-3)
+    gguf_rope_permuted: bool = False  # llama.cpp reorders Q/K rows for its interleaved rotation
+    gguf_norm_shift: float = 0.0  # llama.cpp stores norm weights plus this (Gemma: 1)
+    sliding_pattern: int | None = None  # every n-th layer full, the rest sliding, where the source says no more
+    gguf_local_rope_theta: float | None = None  # sliding layers' base when the file does not give one
+    gguf_tensors: tuple[tuple[str, str], ...] = ()  # extra or overriding GGUF -> our names
+
+    def __post_init__(self):
+        for name, value, allowed in (
+            ("norm", self.norm, NORM_KINDS),
+            ("activation", self.activation, ACTIVATIONS),
+            ("block", self.block, BLOCK_KINDS),
+        ):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+
+    def features(self) -> list[str]:
+        """What differs from a plain Llama, for `tinyllm info`."""
+        flags = (
+            ("norm (1 + w)", self.norm == "rms_plus_one"),
+            ("GeGLU (tanh GELU)", self.activation == "gelu_tanh"),
+            ("pre- and post-norms", self.block == "sandwich"),
+            ("q/k/v biases", self.qkv_bias),
+            ("q/k norms", self.qk_norm),
+            ("embeddings scaled by sqrt(hidden)", self.embed_scale),
+        )
+        return [text for text, on in flags if on]
+
+
+_QKV_BIAS = (
+    ("blk.{i}.attn_q.bias", "model.layers.{i}.self_attn.q_proj.bias"),
+    ("blk.{i}.attn_k.bias", "model.layers.{i}.self_attn.k_proj.bias"),
+    ("blk.{i}.attn_v.bias", "model.layers.{i}.self_attn.v_proj.bias"),
+)
+_QK_NORM = (
+    ("blk.{i}.attn_q_norm.weight", "model.layers.{i}.self_attn.q_norm.weight"),
+    ("blk.{i}.attn_k_norm.weight", "model.layers.{i}.self_attn.k_norm.weight"),
+)
+_SANDWICH = (
+    ("blk.{i}.post_attention_norm.weight", "model.layers.{i}.post_attention_layernorm.weight"),
+    ("blk.{i}.ffn_norm.weight", "model.layers.{i}.pre_feedforward_layernorm.weight"),
+    ("blk.{i}.post_ffw_norm.weight", "model.layers.{i}.post_feedforward_layernorm.weight"),
+)
+_GEMMA = dict(norm="rms_plus_one", activation="gelu_tanh", block="sandwich", embed_scale=True, gguf_norm_shift=1.0)
+
+FAMILIES = {
+    f.name: f
+    for f in (
+        Family("llama", ("llama",), "llama", gguf_rope_permuted=True, gguf_tensors=_QKV_BIAS),
+        Family("mistral", ("mistral",), None, gguf_rope_permuted=True),
+        Family("qwen2", ("qwen2",), "qwen2", qkv_bias=True, gguf_tensors=_QKV_BIAS),
+        Family("qwen3", ("qwen3",), "qwen3", qk_norm=True, gguf_tensors=_QK_NORM + _QKV_BIAS),
+        Family("gemma2", ("gemma2",), "gemma2", sliding_pattern=2, gguf_tensors=_SANDWICH, **_GEMMA),
+        Family(
+            "gemma3",
+            ("gemma3_text",),
+            "gemma3",
+            qk_norm=True,
+            sliding_pattern=6,
+            gguf_local_rope_theta=10000.0,
+            gguf_tensors=_SANDWICH + _QK_NORM,
+            **_GEMMA,
+        ),
+        Family(
+            "phi3",
+            ("phi3",),
+            "phi3",
+            fused_hf_names=True,
+            gguf_tensors=(
+                ("blk.{i}.attn_qkv.weight", "model.layers.{i}.self_attn.qkv_proj.weight"),
+                ("blk.{i}.ffn_up.weight", "model.layers.{i}.mlp.gate_up_proj.weight"),
+            ),
+        ),
+    )
+}
+
+
+def family_named(name: str) -> Family:
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise TinyLLMError(f"model family {name!r} is not supported, expected one of {', '.join(FAMILIES)}") from None
+
+
+def family_for_hf(model_type) -> Family:
+    for f in FAMILIES.values():
+        if model_type in f.hf_model_types:
+            return f
+    known = ", ".join(t for f in FAMILIES.values() for t in f.hf_model_types)
+    raise TinyLLMError(f"model_type {model_type!r} is not supported, expected one of {known}")
+
+
+def family_for_gguf(architecture: str) -> Family:
+    for f in FAMILIES.values():
+        if f.gguf_architecture == architecture:
+            return f
+    known = ", ".join(f.gguf_architecture for f in FAMILIES.values() if f.gguf_architecture)
+    raise TinyLLMError(f"GGUF architecture {architecture!r} is not supported, expected one of {known}")
