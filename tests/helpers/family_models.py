@@ -192,8 +192,10 @@ def _rope_freqs(model) -> np.ndarray:
     return (base / scaled).astype(np.float32)
 
 
-def write_family_gguf(model, family: str, path: str) -> str:
+def write_family_gguf(model, family: str, path: str, quant: str | None = None) -> str:
+    """quant: a block format ("Q8_0") for the matrices whose rows it divides; norms and biases stay F32."""
     import gguf
+    from gguf.quants import quantize
 
     arch = gguf.MODEL_ARCH[_ARCH[family]]
     arch_name = gguf.MODEL_ARCH_NAMES[arch]
@@ -210,7 +212,12 @@ def write_family_gguf(model, family: str, path: str) -> str:
             a = _permute(a, c.num_attention_heads if ".q_proj." in name else c.num_key_value_heads)
         if sandwich and name.endswith("norm.weight"):
             a = a + np.float32(1.0)  # llama.cpp stores Gemma's norm scales whole
-        w.add_tensor(_gguf_name(gguf, arch, name, sandwich), a)
+        gname = _gguf_name(gguf, arch, name, sandwich)
+        if quant and a.ndim == 2 and a.shape[1] % 32 == 0:
+            qtype = gguf.GGMLQuantizationType[quant]
+            w.add_tensor(gname, quantize(a, qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(gname, a)
     if c.rope_parameters.get("rope_type") == "llama3":
         w.add_tensor(gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight", _rope_freqs(model))
     w.write_header_to_file()

@@ -12,6 +12,7 @@ from ..config import ModelConfig
 from ..errors import TinyLLMError
 from ..kernels import dequantize
 from ..model.llama import LlamaForCausalLM, rotary_tables
+from ..model.quant_bias import BiasedQuantLinear
 from ..model.quant_linear import QuantEmbedding, QuantLinear
 from ..text.tokenizer import Tokenizer
 from .default_model import default_model_path
@@ -91,7 +92,8 @@ def _place_quantized(model: nn.Module, state: dict, dtype: torch.dtype) -> None:
         if _is_quantized(value):
             path = name.removesuffix(".weight")
             is_embedding = path.endswith("embed_tokens")
-            model.set_submodule(path, QuantEmbedding(value, dtype) if is_embedding else QuantLinear(value))
+            linear = BiasedQuantLinear if f"{path}.bias" in state else QuantLinear
+            model.set_submodule(path, QuantEmbedding(value, dtype) if is_embedding else linear(value))
 
 
 def build_model(

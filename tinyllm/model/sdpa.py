@@ -79,4 +79,4 @@ def window_decode_mask(mask: torch.Tensor | None, num_keys: int, window: int | N
     slots = torch.arange(num_keys, device=device)  # [Smax]
     lengths = mask.sum(-1, keepdim=True) if mask is not None else torch.tensor(num_keys, device=device)
     keep = slots >= lengths - window  # [Bd, 1, 1, Smax] or [Smax]
-    return keep if mask is None else mask & keep
+    return keep.view(1, 1, 1, num_keys) if mask is None else mask & keep  # [Bd or 1, 1, 1, Smax]
