@@ -201,7 +201,7 @@ def cmd_info(args) -> int:
         print(json.dumps(info))
     else:
         for key, value in info.items():
-            print(f"{key:20s} {value}")
+            print(f"{key:20s} {', '.join(value) if isinstance(value, list) else value}")
     return 0
 
 

@@ -273,6 +273,7 @@ class LLM:
 
     def info(self) -> dict:
         c = self.config
+        from .model.features import model_features
         from .model.quant_linear import quant_weights, weight_summary
 
         n_params = sum(p.numel() for p in self.model.parameters())
@@ -282,6 +283,8 @@ class LLM:
             "path": self.path,
             "format": self.format,
             "architecture": c.architecture,
+            "family": c.family,
+            "features": model_features(c),
             "parameters": n_params,
             "layers": c.num_layers,
             "heads": c.num_heads,

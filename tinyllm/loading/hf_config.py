@@ -19,7 +19,9 @@ def rope_scaling_from(params: dict | None, where: str) -> RopeScaling | None:
     if kind in ("default", None):
         return None
     if kind not in ("linear", "llama3"):
-        raise TinyLLMError(f"{where}: rope scaling of type {kind!r} is not supported, expected default, linear or llama3")
+        raise TinyLLMError(
+            f"{where}: rope scaling of type {kind!r} is not supported, expected default, linear or llama3"
+        )
     extra = {}
     if kind == "llama3":
         keys = ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings")

@@ -78,7 +78,8 @@ def _check_names_and_shapes(model: nn.Module, state: dict, source: str) -> None:
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
         raise TinyLLMError(
-            f"{source!r} does not match a {model.config.family} model of its config: missing {missing[:3]}, unexpected {unexpected[:3]}"
+            f"{source!r} does not match a {model.config.family} model of its config: "
+            f"missing {missing[:3]}, unexpected {unexpected[:3]}"
         )
     for name, shape in expected.items():
         if _shape(state[name]) != tuple(shape):
