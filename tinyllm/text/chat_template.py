@@ -71,18 +71,35 @@ def check_messages(messages: object) -> list[dict]:
     return messages
 
 
-def render_chat(source: str, messages: list[dict], add_generation_prompt: bool, special_tokens: dict[str, str]) -> str:
-    """The prompt text; special_tokens (bos_token, eos_token, ...) are visible to the template."""
+def check_tools(tools: object) -> list[dict] | None:
+    """None, or a list of tool descriptions (JSON-schema dicts, as templates expect them)."""
+    if tools is None:
+        return None
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise TinyLLMError(f"tools must be a list of dicts (JSON schemas of functions), got {tools!r:.80}")
+    return tools
+
+
+def render_chat(
+    source: str,
+    messages: list[dict],
+    add_generation_prompt: bool,
+    special_tokens: dict[str, str],
+    tools: list[dict] | None = None,
+) -> str:
+    """The prompt text; special_tokens (bos_token, eos_token, ...) are visible to the template, and so are
+    the tools a caller offers (ChatML-with-tools templates list them in the system turn)."""
     import jinja2
 
     template = compile_template(source)
     check_messages(messages)
+    tools = check_tools(tools)
     # Copies, so a template can never change the caller's messages.
     plain = [dict(m) for m in messages]
     try:
-        # tools/documents are None as in transformers, so `is none` tests in templates agree.
+        # tools/documents are None when absent, as in transformers, so `is none` tests in templates agree.
         return template.render(
-            messages=plain, tools=None, documents=None, add_generation_prompt=add_generation_prompt, **special_tokens
+            messages=plain, tools=tools, documents=None, add_generation_prompt=add_generation_prompt, **special_tokens
         )
     except jinja2.exceptions.TemplateError as exc:
         # A template's raise_exception reports a conversation it does not accept.
