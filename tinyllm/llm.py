@@ -149,9 +149,10 @@ class LLM:
             return self._engine_stream(prompt, p, kv_dtype, prefill_chunk, spec)
         return self._reference_steps(prompt, p, cache, kv_dtype, prefill_chunk, spec)
 
-    def chat(self, messages: list[dict], *, stream: bool = False, **kwargs):
-        """Render `messages` with the model's chat template and generate (or stream) the reply."""
-        prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    def chat(self, messages: list[dict], *, stream: bool = False, tools: list[dict] | None = None, **kwargs):
+        """Render `messages` (and the tools offered, for templates that list them) with the model's chat
+        template and generate (or stream) the reply."""
+        prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tools=tools)
         ids = self.tokenizer.encode(prompt, add_special_tokens=False)
         return self.stream(ids, **kwargs) if stream else self.generate(ids, **kwargs)
 
