@@ -41,7 +41,7 @@ class PagedBatch:
         spec = spec or AttentionSpec()
         self.storage.write(layer, self.slot_mapping, k[0].transpose(0, 1), v[0].transpose(0, 1))
         if spec.window not in self._windowed:
-            self._windowed[spec.window] = windowed(self.layout, spec.window)
+            self._windowed[spec.window] = windowed(self.layout, spec.window, self.storage.device)
         layout = self._windowed[spec.window]
         return ragged_attention(q, lambda slots: self.storage.gather(layer, slots, q.dtype), layout, spec)
 

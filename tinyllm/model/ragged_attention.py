@@ -35,14 +35,17 @@ def _num_slots(slots: torch.Tensor | slice) -> int:
     return slots.stop - slots.start if isinstance(slots, slice) else slots.shape[-1]
 
 
-def windowed(layout: RaggedLayout, window: int | None) -> RaggedLayout:
-    """The same batch with every mask narrowed to the last `window` positions of each query."""
+def windowed(layout: RaggedLayout, window: int | None, device=None) -> RaggedLayout:
+    """The same batch with every mask narrowed to the last `window` positions of each query (masks made on
+    `device`, where the batch's tensors live)."""
     if window is None:
         return layout
     decode_mask = layout.decode_mask
     if layout.num_decode:
-        decode_mask = window_decode_mask(decode_mask, _num_slots(layout.decode_slots), window)
-    prefills = [replace(p, mask=window_mask(p.mask, p.q_len, p.mask.shape[-1], window)) for p in layout.prefills]
+        decode_mask = window_decode_mask(decode_mask, _num_slots(layout.decode_slots), window, device)
+    prefills = [
+        replace(p, mask=window_mask(p.mask, p.q_len, p.mask.shape[-1], window, device)) for p in layout.prefills
+    ]
     return RaggedLayout(layout.num_decode, layout.decode_slots, decode_mask, prefills)
 
 

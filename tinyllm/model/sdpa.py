@@ -65,6 +65,7 @@ def window_mask(
     causal) to the window. With window None the mask comes back as it is (None stays None)."""
     if window is None and mask is not None:
         return mask
+    device = mask.device if mask is not None else device
     q = torch.arange(num_keys - t_new, num_keys, device=device)[:, None]  # [T, 1] query slots
     k = torch.arange(num_keys, device=device)[None, :]  # [1, S]
     band = k <= q if window is None else (k <= q) & (k > q - window)  # [T, S]
@@ -76,6 +77,7 @@ def window_decode_mask(mask: torch.Tensor | None, num_keys: int, window: int | N
     None for one query over all num_keys); keep only the last `window` of each prefix."""
     if window is None:
         return mask
+    device = mask.device if mask is not None else device
     slots = torch.arange(num_keys, device=device)  # [Smax]
     lengths = mask.sum(-1, keepdim=True) if mask is not None else torch.tensor(num_keys, device=device)
     keep = slots >= lengths - window  # [Bd, 1, 1, Smax] or [Smax]
