@@ -170,10 +170,15 @@ def _metadata(w, model, family: str, arch_name: str) -> None:
         w.add_float32(f"{arch_name}.rope.scaling.factor", params["factor"])
 
 
-def _tokenizer(w) -> None:
+# The byte-level BPE pre-tokenizer llama.cpp names for each family's GGUF files (SentencePiece families are
+# written with byte-level BPE here: tinyllm reads only that kind from GGUF).
+PRE_TOKENIZERS = {"llama": "llama-bpe", "qwen2": "qwen2", "qwen3": "qwen2"}
+
+
+def _tokenizer(w, family: str) -> None:
     tokens, merges = byte_level_vocab()
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt2")
+    w.add_tokenizer_pre(PRE_TOKENIZERS.get(family, "gpt2"))
     w.add_token_list(tokens)
     w.add_token_merges(merges)
     w.add_token_types([3] * len(SPECIALS) + [1] * (len(tokens) - len(SPECIALS)))
@@ -201,7 +206,7 @@ def write_family_gguf(model, family: str, path: str, quant: str | None = None) -
     arch_name = gguf.MODEL_ARCH_NAMES[arch]
     w = gguf.GGUFWriter(path, arch_name)
     _metadata(w, model, family, arch_name)
-    _tokenizer(w)
+    _tokenizer(w, family)
     c = model.config
     sandwich = family.startswith("gemma")
     for name, t in model.state_dict().items():

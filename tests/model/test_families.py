@@ -46,6 +46,8 @@ def test_hf_folder_logits_match_transformers(fam):
 def test_gguf_logits_equal_the_hf_folder(fam):
     from_gguf = LLM(fam.gguf, weights="dequantized")
     assert from_gguf.config.family == ("llama" if fam.name == "mistral" else fam.name)
+    if fam.name.startswith("qwen"):
+        assert from_gguf.tokenizer.kind == "byte-level BPE (pre-tokenizer: qwen2)"
     assert (logits(from_gguf.model, PROMPT) - logits(fam.llm.model, PROMPT)).abs().max().item() <= 1e-5
     # Llama 3's scaled frequencies: from rope_scaling (HF) and from the rope_freqs tensor (GGUF) alike
     assert torch.allclose(from_gguf.model.rotary.inv_freq, fam.llm.model.rotary.inv_freq, rtol=1e-6, atol=0)
