@@ -98,7 +98,7 @@ class TensorParallel:
     def broadcast(self, messages: list) -> None:
         self.check_alive()
         drops, self._drops = [DropStorage(k) for k in self._drops], []
-        self.guarded(lambda: send(drops + messages, self.comm.control))
+        self.guarded(lambda: send(drops + messages, self.comm.control, self.config.timeout_s))
 
     def guarded(self, action):
         """Run a collective action; any failure brings the whole group down with EngineDown."""
@@ -113,10 +113,11 @@ class TensorParallel:
             raise EngineDown(self.error)
 
     def fail(self, exc: BaseException):
+        exits = describe_exits(self.processes)  # before we stop the rest
         self._tear_down(0.0)
-        exits = describe_exits(self.processes)
+        silent = f"a rank did not answer within {self.config.timeout_s:g} s"
         self.error = (
-            f"the tensor-parallel group is down: {exits or 'a rank stopped answering'} "
+            f"the tensor-parallel group is down: {exits or silent} "
             f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no message'})"
         )
         log.error(self.error)
@@ -130,7 +131,7 @@ class TensorParallel:
         if self.error is None:
             self.error = "the tensor-parallel group was closed"
             try:
-                send([Shutdown()], self.comm.control)
+                send([Shutdown()], self.comm.control, self.config.timeout_s)
             except Exception:
                 pass
             self._tear_down(JOIN_S)

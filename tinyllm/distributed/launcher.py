@@ -54,6 +54,8 @@ def stop_workers(processes: list[multiprocessing.Process], grace_s: float = JOIN
 def describe_exits(processes: list[multiprocessing.Process]) -> str:
     """'rank 1 exited with signal 9' for each local worker that has ended, or ''."""
     gone = []
+    for p in processes:
+        p.join(0.2)  # a worker whose connection just closed may still be dying
     for rank, p in enumerate(processes, start=1):
         code = p.exitcode
         if code is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -43,11 +44,13 @@ class Shutdown:
     pass
 
 
-def send(messages: list, group) -> None:
-    """Broadcast messages from rank 0: their byte length, then the pickled bytes."""
+def send(messages: list, group, timeout_s: float) -> None:
+    """Broadcast messages from rank 0: their byte length, then the pickled bytes. The root's broadcast waits
+    for every receiver, so a rank that stops answering raises here after timeout_s (the group's own timeout
+    is the workers' idle patience, far longer)."""
     payload = pickle.dumps(messages, protocol=pickle.HIGHEST_PROTOCOL)
-    dist.broadcast(torch.tensor([len(payload)], dtype=torch.int64), src=0, group=group)
-    dist.broadcast(torch.frombuffer(bytearray(payload), dtype=torch.uint8), src=0, group=group)
+    for tensor in (torch.tensor([len(payload)], dtype=torch.int64), torch.frombuffer(bytearray(payload), dtype=torch.uint8)):
+        dist.broadcast(tensor, src=0, group=group, async_op=True).wait(timeout=timedelta(seconds=timeout_s))
 
 
 def receive(group) -> list:
