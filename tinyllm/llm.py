@@ -16,7 +16,9 @@ import torch
 
 from .config import parse_dtype
 from .engine.engine import Engine, EngineConfig
-from .distributed import ModelSource, ParallelConfig, TensorParallel
+from .distributed.config import ParallelConfig
+from .distributed.driver import TensorParallel
+from .distributed.worker import ModelSource
 from .engine.prompt import prompt_ids_of
 from .errors import TinyLLMError
 from .loading.loader import load

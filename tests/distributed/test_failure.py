@@ -10,7 +10,7 @@ import pytest
 
 from helpers.tiny_models import tiny_llama
 from tinyllm import LLM, SamplingParams
-from tinyllm.distributed import ParallelConfig
+from tinyllm.distributed.config import ParallelConfig
 from tinyllm.errors import EngineDown
 from tinyllm.server.async_engine import Accepted, AsyncEngine, EngineStopped, Failed, Sink
 from tinyllm.server.serving import engine_error
