@@ -45,6 +45,7 @@ class TensorParallel:
         self.config, self.model, self.error = config, model, None
         self.num_local_kv_heads = local_kv_heads(model.config.num_kv_heads, n)
         self._keys, self._drops = itertools.count(), []
+        self._threads_before = torch.get_num_threads()
         self.processes = start_workers(config, source)
         try:
             threads = threads_per_rank(config) if source.device == "cpu" else None
@@ -139,6 +140,7 @@ class TensorParallel:
     def _tear_down(self, grace_s: float) -> None:
         stop_workers(self.processes, grace_s)
         groups.leave()
+        torch.set_num_threads(self._threads_before)
 
 
 class ParallelRunner(ModelRunner):
