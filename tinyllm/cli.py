@@ -133,9 +133,8 @@ def _load(args):
     from .llm import LLM
 
     parallel = parallel_from_args(args) if hasattr(args, "tensor_parallel_size") else None
-    return LLM(
-        args.model, dtype=args.dtype, device=args.device, weights=args.weights, quantize=args.quantize, parallel=parallel
-    )
+    options = dict(dtype=args.dtype, device=args.device, weights=args.weights, quantize=args.quantize)
+    return LLM(args.model, parallel=parallel, **options)
 
 
 def cmd_generate(args) -> int:

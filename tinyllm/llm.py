@@ -15,10 +15,10 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from .config import parse_dtype
-from .engine.engine import Engine, EngineConfig
 from .distributed.config import ParallelConfig
 from .distributed.driver import TensorParallel
 from .distributed.worker import ModelSource
+from .engine.engine import Engine, EngineConfig
 from .engine.prompt import prompt_ids_of
 from .errors import TinyLLMError
 from .loading.loader import load
@@ -295,8 +295,10 @@ class LLM:
     # ---- the reference loop
     def _reference_steps(self, prompt, p, cache, kv_dtype, prefill_chunk, spec):
         if self.tensor_parallel is not None:
-            raise TinyLLMError(f"cache={cache!r} runs the reference loop on one process; a tensor-parallel LLM "
-                               f"runs on its engine (cache={ENGINE_CACHE!r})")
+            raise TinyLLMError(
+                f"cache={cache!r} runs the reference loop on one process; a tensor-parallel LLM "
+                f"runs on its engine (cache={ENGINE_CACHE!r})"
+            )
         proposer, k = None, 0
         if spec is not None:
             proposer, k = make_proposer(spec, self._drafts), spec.num_draft_tokens

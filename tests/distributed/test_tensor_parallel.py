@@ -8,6 +8,7 @@ import multiprocessing
 import random
 
 import pytest
+
 from helpers.tiny_models import tiny_llama
 from tinyllm import LLM, SamplingParams, TinyLLMError
 from tinyllm.engine.engine import Engine

@@ -8,12 +8,8 @@ from ..errors import TinyLLMError
 
 
 def add_parallel_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--tensor-parallel-size", type=int, default=1, help="split the model over N processes (default 1)"
-    )
-    p.add_argument(
-        "--master-addr", default=None, help="where the ranks meet (default: $MASTER_ADDR, else 127.0.0.1)"
-    )
+    p.add_argument("--tensor-parallel-size", type=int, default=1, help="split the model over N processes (default 1)")
+    p.add_argument("--master-addr", default=None, help="where the ranks meet (default: $MASTER_ADDR, else 127.0.0.1)")
     p.add_argument("--master-port", type=int, default=None, help="(default: $MASTER_PORT, else a free port)")
     p.add_argument(
         "--num-local-ranks",
@@ -21,9 +17,7 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="ranks started on this machine, 0 .. n-1 (default: all); the others run `tinyllm worker`",
     )
-    p.add_argument(
-        "--tp-timeout", type=float, default=20.0, help="seconds a silent rank is waited for (default 20)"
-    )
+    p.add_argument("--tp-timeout", type=float, default=20.0, help="seconds a silent rank is waited for (default 20)")
 
 
 def parallel_from_args(args):

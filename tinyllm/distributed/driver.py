@@ -13,6 +13,7 @@ timeout_s, from the collective's timeout) fails that step with EngineDown, stops
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import logging
 
@@ -131,10 +132,8 @@ class TensorParallel:
         atexit.unregister(self.close)
         if self.error is None:
             self.error = "the tensor-parallel group was closed"
-            try:
+            with contextlib.suppress(Exception):  # a rank already gone: it is stopped below anyway
                 send([Shutdown()], self.comm.control, self.config.timeout_s)
-            except Exception:
-                pass
             self._tear_down(JOIN_S)
 
     def _tear_down(self, grace_s: float) -> None:

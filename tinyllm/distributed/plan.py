@@ -49,7 +49,8 @@ def send(messages: list, group, timeout_s: float) -> None:
     for every receiver, so a rank that stops answering raises here after timeout_s (the group's own timeout
     is the workers' idle patience, far longer)."""
     payload = pickle.dumps(messages, protocol=pickle.HIGHEST_PROTOCOL)
-    for tensor in (torch.tensor([len(payload)], dtype=torch.int64), torch.frombuffer(bytearray(payload), dtype=torch.uint8)):
+    size = torch.tensor([len(payload)], dtype=torch.int64)
+    for tensor in (size, torch.frombuffer(bytearray(payload), dtype=torch.uint8)):
         dist.broadcast(tensor, src=0, group=group, async_op=True).wait(timeout=timedelta(seconds=timeout_s))
 
 

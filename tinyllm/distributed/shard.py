@@ -146,4 +146,3 @@ def _block_columns(w: QuantWeight, start: int, stop: int) -> QuantWeight:
     fmt = w.format
     lo, hi = start // fmt.block_size * fmt.type_size, stop // fmt.block_size * fmt.type_size
     return QuantWeight(w.data[:, lo:hi].contiguous(), w.fmt, (w.shape[0], stop - start))
-

@@ -104,7 +104,8 @@ def to_device(inputs: StepInputs, device: torch.device) -> StepInputs:
         if isinstance(value, torch.Tensor):
             return value.to(device)
         if dataclasses.is_dataclass(value):
-            return dataclasses.replace(value, **{f.name: move(getattr(value, f.name)) for f in dataclasses.fields(value)})
+            fields = {f.name: move(getattr(value, f.name)) for f in dataclasses.fields(value)}
+            return dataclasses.replace(value, **fields)
         if isinstance(value, list):
             return [move(v) for v in value]
         return value
