@@ -298,6 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pp.add_argument("--json", default=None, metavar="OUT", help="write the result (per-window NLL too) as JSON")
     _add_model_args(pp)
+    add_parallel_args(pp)
     pp.set_defaults(func=cmd_perplexity)
     add_worker_command(sub, _add_model_args)
     _add_optional_commands(sub)

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import itertools
 import logging
+import re
 
 import torch
 
@@ -42,7 +44,7 @@ class TensorParallel:
         if torch.distributed.is_initialized():
             raise TinyLLMError("this process already runs a tensor-parallel group; close that LLM first")
         if config.master_port is None:
-            config.master_port = groups.free_port(config.master_addr)
+            config = dataclasses.replace(config, master_port=groups.free_port(config.master_addr))
         self.config, self.model, self.error = config, model, None
         self.num_local_kv_heads = local_kv_heads(model.config.num_kv_heads, n)
         self._keys, self._drops = itertools.count(), []
@@ -58,10 +60,10 @@ class TensorParallel:
             shard_model(model, 0, n, self.comm.all_reduce)
             torch.distributed.barrier(group=self.comm.startup)
         except BaseException as exc:
+            exits = describe_exits(self.processes)
             self._tear_down(0.0)
             if isinstance(exc, TinyLLMError):
                 raise
-            exits = describe_exits(self.processes)
             raise TinyLLMError(
                 f"the tensor-parallel group of {n} ranks failed to start ({exits or type(exc).__name__}: {exc})"
             ) from None
@@ -118,10 +120,7 @@ class TensorParallel:
         exits = describe_exits(self.processes)  # before we stop the rest
         self._tear_down(0.0)
         silent = f"a rank did not answer within {self.config.timeout_s:g} s"
-        self.error = (
-            f"the tensor-parallel group is down: {exits or silent} "
-            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no message'})"
-        )
+        self.error = f"the tensor-parallel group is down: {exits or silent} ({cause(exc)})"
         log.error(self.error)
         if isinstance(exc, KeyboardInterrupt):
             raise exc
@@ -140,6 +139,13 @@ class TensorParallel:
         stop_workers(self.processes, grace_s)
         groups.leave()
         torch.set_num_threads(self._threads_before)
+
+
+def cause(exc: BaseException) -> str:
+    """The first sentence of an error, without gloo's source location: 'RuntimeError: Read error ...'."""
+    text = str(exc).split("\n")[0]
+    text = re.sub(r"^\[[^\]]*\] ", "", text).split(". ")[0]
+    return f"{type(exc).__name__}: {text or 'no message'}"
 
 
 class ParallelRunner(ModelRunner):

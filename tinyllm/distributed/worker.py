@@ -68,7 +68,7 @@ def worker_main(rank: int, config: ParallelConfig, source: ModelSource, num_thre
     except Exception:
         log.exception("tensor-parallel rank %d stopped", rank)
         os._exit(1)  # without destroying the group: the peers see the connection close at once
-    os._exit(0)  # told to shut down: nothing to flush, and leaving the group would wait on the others
+    # told to shut down: exit without leaving the group (that would wait on the others)
 
 
 @torch.inference_mode()
