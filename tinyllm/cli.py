@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from .distributed.cli_args import add_parallel_args, add_worker_command, parallel_from_args
+from .distributed.cli_args import add_parallel_args, add_worker_command, parallel_from_args, run_launched_worker
 from .errors import TinyLLMError
 
 
@@ -317,7 +317,8 @@ def _add_optional_commands(sub) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        worker = run_launched_worker(args)  # torchrun started this process as a rank other than 0
+        return args.func(args) if worker is None else worker
     except TinyLLMError as exc:
         print(f"tinyllm: error: {exc}", file=sys.stderr)
         return 2

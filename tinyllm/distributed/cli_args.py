@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from ..errors import TinyLLMError
 
@@ -20,16 +21,37 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp-timeout", type=float, default=20.0, help="seconds a silent rank is waited for (default 20)")
 
 
+def launched_rank() -> int | None:
+    """This process's rank when torch.distributed.run (torchrun) started it ($RANK, $WORLD_SIZE), else None."""
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if rank is None or world is None:
+        return None
+    try:
+        return int(rank)
+    except ValueError:
+        raise TinyLLMError(f"$RANK must be an integer, got {rank!r}") from None
+
+
 def parallel_from_args(args):
+    """The flags as a ParallelConfig. Under torchrun the group is its $WORLD_SIZE ranks, each started by it."""
     from .config import ParallelConfig
 
-    return ParallelConfig(
-        args.tensor_parallel_size,
-        args.master_addr,
-        args.master_port,
-        args.num_local_ranks,
-        args.tp_timeout,
-    )
+    size, local = args.tensor_parallel_size, args.num_local_ranks
+    if launched_rank() is not None:
+        world = int(os.environ["WORLD_SIZE"])
+        if size not in (1, world):
+            raise TinyLLMError(f"--tensor-parallel-size {size} disagrees with torchrun's $WORLD_SIZE={world}")
+        size, local = world, 1
+    return ParallelConfig(size, args.master_addr, args.master_port, local, args.tp_timeout)
+
+
+def run_launched_worker(args) -> int | None:
+    """Under torchrun, ranks other than 0 serve as workers whatever the command; None for rank 0 (or no torchrun)."""
+    rank = launched_rank()
+    if not rank or not hasattr(args, "tensor_parallel_size"):
+        return None
+    args.rank = rank
+    return cmd_worker(args)
 
 
 def add_worker_command(subparsers, add_model_args) -> None:

@@ -10,6 +10,7 @@ patience:
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from dataclasses import dataclass, field
@@ -23,6 +24,14 @@ IDLE_TIMEOUT = timedelta(days=30)  # a worker may wait this long for the next st
 
 def backend_for(device: str | torch.device) -> str:
     return "nccl" if torch.device(device).type == "cuda" else "gloo"
+
+
+def rank_device(device: str, rank: int) -> str:
+    """A rank's device: "cuda" without an index means one GPU per rank (rank modulo the GPUs here)."""
+    d = torch.device(device)
+    if d.type != "cuda" or d.index is not None:
+        return device
+    return f"cuda:{rank % torch.cuda.device_count()}"
 
 
 def free_port(addr: str = "127.0.0.1") -> int:
@@ -66,9 +75,11 @@ def join(rank: int, world_size: int, addr: str, port: int, device, timeout_s: fl
     backend = backend_for(device)
     if backend == "nccl":
         torch.cuda.set_device(torch.device(device))
+    # under torchrun its agent already serves the rendezvous store at $MASTER_PORT: join that one
+    launched = "TORCHELASTIC_RUN_ID" in os.environ
     dist.init_process_group(
         backend,
-        init_method=f"tcp://{addr}:{port}",
+        init_method="env://" if launched else f"tcp://{addr}:{port}",
         rank=rank,
         world_size=world_size,
         timeout=timedelta(seconds=startup_s),

@@ -51,6 +51,7 @@ def worker_main(rank: int, config: ParallelConfig, source: ModelSource, num_thre
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle; it shuts us down
     if num_threads:
         torch.set_num_threads(num_threads)
+    source = dataclasses.replace(source, device=groups.rank_device(source.device, rank))
     comm = groups.join(
         rank,
         config.tensor_parallel_size,
