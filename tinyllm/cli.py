@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from .distributed.cli_args import add_parallel_args, add_worker_command, parallel_from_args, run_launched_worker
 from .errors import TinyLLMError
 
 
@@ -131,7 +132,9 @@ def _engine_kwargs(args) -> dict:
 def _load(args):
     from .llm import LLM
 
-    return LLM(args.model, dtype=args.dtype, device=args.device, weights=args.weights, quantize=args.quantize)
+    parallel = parallel_from_args(args) if hasattr(args, "tensor_parallel_size") else None
+    options = dict(dtype=args.dtype, device=args.device, weights=args.weights, quantize=args.quantize)
+    return LLM(args.model, parallel=parallel, **options)
 
 
 def cmd_generate(args) -> int:
@@ -271,11 +274,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     _add_model_args(g)
     _add_sampling_args(g)
+    add_parallel_args(g)
     g.set_defaults(func=cmd_generate)
     c = sub.add_parser("chat", help="an interactive chat using the model's chat template")
     c.add_argument("--system", default=None, help="a system message")
     _add_model_args(c)
     _add_sampling_args(c)
+    add_parallel_args(c)
     c.set_defaults(func=cmd_chat)
     i = sub.add_parser("info", help="describe a model: architecture, parameters, KV bytes per token, ...")
     i.add_argument("--json", action="store_true")
@@ -293,7 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pp.add_argument("--json", default=None, metavar="OUT", help="write the result (per-window NLL too) as JSON")
     _add_model_args(pp)
+    add_parallel_args(pp)
     pp.set_defaults(func=cmd_perplexity)
+    add_worker_command(sub, _add_model_args)
     _add_optional_commands(sub)
     return parser
 
@@ -310,7 +317,8 @@ def _add_optional_commands(sub) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        worker = run_launched_worker(args)  # torchrun started this process as a rank other than 0
+        return args.func(args) if worker is None else worker
     except TinyLLMError as exc:
         print(f"tinyllm: error: {exc}", file=sys.stderr)
         return 2

@@ -3,3 +3,7 @@
 
 class TinyLLMError(ValueError):
     """A user error. Its message is one sentence naming the bad value and what was expected."""
+
+
+class EngineDown(RuntimeError):
+    """The engine can run nothing any more (a tensor-parallel rank died or hung); its message says which."""

@@ -15,6 +15,9 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from .config import parse_dtype
+from .distributed.config import ParallelConfig
+from .distributed.driver import TensorParallel
+from .distributed.worker import ModelSource
 from .engine.engine import Engine, EngineConfig
 from .engine.prompt import prompt_ids_of
 from .errors import TinyLLMError
@@ -60,6 +63,17 @@ def sampling_params(params: SamplingParams | None, sampling: dict) -> SamplingPa
         raise TinyLLMError(str(exc)) from None
 
 
+def parallel_config(tensor_parallel_size: int, parallel: ParallelConfig | None) -> ParallelConfig:
+    if parallel is None:
+        return ParallelConfig(tensor_parallel_size)
+    if tensor_parallel_size not in (1, parallel.tensor_parallel_size):
+        raise TinyLLMError(
+            f"tensor_parallel_size={tensor_parallel_size} disagrees with parallel.tensor_parallel_size="
+            f"{parallel.tensor_parallel_size}"
+        )
+    return parallel
+
+
 def is_prompt_list(prompt) -> bool:
     """A list of prompts (texts or id lists), as opposed to one prompt given as a list of ids."""
     return isinstance(prompt, list) and bool(prompt) and all(isinstance(x, (str, list, tuple)) for x in prompt)
@@ -76,26 +90,61 @@ class LLM:
         device: str | torch.device = "cpu",
         weights: str | None = None,
         quantize: str | None = None,
+        tensor_parallel_size: int = 1,
+        parallel: ParallelConfig | None = None,
     ):
         """weights: "native" keeps GGUF block formats as blocks, "dequantized" expands them to float (the
-        reference); default native on the CPU. quantize: "int8" | "int4" quantizes a float model at load."""
+        reference); default native on the CPU. quantize: "int8" | "int4" quantizes a float model at load.
+        tensor_parallel_size: split the model over that many processes (or `parallel`: where they meet,
+        how long a silent one is waited for); close() stops them."""
+        parallel = parallel_config(tensor_parallel_size, parallel)
         loaded = load(model, parse_dtype(dtype), device, weights=weights, quantize=quantize)
         self.path, self.format = loaded.path, loaded.format
         self.config, self.model, self.tokenizer = loaded.config, loaded.model, loaded.tokenizer
         self.eos_ids = loaded.eos_ids
         self.weight_types = loaded.weight_types
+        source = ModelSource(loaded.path, parse_dtype(dtype), str(device), weights, quantize)
+        self._start_parallel(parallel, source)
         self._init_engine_state()
 
     @classmethod
-    def from_parts(cls, model, tokenizer, eos_ids=None, path: str = "<memory>") -> LLM:
-        """An LLM around a model and tokenizer already in memory (tests, custom models)."""
+    def from_parts(
+        cls,
+        model,
+        tokenizer,
+        eos_ids=None,
+        path: str = "<memory>",
+        *,
+        tensor_parallel_size: int = 1,
+        parallel: ParallelConfig | None = None,
+    ) -> LLM:
+        """An LLM around a model and tokenizer already in memory (tests, custom models). With tensor
+        parallelism the model is sent whole to the local ranks, then sharded in place."""
+        parallel = parallel_config(tensor_parallel_size, parallel)
         llm = cls.__new__(cls)
         llm.path, llm.format = path, "memory"
         llm.config, llm.model, llm.tokenizer = model.config, model, tokenizer
         llm.eos_ids = tuple(tokenizer.stop_ids if eos_ids is None else eos_ids)
         llm.weight_types = {}
+        llm._start_parallel(parallel, ModelSource(device=str(model.device), module=model))
         llm._init_engine_state()
         return llm
+
+    def _start_parallel(self, parallel: ParallelConfig, source: ModelSource) -> None:
+        self.tensor_parallel = None
+        if parallel.tensor_parallel_size > 1:
+            self.tensor_parallel = TensorParallel(parallel, self.model, source)
+
+    def close(self) -> None:
+        """Stop this LLM's tensor-parallel workers, if any (the LLM can generate no more); idempotent."""
+        if getattr(self, "tensor_parallel", None) is not None:
+            self.tensor_parallel.close()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _init_engine_state(self) -> None:
         self._engine: Engine | None = None
@@ -246,6 +295,11 @@ class LLM:
 
     # ---- the reference loop
     def _reference_steps(self, prompt, p, cache, kv_dtype, prefill_chunk, spec):
+        if self.tensor_parallel is not None:
+            raise TinyLLMError(
+                f"cache={cache!r} runs the reference loop on one process; a tensor-parallel LLM "
+                f"runs on its engine (cache={ENGINE_CACHE!r})"
+            )
         proposer, k = None, 0
         if spec is not None:
             proposer, k = make_proposer(spec, self._drafts), spec.num_draft_tokens

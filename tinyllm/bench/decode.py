@@ -41,6 +41,13 @@ def add_args(p) -> None:
         help="our cache modes to run (default all)",
     )
     p.add_argument("--prefill-tokens", type=int, default=512, help="prompt length of the prefill comparison")
+    p.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        nargs="+",
+        default=None,
+        help="instead: the engine split over each of these numbers of processes, with its all-reduce time",
+    )
 
 
 def ours(llm, ids: list[int], n: int, options: dict) -> dict:
@@ -204,6 +211,10 @@ def report(result: dict) -> str:
 
 
 def run(args, models: common.Models | None = None) -> dict:
+    if args.tensor_parallel_size:
+        from . import parallel
+
+        return parallel.run(args)
     models = models or common.load_models(args)
     result = common.header("decode", args, models)
     peer = llamacpp.peer_for(models.path, common.torch_threads())

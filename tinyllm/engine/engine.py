@@ -61,16 +61,18 @@ class Engine:
         c, cfg = llm.config, self.config
         dtype = llm.model.dtype if cfg.kv_dtype is None else parse_dtype(cfg.kv_dtype, "kv_dtype")
         itemsize = torch.empty(0, dtype=dtype).element_size()
-        block_bytes = 2 * c.num_layers * c.num_kv_heads * c.head_dim * cfg.block_size * itemsize
+        tp = getattr(llm, "tensor_parallel", None)  # a TensorParallel: this rank holds a share of the KV heads
+        num_kv_heads = c.num_kv_heads if tp is None else tp.num_local_kv_heads
+        block_bytes = 2 * c.num_layers * num_kv_heads * c.head_dim * cfg.block_size * itemsize
         num_blocks = cfg.num_blocks or max(1, cfg.kv_memory_bytes // block_bytes)
         self.storage = PagedStorage(
-            c.num_layers, c.num_kv_heads, c.head_dim, num_blocks, cfg.block_size, dtype, llm.model.device
+            c.num_layers, num_kv_heads, c.head_dim, num_blocks, cfg.block_size, dtype, llm.model.device
         )
         self.pool = BlockPool(num_blocks, cfg.block_size)
         self.kv = KVManager(self.pool, cfg.enable_prefix_caching)
         self.scheduler = Scheduler(self.kv, cfg.max_num_seqs, cfg.max_num_batched_tokens)
-        self.runner = ModelRunner(self.model, self.storage)
-        self.drafts = DraftModels(self.model, self.tokenizer)
+        self.runner = ModelRunner(self.model, self.storage) if tp is None else tp.runner(self.model, self.storage)
+        self.drafts = DraftModels(self.model, self.tokenizer) if tp is None else tp.drafts(self.tokenizer)
         # shared with the LLM (and the server's request preparation) so grammars compile once
         self.grammars = getattr(llm, "grammars", None) or Grammars(self.tokenizer, c.vocab_size, self.eos_ids)
         self.requests: dict[str, Request] = {}

@@ -6,6 +6,8 @@ Keys and values go to the paged storage at each new token's slot; attention read
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..cache.block_table import BlockTable
@@ -46,6 +48,26 @@ class PagedBatch:
         return ragged_attention(q, lambda slots: self.storage.gather(layer, slots, q.dtype), layout, spec)
 
 
+@dataclass
+class StepInputs:
+    """Everything one forward needs besides the weights and the KV storage. It holds slots, not block tables,
+    so a tensor-parallel rank with its own storage of the same shape in blocks can run it as it is."""
+
+    block_copies: list[tuple[int, int]]  # copy-on-write: (src, dst) blocks, applied before the forward
+    ids: torch.Tensor  # [1, N]
+    positions: torch.Tensor  # [N]
+    write_slots: torch.Tensor | slice  # [N] slots of the new keys, or one run of slots
+    layout: RaggedLayout
+
+
+def execute(model, storage: PagedStorage, inputs: StepInputs, rows: torch.Tensor) -> torch.Tensor:
+    """Apply the block copies, then one forward over the flat batch -> logits of the chosen rows [len(rows), V]."""
+    for src, dst in inputs.block_copies:
+        storage.copy_block(src, dst)
+    batch = PagedBatch(storage, inputs.write_slots, inputs.positions, inputs.layout)
+    return model(inputs.ids, cache=batch, rows=rows)[0]
+
+
 class ModelRunner:
     def __init__(self, model, storage: PagedStorage):
         self.model, self.storage = model, storage
@@ -57,8 +79,6 @@ class ModelRunner:
     ) -> tuple[list[ScheduledChunk], torch.Tensor, list[PromptRows]]:
         """Run the step; return the chunks that sample and their logits [n, V], in that order (a chunk
         with k drafts has k + 1 rows), and the prompt rows of requests that want prompt logprobs."""
-        for src, dst in step.block_copies:
-            self.storage.copy_block(src, dst)
         decodes = [c for c in step.chunks if c.num_tokens == 1]
         prefills = [c for c in step.chunks if c.num_tokens > 1]
         ids, positions, slot_mapping, rows, sampling = [], [], [], [], []
@@ -92,17 +112,20 @@ class ModelRunner:
         write_slots = (
             slice(layout.decode_slots.stop - 1, layout.decode_slots.stop) if in_place else torch.cat(slot_mapping)
         )
-        batch = PagedBatch(self.storage, write_slots, torch.cat(positions).to(self.device), layout)
         num_sampled = len(rows)
         for _, wanted, first_row in extra:
             rows += range(first_row, first_row + len(wanted))
         x = torch.tensor([ids], device=self.device)  # [1, N]
-        logits = self.model(x, cache=batch, rows=torch.tensor(rows, dtype=torch.long, device=self.device))[0]
+        inputs = StepInputs(step.block_copies, x, torch.cat(positions).to(self.device), write_slots, layout)
+        logits = self.forward(inputs, torch.tensor(rows, dtype=torch.long, device=self.device))  # [n, V]
         prompt_rows, at = [], num_sampled
         for c, wanted, _ in extra:
             prompt_rows.append(PromptRows(c.request, wanted.start, logits[at : at + len(wanted)]))  # [k, V]
             at += len(wanted)
         return sampling, logits[:num_sampled], prompt_rows  # [n, V]
+
+    def forward(self, inputs: StepInputs, rows: torch.Tensor) -> torch.Tensor:
+        return execute(self.model, self.storage, inputs, rows)
 
     def _decode_keys(self, decodes: list[ScheduledChunk], tables: dict[str, BlockTable]):
         """Slots of every decode query's keys, padded to the longest, and the mask of real keys. One decode

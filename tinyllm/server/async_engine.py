@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import TinyLLMError
+from ..errors import EngineDown, TinyLLMError
 
 log = logging.getLogger("tinyllm.server")
 
@@ -190,6 +190,12 @@ class AsyncEngine:
     def _step(self) -> None:
         try:
             outputs = self.engine.step()
+        except EngineDown as exc:  # nothing can run any more: fail what is in flight, then stop (503 after)
+            log.error("the engine is down: %s", exc)
+            self._fail_all(EngineFault(str(exc)))
+            with self._cond:
+                self._stopping = True
+            return
         except Exception as exc:
             # One step serves the whole batch and may have half-updated any request in it, so none of
             # their streams can be trusted to be exact any more: fail them, keep the thread serving.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..distributed.cli_args import add_parallel_args, parallel_from_args
 from ..errors import TinyLLMError
 
 API_KEY_ENV = "TINYLLM_API_KEY"
@@ -80,6 +81,7 @@ def add_serve_command(subparsers) -> None:
     p.add_argument("--num-draft-tokens", type=int, default=4)
     p.add_argument("--draft-model", default=None, help="a smaller model sharing the tokenizer")
     p.add_argument("--draft-layers", type=int, default=None, help="self-draft from the target's first N layers")
+    add_parallel_args(p)
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=cmd_serve)
 
@@ -132,6 +134,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise TinyLLMError(f"--port must be in 1..65535, got {args.port}")
     options = engine_options(args)
     limits = connection_limits(args)
+    parallel = parallel_from_args(args)  # checked before the port opens
     try:
         import uvicorn
 
@@ -150,7 +153,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.threads:
             torch.set_num_threads(args.threads)
 
-        return LLM(args.model, dtype=args.dtype, device=args.device, weights=args.weights, quantize=args.quantize)
+        return LLM(
+            args.model,
+            dtype=args.dtype,
+            device=args.device,
+            weights=args.weights,
+            quantize=args.quantize,
+            parallel=parallel,
+        )
 
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     app = create_app(

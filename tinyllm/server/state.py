@@ -105,3 +105,4 @@ class ServerState:
         self._stopped = True
         if self.ready is not None:
             self.ready.engine.shutdown()
+            self.ready.llm.close()  # a tensor-parallel LLM stops its worker processes

@@ -1,0 +1,78 @@
+"""A worker that dies or hangs: the driver fails the requests in flight with an error naming the cause, stops
+the others (no process left) and refuses everything afterwards; the server's engine stops (then 503)."""
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+
+from helpers.tiny_models import tiny_llama
+from tinyllm import LLM, SamplingParams
+from tinyllm.distributed.config import ParallelConfig
+from tinyllm.errors import EngineDown
+from tinyllm.server.async_engine import Accepted, AsyncEngine, EngineStopped, Failed, Sink
+from tinyllm.server.serving import engine_error
+
+LONG = SamplingParams(temperature=0, max_tokens=200, ignore_eos=True)
+DEADLINE_S = 30  # the issue's bound on noticing a lost worker
+
+
+def group(tokenizer, **options):
+    model = tiny_llama(5, vocab_size=tokenizer.vocab_size, max_position_embeddings=256)
+    return LLM.from_parts(model, tokenizer, parallel=ParallelConfig(2, **options))
+
+
+def assert_all_gone(llm):
+    assert all(not p.is_alive() for p in llm.tensor_parallel.processes)
+    assert not [p for p in __import__("multiprocessing").active_children() if p.name.startswith("tinyllm-tp")]
+
+
+def test_a_killed_worker_stops_the_server_engine(smollm_tokenizer):
+    llm = group(smollm_tokenizer)
+    engine = AsyncEngine(llm.engine(block_size=8, num_blocks=64))
+    try:
+        engine.start()
+        worker = llm.tensor_parallel.processes[0]
+
+        async def scenario():
+            loop, queue = asyncio.get_running_loop(), asyncio.Queue()
+            engine.add("a", [5, 6, 7], LONG, Sink(loop, queue))
+            assert isinstance(await queue.get(), Accepted)
+            await queue.get()  # a first output: generation is under way
+            os.kill(worker.pid, signal.SIGKILL)
+            start = time.monotonic()
+            while not isinstance(item := await asyncio.wait_for(queue.get(), DEADLINE_S), Failed):
+                pass
+            assert time.monotonic() - start < DEADLINE_S
+            assert "rank 1 exited with signal 9" in str(item.error)
+            late = asyncio.Queue()
+            engine.add("b", [5, 6, 7], LONG, Sink(loop, late))
+            return await asyncio.wait_for(late.get(), DEADLINE_S)
+
+        late = asyncio.run(scenario())
+        assert isinstance(late, Failed) and isinstance(late.error, EngineStopped)
+        assert engine_error(late.error, "prompt").status == 503
+        assert not engine.alive
+        assert_all_gone(llm)
+    finally:
+        engine.shutdown()
+        llm.close()
+
+
+def test_a_hung_worker_fails_the_stream_after_the_timeout(smollm_tokenizer):
+    llm = group(smollm_tokenizer, timeout_s=3.0)
+    try:
+        worker = llm.tensor_parallel.processes[0]
+        stream = llm.stream([5, 6, 7], params=LONG)
+        next(stream)
+        os.kill(worker.pid, signal.SIGSTOP)  # alive, holding its connections, answering nothing
+        with pytest.raises(EngineDown, match="a rank did not answer within 3 s"):
+            for _ in stream:
+                pass
+        assert_all_gone(llm)
+        with pytest.raises(EngineDown, match="group is down"):
+            llm.generate([5, 6], max_tokens=2)
+    finally:
+        llm.close()

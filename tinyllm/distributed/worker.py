@@ -1,0 +1,114 @@
+"""A worker rank: join the group, load and shard the model, then run every step the driver broadcasts.
+
+A worker holds one paged KV pool per driver engine, with only its own KV heads, and asks its forward for no
+logits rows. It exits on Shutdown, and on any error (the driver gone, a peer gone, a collective timed out):
+then the driver's next collective fails and the driver shuts the group down.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..cache.paged_cache import PagedStorage
+from ..engine.runner import StepInputs, execute
+from . import group as groups
+from .config import ParallelConfig
+from .plan import DropStorage, NewStorage, Shutdown, Step, receive
+from .shard import shard_model
+
+log = logging.getLogger("tinyllm.distributed")
+
+
+@dataclass
+class ModelSource:
+    """How a rank gets the whole model before sharding it: load it from `path`, or unpickle `module` (a model
+    built in memory, sent to local ranks when they start)."""
+
+    path: str | None = None
+    dtype: torch.dtype = torch.float32
+    device: str = "cpu"
+    weights: str | None = None
+    quantize: str | None = None
+    module: nn.Module | None = None
+
+    def load(self) -> nn.Module:
+        if self.module is not None:
+            return self.module
+        from ..loading.loader import load
+
+        return load(self.path, self.dtype, self.device, weights=self.weights, quantize=self.quantize).model
+
+
+def worker_main(rank: int, config: ParallelConfig, source: ModelSource, num_threads: int | None = None) -> None:
+    """Entry point of a worker process (local ranks are spawned with it; `tinyllm worker` calls it)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle; it shuts us down
+    if num_threads:
+        torch.set_num_threads(num_threads)
+    source = dataclasses.replace(source, device=groups.rank_device(source.device, rank))
+    comm = groups.join(
+        rank,
+        config.tensor_parallel_size,
+        config.master_addr,
+        config.master_port,
+        source.device,
+        config.timeout_s,
+        config.startup_timeout_s,
+    )
+    try:
+        model = source.load()
+        shard_model(model, rank, comm.world_size, comm.all_reduce)
+        torch.distributed.barrier(group=comm.startup)  # tells the driver this rank is ready
+        serve(model, comm, torch.device(source.device))
+    except Exception:
+        log.exception("tensor-parallel rank %d stopped", rank)
+        os._exit(1)  # without destroying the group: the peers see the connection close at once
+    # told to shut down: exit without leaving the group (that would wait on the others)
+
+
+@torch.inference_mode()
+def serve(model: nn.Module, comm: groups.Comm, device: torch.device) -> None:
+    storages: dict[int, PagedStorage] = {}
+    no_rows = torch.empty(0, dtype=torch.long, device=device)  # the driver alone needs logits
+    while True:
+        for message in receive(comm.control):
+            if isinstance(message, Shutdown):
+                return
+            if isinstance(message, NewStorage):
+                storages[message.key] = PagedStorage(
+                    message.num_layers,
+                    message.num_kv_heads,
+                    message.head_dim,
+                    message.num_blocks,
+                    message.block_size,
+                    message.dtype,
+                    device,
+                )
+            elif isinstance(message, DropStorage):
+                storages.pop(message.key, None)
+            elif isinstance(message, Step):
+                execute(model, storages[message.key], to_device(message.inputs, device), no_rows)
+
+
+def to_device(inputs: StepInputs, device: torch.device) -> StepInputs:
+    """The plan's tensors on this rank's device (a no-op on the CPU)."""
+    if device.type == "cpu":
+        return inputs
+
+    def move(value):
+        if isinstance(value, torch.Tensor):
+            return value.to(device)
+        if dataclasses.is_dataclass(value):
+            fields = {f.name: move(getattr(value, f.name)) for f in dataclasses.fields(value)}
+            return dataclasses.replace(value, **fields)
+        if isinstance(value, list):
+            return [move(v) for v in value]
+        return value
+
+    return move(inputs)
