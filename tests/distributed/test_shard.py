@@ -9,6 +9,7 @@ import threading
 import pytest
 import torch
 
+from helpers.family_models import FAMILY_NAMES, hf_model, write_family_gguf
 from helpers.model_files import random_tiny_llama, write_gguf
 from helpers.tiny_models import tiny_config, tiny_llama
 from tinyllm.distributed.shard import check_shardable, kv_head_range, local_kv_heads, shard_model
@@ -37,14 +38,14 @@ class ThreadSum:
         return all_reduce
 
 
-def sharded_logits(models: list, n: int) -> torch.Tensor:
+def sharded_logits(models: list, n: int, ids: torch.Tensor = IDS) -> torch.Tensor:
     reduce, out = ThreadSum(n), [None] * n
     for rank, model in enumerate(models):
         shard_model(model, rank, n, reduce.for_rank(rank))
 
     def run(rank):
         with torch.inference_mode():
-            out[rank] = models[rank](IDS)
+            out[rank] = models[rank](ids)
 
     threads = [threading.Thread(target=run, args=(r,)) for r in range(n)]
     for t in threads:
@@ -99,3 +100,15 @@ def test_counts_that_do_not_divide_are_refused_naming_both_numbers():
     with pytest.raises(TinyLLMError, match="MLP width 100 does not divide by tensor_parallel_size=8"):
         check_shardable(tiny_config(num_heads=8, num_kv_heads=8, intermediate_size=100), 8)
     check_shardable(tiny_config(num_heads=9, num_kv_heads=3, intermediate_size=192), 3)
+
+
+@pytest.mark.parametrize("quant", [None, "Q8_0"])
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_every_family_shards_to_the_whole_model(tmp_path, family, quant):
+    """Biases (Qwen2), q/k norms (Qwen3, Gemma 3), windows, soft-caps and sandwich norms survive the split."""
+    model = hf_model(family)
+    path = write_family_gguf(model, family, str(tmp_path / f"{family}.gguf"), quant=quant)
+    with torch.inference_mode():
+        want = load(path, weights="native").model(IDS[:, :8])
+    models = [load(path, weights="native").model for _ in range(2)]
+    assert_close(sharded_logits(models, 2, IDS[:, :8]), want)

@@ -29,6 +29,7 @@ from torch import nn
 
 from ..errors import TinyLLMError
 from ..kernels import QuantWeight
+from ..model.quant_bias import BiasedQuantLinear
 from ..model.quant_linear import QuantLinear
 
 
@@ -116,7 +117,11 @@ def column_shard(linear: nn.Module, rows: torch.Tensor) -> nn.Module:
             if mine.numel():
                 parts.append(w.rows(mine))
             offset += w.shape[0]
-        return QuantLinear(parts)
+        if getattr(linear, "bias", None) is None:
+            return QuantLinear(parts)
+        out = BiasedQuantLinear(parts)  # Qwen2's q/k/v: the bias rows go with their weight rows
+        out.bias = nn.Parameter(linear.bias.detach()[rows].clone(), requires_grad=False)
+        return out
     out = nn.Linear(linear.in_features, rows.numel(), bias=linear.bias is not None, device="meta")
     out.weight = nn.Parameter(linear.weight.detach()[rows].clone(), requires_grad=False)
     if linear.bias is not None:
@@ -128,6 +133,8 @@ def row_shard(linear: nn.Module, start: int, stop: int, rank: int) -> nn.Module:
     """Input columns [start, stop) of a Linear or QuantLinear; a bias is kept on rank 0 only, so the
     all-reduce adds it once."""
     if isinstance(linear, QuantLinear):
+        if getattr(linear, "bias", None) is not None:
+            raise TinyLLMError("tensor parallelism cannot split a quantized row-parallel projection with a bias")
         if all(start % w.format.block_size == 0 and stop % w.format.block_size == 0 for w in linear.parts):
             return QuantLinear([_block_columns(w, start, stop) for w in linear.parts])
         weight = linear.dequantized()[:, start:stop].contiguous()  # [N, stop - start] float32
