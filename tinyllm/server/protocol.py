@@ -138,9 +138,46 @@ class CompletionLogprobs(BaseModel):
     text_offset: list[int] = Field(default_factory=list)
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str  # JSON text of an object, as OpenAI's
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+def _set_only(model: BaseModel) -> dict:
+    # OpenAI's deltas carry only what changed: no "role": null in every chunk.
+    return {k: getattr(model, k) for k in type(model).model_fields if getattr(model, k) is not None}
+
+
+class FunctionDelta(BaseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+    @model_serializer
+    def _set_fields_only(self) -> dict:
+        return _set_only(self)
+
+
+class ToolCallDelta(BaseModel):
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionDelta
+
+    @model_serializer
+    def _set_fields_only(self) -> dict:
+        return _set_only(self)
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ToolCall] | None = None  # null, as OpenAI's, when the answer calls no tool
 
 
 class ChatChoice(BaseModel):
@@ -167,11 +204,11 @@ class ChatCompletionResponse(_Response):
 class Delta(BaseModel):
     role: str | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
     @model_serializer
     def _set_fields_only(self) -> dict:
-        # OpenAI's deltas carry only what changed: no "role": null in every chunk.
-        return {k: v for k, v in (("role", self.role), ("content", self.content)) if v is not None}
+        return _set_only(self)
 
 
 class ChatStreamChoice(BaseModel):

@@ -1,6 +1,6 @@
 """Request fields this server does not honour: a 400 naming the field, never a silent default.
 
-A client that sends `tools` or `logprobs` relies on the answer obeying
+A client that sends `functions` or `audio` relies on the answer obeying
 it; answering 200 with ordinary prose would look right and be wrong. Each entry below names a field of
 OpenAI's API (or a well-known extra of other OpenAI-compatible servers that changes the answer) and the
 values that mean "nothing asked" and are therefore accepted. Fields that change nothing about the
@@ -72,8 +72,6 @@ _COMMON = _table(
 CHAT_FIELDS = {
     **_COMMON,
     **_table(
-        ("tools", _is([]), "an empty list"),
-        ("tool_choice", _is("none"), '"none"'),
         ("functions", _is([]), "an empty list"),
         ("function_call", _is("none"), '"none"'),
         ("audio", _never, "nothing"),
@@ -101,8 +99,6 @@ COMPLETION_FIELDS = {
 }
 
 MESSAGE_FIELDS = _table(
-    ("tool_calls", _is([]), "an empty list"),
-    ("tool_call_id", _never, "nothing"),
     ("function_call", _never, "nothing"),
     ("audio", _never, "nothing"),
 )
@@ -132,7 +128,6 @@ def check_supported(body, table: dict[str, Unsupported]) -> None:
         entry = _first_unsupported(extra, MESSAGE_FIELDS, extra)
         if entry is not None:
             raise bad_request(
-                f"messages[{i}].{entry.name} is not supported by this server (tool calling "
-                f"is not implemented); send {entry.accepted} or leave it out",
+                f"messages[{i}].{entry.name} is not supported by this server; send {entry.accepted} or leave it out",
                 "messages",
             )

@@ -164,8 +164,11 @@ class Tokenizer:
         """One token's text; a token holding part of a UTF-8 character shows U+FFFD."""
         return self.decode([token_id])
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        """The prompt text for a conversation, rendered with the model's own template."""
+    def apply_chat_template(
+        self, messages: list[dict], add_generation_prompt: bool = True, tools: list[dict] | None = None
+    ) -> str:
+        """The prompt text for a conversation, rendered with the model's own template (with OpenAI-style
+        `tools`, see tool_prompt.py)."""
         if self.chat_template is None:
             raise TinyLLMError(
                 f"this {self.kind} tokenizer has no chat template, expected a model whose files include one"
@@ -175,7 +178,7 @@ class Tokenizer:
             for name, i in (("bos_token", self.bos_id), ("eos_token", self.eos_id))
             if i is not None
         }
-        return render_chat(self.chat_template, messages, add_generation_prompt, special)
+        return render_chat(self.chat_template, messages, add_generation_prompt, special, tools)
 
     def _checked_ids(self, ids: Sequence[int]) -> list[int]:
         out = []
