@@ -149,3 +149,11 @@ def test_call_grammar_of_a_schema_the_engine_cannot_use_is_an_error(grammars):
     bad = call_grammar(HERMES, [{"name": "f", "parameters": {"type": "object", "minProperties": "x"}}])
     with pytest.raises(TinyLLMError, match="cannot be compiled"):
         grammars.compile(StructuredOutput.grammar(bad))
+
+
+@pytest.mark.parametrize("extra, ok", [({}, False), ({"additionalProperties": True}, True)])
+def test_undeclared_arguments_are_refused_unless_the_schema_allows_them(grammars, smollm_tokenizer, extra, ok):
+    params = {"type": "object", "properties": {"a": {"type": "integer"}}, **extra}
+    grammar = call_grammar(HERMES, [{"name": "f", "parameters": params}])
+    text = HERMES.write([{"name": "f", "arguments": {"a": 1, "b": 2}}]).replace(", ", ",").replace(": ", ":")
+    assert _accepts(grammars, smollm_tokenizer, grammar, text) is ok

@@ -157,8 +157,22 @@ def call_grammar(fmt: ToolCallFormat, functions: list[dict]) -> str:
     return "\n".join([f"start: {start}", f"call: {call}", *rules])
 
 
+def _closed(schema: Any) -> Any:
+    """The schema with every object that lists its properties and says nothing of others closed to them, as
+    OpenAI's strict function calling asks: a call names the arguments the function declares, and a small
+    model given room to invent more keys may never stop. What it accepts is a subset of the original's."""
+    if isinstance(schema, list):
+        return [_closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _closed(v) for k, v in schema.items()}
+    if isinstance(schema.get("properties"), dict) and "additionalProperties" not in schema:
+        out["additionalProperties"] = False
+    return out
+
+
 def _call_schema(fmt: ToolCallFormat, function: dict) -> dict:
-    params = function.get("parameters") or {"type": "object", "properties": {}}
+    params = _closed(function.get("parameters") or {"type": "object", "properties": {}})
     return {
         "type": "object",
         "properties": {"name": {"const": function["name"]}, fmt.args_key: params},
