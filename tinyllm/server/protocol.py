@@ -80,6 +80,18 @@ class CompletionRequest(_GenerationRequest):
     prompt_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)  # not OpenAI's: vLLM's extra field
 
 
+class ResponsesRequest(_OpenBody):
+    """POST /v1/responses: the fields honoured; every other one is judged by responses.py."""
+
+    model: str | None = None
+    input: str | list[dict]
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stream: bool | None = None
+
+
 class TokenizeRequest(_Body):
     model: str | None = None
     prompt: str | None = None

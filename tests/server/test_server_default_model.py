@@ -1,6 +1,7 @@
-"""Tool calling on the real default model through a live `tinyllm serve`, with the openai SDK and LangChain:
-forced calls always parse and validate (whole and streamed), auto answers in OpenAI's shape whichever way the
-model goes, and a conversation carries a tool result to a prose answer."""
+"""The real default model through a live `tinyllm serve`, with the openai SDK and LangChain: forced tool calls
+always parse and validate (whole and streamed), auto answers in OpenAI's shape whichever way the model goes, a
+conversation carries a tool result to a prose answer, and the SDK's Responses stream helper gets its final
+response."""
 
 import json
 
@@ -85,3 +86,12 @@ def test_langchain_bind_tools_on_the_default_model(port):
     [call] = reply.tool_calls
     assert call["name"] == "get_weather"
     jsonschema.validate(call["args"], WEATHER)
+
+
+def test_responses_stream_helper_on_the_default_model(client):
+    kw = dict(model="smol", input="What is the capital of France?", max_output_tokens=60, temperature=0)
+    whole = client.responses.create(**kw)
+    with client.responses.stream(**kw) as stream:
+        final = stream.get_final_response()
+    assert final.status == whole.status == "completed"
+    assert final.output_text == whole.output_text and "Paris" in whole.output_text
