@@ -135,7 +135,7 @@ def test_speculative(folder, tmp_path):
 def test_structured(folder, tmp_path):
     r = bench("structured", folder, tmp_path)
     assert positive(r["compile"]["vocabulary_s"]) and positive(r["compile"]["json_schema_ms"])
-    for kind in ("json_schema", "regex"):
+    for kind in ("json_schema", "regex", "tool_call"):
         mask = r["mask"][kind]
         assert mask["steps"] == sum(mask["tokens_per_generation"]) > 0
         assert 0 < mask["p50_ms"] <= mask["p99_ms"]

@@ -73,11 +73,50 @@ def test_prompt_logprobs_extra_field(client, llm):
         assert str(top) in entry
 
 
-def test_echo_and_prompt_logprobs_refuse_streaming_and_max_tokens_0_needs_echo(client):
-    for extra in ({"echo": True}, {"prompt_logprobs": 0}):
-        with pytest.raises(openai.BadRequestError) as info:
-            client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=2, stream=True, extra_body=extra)
-        assert info.value.body["param"] in extra
+def _joined_stream(client, **kw):
+    """Per choice index: text, logprobs lists, prompt_logprobs and finish reason joined from the chunks; usage."""
+    out, usage = {}, None
+    for chunk in client.completions.create(model=MODEL, stream=True, stream_options={"include_usage": True}, **kw):
+        usage = chunk.usage or usage
+        for c in chunk.choices:
+            got = out.setdefault(c.index, {"text": "", "tokens": [], "lps": [], "tops": [], "offsets": []})
+            got["text"] += c.text
+            if c.logprobs is not None:
+                got["tokens"] += c.logprobs.tokens
+                got["lps"] += c.logprobs.token_logprobs
+                got["tops"] += c.logprobs.top_logprobs
+                got["offsets"] += c.logprobs.text_offset
+            if (c.model_extra or {}).get("prompt_logprobs") is not None:
+                got["prompt_logprobs"] = c.model_extra["prompt_logprobs"]
+            got["finish"] = c.finish_reason or got.get("finish")
+    return out, usage
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(prompt=PROMPT, max_tokens=0, echo=True, logprobs=2),
+        dict(prompt=PROMPT, max_tokens=3, echo=True, logprobs=1, temperature=0),
+        dict(prompt=[PROMPT, "Lakes are"], max_tokens=2, echo=True, n=2, seed=4),
+        dict(prompt=PROMPT, max_tokens=2, temperature=0, extra_body={"prompt_logprobs": 1}),
+    ],
+)
+def test_streamed_echo_equals_the_whole_answer(client, kw):
+    extra = kw.pop("extra_body", {})
+    whole = client.completions.create(model=MODEL, extra_body={"ignore_eos": True, **extra}, **kw)
+    streamed, usage = _joined_stream(client, extra_body={"ignore_eos": True, **extra}, **kw)
+    assert usage == whole.usage
+    for choice in whole.choices:
+        got = streamed[choice.index]
+        assert got["text"] == choice.text and got["finish"] == choice.finish_reason
+        if choice.logprobs is not None:
+            lps = choice.logprobs
+            assert (got["tokens"], got["lps"], got["offsets"]) == (lps.tokens, lps.token_logprobs, lps.text_offset)
+            assert got["tops"] == lps.top_logprobs
+        assert got.get("prompt_logprobs") == (choice.model_extra or {}).get("prompt_logprobs")
+
+
+def test_max_tokens_0_needs_echo(client):
     with pytest.raises(openai.BadRequestError) as info:
         client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=0)
     assert info.value.body["param"] == "max_tokens"

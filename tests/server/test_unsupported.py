@@ -35,9 +35,6 @@ def complete(client, **kw):
 @pytest.mark.parametrize(
     "field, value",
     [
-        ("tools", [TOOL]),
-        ("tool_choice", "auto"),
-        ("tool_choice", "required"),
         ("functions", [TOOL["function"]]),
         ("function_call", "auto"),
         ("audio", {"voice": "alloy", "format": "wav"}),
@@ -89,17 +86,6 @@ def test_completion_fields_not_honoured_are_400(client, field, value):
     with pytest.raises(openai.BadRequestError) as info:
         complete(client, **{field: value})
     assert info.value.body["param"] == field and "not supported" in info.value.body["message"]
-
-
-def test_messages_with_tool_calls_are_400(client):
-    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
-    messages = CHAT + [
-        {"role": "assistant", "content": None, "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
-    ]
-    with pytest.raises(openai.BadRequestError) as info:
-        chat(client, messages=messages)
-    assert info.value.body["param"] == "messages" and "messages[1].tool_calls" in info.value.body["message"]
 
 
 def test_neutral_values_and_harmless_fields_are_accepted(client):

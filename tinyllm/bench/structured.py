@@ -1,4 +1,5 @@
-"""Structured output: the grammar mask's cost per token (p50/p99 ms) for a JSON schema and a regex, their compile
+"""Structured output: the grammar mask's cost per token (p50/p99 ms) for a JSON schema, a regex and a forced tool
+call (tool_choice "required"), their compile
 time, and decode tokens/s of constrained against unconstrained requests, alone and with many running at once (half
 of them constrained).
 
@@ -35,9 +36,22 @@ SCHEMA = {
     "additionalProperties": False,
 }
 REGEX = r"[A-Z][a-z]{1,12} [A-Z][a-z]{1,12}, [0-9]{3}-[0-9]{3}-[0-9]{4}, [a-z]{2,10}@[a-z]{2,10}\.(com|org|net)"
+# tool_choice "required" over two functions: the call wrapper around each function's arguments
+TOOL_FUNCTIONS = [
+    {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 30}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"],
+        },
+    },
+    {"name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 8}}}},
+]
 PROMPTS = {
     "json_schema": "Describe a made-up employee as JSON.",
     "regex": "Write a made-up name, phone number and email address.",
+    "tool_call": "What is the weather in Paris? Call a function.",
 }
 
 
@@ -49,8 +63,13 @@ def add_args(p) -> None:
 
 def _constraints():
     from ..sampling.structured import StructuredOutput
+    from ..text.tool_calls import HERMES, call_grammar
 
-    return {"json_schema": StructuredOutput.json_schema(SCHEMA), "regex": StructuredOutput.regex(REGEX)}
+    return {
+        "json_schema": StructuredOutput.json_schema(SCHEMA),
+        "regex": StructuredOutput.regex(REGEX),
+        "tool_call": StructuredOutput.grammar(call_grammar(HERMES, TOOL_FUNCTIONS)),
+    }
 
 
 def _prompt(llm, text: str) -> list[int]:
@@ -142,10 +161,8 @@ def draw(result: dict):
 
 def report(result: dict) -> str:
     c = result["compile"]
-    lines = [
-        f"vocabulary view {c['vocabulary_s']:.2f} s; compile json_schema {c['json_schema_ms']:.1f} ms, "
-        f"regex {c['regex_ms']:.1f} ms"
-    ]
+    compiled = ", ".join(f"{k[: -len('_ms')]} {v:.1f} ms" for k, v in c.items() if k.endswith("_ms"))
+    lines = [f"vocabulary view {c['vocabulary_s']:.2f} s; compile {compiled}"]
     for kind, m in result["mask"].items():
         lines.append(f"mask {kind:12s} p50 {m['p50_ms']:.3f} ms  p99 {m['p99_ms']:.3f} ms  ({m['steps']} steps)")
     for key, value in result["decode"].items():

@@ -19,7 +19,14 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from .. import __version__
 from ..errors import TinyLLMError
-from .body import add_body_schemas, chat_counts, completion_counts, parse_body, request_body_doc
+from .body import (
+    add_body_schemas,
+    chat_counts,
+    completion_counts,
+    parse_body,
+    request_body_doc,
+    responses_counts,
+)
 from .chat import chat_completion
 from .completions import completion
 from .errors import APIError, bad_request, install_error_handlers
@@ -36,9 +43,11 @@ from .protocol import (
     DetokenizeResponse,
     ModelCard,
     ModelList,
+    ResponsesRequest,
     TokenizeRequest,
     TokenizeResponse,
 )
+from .responses import create_response
 from .slow_clients import ConnectionLimits
 from .state import Ready, ServerState
 
@@ -114,7 +123,9 @@ def create_app(
     _add_generation_routes(app, auth, ready)
     _add_model_routes(app, auth, ready)
     _add_ops_routes(app, state, metrics)
-    add_body_schemas(app, [ChatCompletionRequest, CompletionRequest, TokenizeRequest, DetokenizeRequest])
+    add_body_schemas(
+        app, [ChatCompletionRequest, CompletionRequest, ResponsesRequest, TokenizeRequest, DetokenizeRequest]
+    )
     return app
 
 
@@ -152,6 +163,13 @@ def _add_generation_routes(app: FastAPI, auth: list, ready) -> None:
         """Text completion of a prompt (text, ids, or a list of either)."""
         body = await parse_body(request, CompletionRequest, completion_counts(ctx.limits))
         return await completion(body, request, ctx)
+
+    @app.post("/v1/responses", dependencies=auth, openapi_extra=request_body_doc(ResponsesRequest))
+    async def respond(request: Request, ctx: Ready = Depends(ready)) -> Response:
+        """A minimal Responses API: text or message input, instructions, max_output_tokens, temperature,
+        top_p and stream; other fields that would change the answer are a 400."""
+        body = await parse_body(request, ResponsesRequest, responses_counts(ctx.limits))
+        return await create_response(body, request, ctx)
 
 
 def _add_model_routes(app: FastAPI, auth: list, ready) -> None:

@@ -72,6 +72,15 @@ def chat_counts(limits: PromptLimits) -> CountCheck:
     return check
 
 
+def responses_counts(limits: PromptLimits) -> CountCheck:
+    def check(data: dict) -> None:
+        items = data.get("input")
+        if isinstance(items, list):
+            limits.check_message_count(len(items))
+
+    return check
+
+
 def completion_counts(limits: PromptLimits) -> CountCheck:
     def check(data: dict) -> None:
         prompt = data.get("prompt")

@@ -9,6 +9,7 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
+from .errors import bad_request
 from .group import RequestGroup
 from .logprobs import TokenTexts, chat_logprobs
 from .prompts import chat_prompt_ids
@@ -35,14 +36,20 @@ from .serving import (
 )
 from .state import Ready
 from .structured import compile_structured, structured_from
+from .tool_stream import ToolCallStream, call_deltas
+from .tools import ToolRequest, compile_tools, tool_calls_of, tools_from
 from .unsupported import CHAT_FIELDS, check_supported
 
 PROMPT_PARAM = "messages"
 
 
 class ChatShaper(StreamShaper):
-    def __init__(self, meta: dict, n: int, logprobs: bool, include_usage: bool, texts: TokenTexts):
+    def __init__(
+        self, meta: dict, n: int, logprobs: bool, include_usage: bool, texts: TokenTexts, tools: ToolRequest | None
+    ):
         self.meta, self.n, self.logprobs, self.include_usage, self.texts = meta, n, logprobs, include_usage, texts
+        # with tools, each choice's text passes through a stream that holds back what may be a call
+        self.calls = [ToolCallStream(tools) for _ in range(n)] if tools is not None and tools.is_rendered else None
 
     def _chunk(self, choices: list, usage=None) -> ChatCompletionChunk:
         return ChatCompletionChunk(**self.meta, choices=choices, usage=usage)
@@ -54,12 +61,22 @@ class ChatShaper(StreamShaper):
 
     def on_output(self, choice: Choice, output):
         lps = chat_logprobs(self.texts, output.logprobs) if self.logprobs and output.logprobs else None
-        if output.text or lps is not None:
-            yield self._chunk(
-                [ChatStreamChoice(index=choice.index, delta=Delta(content=output.text or None), logprobs=lps)]
-            )
-        if output.finished:  # as OpenAI's: the finish reason comes alone, with an empty delta
-            yield self._chunk([ChatStreamChoice(index=choice.index, delta=Delta(), finish_reason=output.finish_reason)])
+        calls = self.calls[choice.index] if self.calls is not None else None
+        text = output.text if calls is None else calls.feed(output.text or "")
+        if text or lps is not None:
+            yield self._chunk([ChatStreamChoice(index=choice.index, delta=Delta(content=text or None), logprobs=lps)])
+        if not output.finished:
+            return
+        finish_reason = output.finish_reason
+        if calls is not None:
+            rest, parsed = calls.finish()
+            if rest:
+                yield self._chunk([ChatStreamChoice(index=choice.index, delta=Delta(content=rest))])
+            for deltas in call_deltas(parsed):
+                yield self._chunk([ChatStreamChoice(index=choice.index, delta=Delta(tool_calls=deltas))])
+            finish_reason = _finish_reason(finish_reason, parsed)
+        # as OpenAI's: the finish reason comes alone, with an empty delta
+        yield self._chunk([ChatStreamChoice(index=choice.index, delta=Delta(), finish_reason=finish_reason)])
 
     def finish(self, choices: list[Choice]):
         if self.include_usage:
@@ -70,29 +87,63 @@ async def chat_completion(body: ChatCompletionRequest, request: Request, ctx: Re
     ctx.check_model(body.model)
     check_supported(body, CHAT_FIELDS)
     values, names = chat_params(body)
-    structured, field = structured_from(body)
+    tools = tools_from(body, ctx.tokenizer.chat_template)
+    structured, field = _constraint(body, tools)
     if structured is not None:
         values["structured"], names["structured"] = structured, field
     ctx.limits.check_messages(body.messages)  # before rendering: counts and sizes against the context
     # Off the event loop and the engine thread: rendering, encoding, the stop strings' automaton, the grammar.
-    ids = await run_in_threadpool(_prepare, ctx.tokenizer, body.messages, values, ctx.llm.grammars, field)
+    ids = await run_in_threadpool(_prepare, ctx, body.messages, values, tools, field)
     ctx.limits.check_room(len(ids), values["max_tokens"], PROMPT_PARAM)
     seed = body.seed if body.seed is not None else fresh_seed()
     params = per_choice(values, names, seed, body.n or 1)
     check_vocab(params, ctx.llm.config.vocab_size)
     group = RequestGroup(ctx.engine, len(params))
     await start_group(group, [(ids, p) for p in params], PROMPT_PARAM)
-    return await owned(group, _answer(body, request, ctx, group, len(ids), seed))
+    return await owned(group, _answer(body, request, ctx, group, len(ids), seed, tools))
 
 
-def _prepare(tokenizer, messages, values: dict, grammars, field: str | None) -> list[int]:
+def _constraint(body: ChatCompletionRequest, tools: ToolRequest | None):
+    """The output's constraint and the field that asked for it: response_format and friends, or the call
+    grammar of tool_choice required / a named function (never both)."""
+    structured, field = structured_from(body)
+    forced = tools.constraint() if tools is not None else None
+    if forced is None:
+        return structured, field
+    if structured is not None:
+        raise bad_request(f"{field} cannot be combined with tool_choice {tools.choice!r}; send one of them", field)
+    return forced, "tool_choice"
+
+
+def _prepare(ctx: Ready, messages, values: dict, tools: ToolRequest | None, field: str | None) -> list[int]:
     prepare_stops(values)
-    compile_structured(grammars, values.get("structured"), field)
-    return chat_prompt_ids(tokenizer, messages)
+    compile_tools(ctx.llm.grammars, tools)
+    compile_structured(ctx.llm.grammars, values.get("structured"), field)
+    return chat_prompt_ids(ctx.tokenizer, messages, tools.prompt_tools() if tools is not None else None)
+
+
+def _finish_reason(finish_reason: str | None, parsed) -> str | None:
+    return "tool_calls" if parsed.calls and finish_reason == "stop" else finish_reason
+
+
+def _message(c: Choice, tools: ToolRequest | None) -> tuple[AssistantMessage, str | None]:
+    if tools is None or not tools.is_rendered:
+        return AssistantMessage(content=c.text), c.finish_reason
+    parsed = tools.parse(c.text)
+    if not parsed.calls:
+        return AssistantMessage(content=c.text), c.finish_reason
+    message = AssistantMessage(content=parsed.content or None, tool_calls=tool_calls_of(parsed))
+    return message, _finish_reason(c.finish_reason, parsed)
 
 
 async def _answer(
-    body: ChatCompletionRequest, request: Request, ctx: Ready, group: RequestGroup, prompt_tokens: int, seed: int
+    body: ChatCompletionRequest,
+    request: Request,
+    ctx: Ready,
+    group: RequestGroup,
+    prompt_tokens: int,
+    seed: int,
+    tools: ToolRequest | None,
 ) -> Response:
     n = len(group.ids)
     choices = [Choice(i, 0, prompt_tokens) for i in range(n)]
@@ -101,23 +152,16 @@ async def _answer(
     )  # one timestamp for every chunk
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        shaper = ChatShaper(meta, n, bool(body.logprobs), include_usage, ctx.texts)
+        shaper = ChatShaper(meta, n, bool(body.logprobs), include_usage, ctx.texts, tools)
         return stream(group, shaper, choices, PROMPT_PARAM)
     try:
         await collect(request, group, choices, PROMPT_PARAM)
     except ClientGone:
         return client_gone_response()
-    answer = ChatCompletionResponse(
-        **meta,
-        usage=usage_of(choices),
-        choices=[
-            ChatChoice(
-                index=c.index,
-                message=AssistantMessage(content=c.text),
-                finish_reason=c.finish_reason,
-                logprobs=chat_logprobs(ctx.texts, c.logprobs) if body.logprobs else None,
-            )
-            for c in choices
-        ],
-    )
+    answers = []
+    for c in choices:
+        message, finish_reason = _message(c, tools)
+        logprobs = chat_logprobs(ctx.texts, c.logprobs) if body.logprobs else None
+        answers.append(ChatChoice(index=c.index, message=message, finish_reason=finish_reason, logprobs=logprobs))
+    answer = ChatCompletionResponse(**meta, usage=usage_of(choices), choices=answers)
     return Response(answer.model_dump_json(), media_type="application/json")

@@ -7,14 +7,15 @@ alone with the same seed gets the same choices it got in a batch.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from .echo import echo_logprobs, echo_text, prompt_logprobs_field
+from .echo import echo_logprobs, echo_text, prompt_logprobs_field, prompt_part
 from .group import RequestGroup
-from .logprobs import TokenTexts, completion_logprobs
+from .logprobs import completion_logprobs
 from .prompts import check_prompts, completion_prompt_ids, split_prompts
 from .protocol import CompletionChoice, CompletionChunk, CompletionRequest, CompletionResponse
 from .sampling import check_vocab, completion_params, fresh_seed, per_choice, prepare_stops
@@ -36,11 +37,52 @@ from .unsupported import COMPLETION_FIELDS, check_supported
 PROMPT_PARAM = "prompt"
 
 
+@dataclass(frozen=True)
+class PromptEcho:
+    """What a stream sends about the prompt before the completion: its text (echo), its logprobs (echo with
+    logprobs, top_n), vLLM's prompt_logprobs field (prompt_top_n); score_only drops the one drawn token."""
+
+    prompts: list
+    prompt_ids: list[list[int]]
+    echo: bool
+    top_n: int | None
+    prompt_top_n: int | None
+    score_only: bool
+
+
 class CompletionShaper(StreamShaper):
-    def __init__(self, meta: dict, logprobs: bool, include_usage: bool, texts: TokenTexts):
-        self.meta, self.logprobs, self.include_usage, self.texts = meta, logprobs, include_usage, texts
+    def __init__(self, meta: dict, logprobs: bool, include_usage: bool, ctx: Ready, echo: PromptEcho | None):
+        self.meta, self.logprobs, self.include_usage, self.texts = meta, logprobs, include_usage, ctx.texts
+        self.tokenizer, self.echo, self.echoed = ctx.tokenizer, echo, set()
+
+    def _prompt_chunk(self, choice: Choice) -> CompletionChunk:
+        """The first chunk of a choice: the prompt's text, logprobs and prompt_logprobs as asked."""
+        e, ids = self.echo, self.echo.prompt_ids[choice.prompt]
+        text = echo_text(self.tokenizer, e.prompts[choice.prompt]) if e.echo else ""
+        lps = None
+        if e.echo and e.top_n is not None:
+            lps, choice.text_offset = prompt_part(self.texts, ids, choice.prompt_logprobs, e.top_n)
+        prompt_lps = (
+            prompt_logprobs_field(self.texts, choice.prompt_logprobs, e.prompt_top_n)
+            if e.prompt_top_n is not None
+            else None
+        )
+        return CompletionChunk(
+            **self.meta,
+            choices=[CompletionChoice(index=choice.index, text=text, logprobs=lps, prompt_logprobs=prompt_lps)],
+        )
 
     def on_output(self, choice: Choice, output):
+        if self.echo is not None and choice.index not in self.echoed:
+            self.echoed.add(choice.index)
+            yield self._prompt_chunk(choice)
+        if self.echo is not None and self.echo.score_only:  # the drawn token is not part of the answer
+            choice.completion_tokens = 0
+            if output.finished:
+                yield CompletionChunk(
+                    **self.meta, choices=[CompletionChoice(index=choice.index, text="", finish_reason="length")]
+                )
+            return
         lps = None
         if self.logprobs and output.logprobs:
             lps, choice.text_offset = completion_logprobs(self.texts, output.logprobs, choice.text_offset)
@@ -103,7 +145,12 @@ async def _answer(
     want_logprobs = body.logprobs is not None
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return stream(group, CompletionShaper(meta, want_logprobs, include_usage, ctx.texts), choices, PROMPT_PARAM)
+        echo = None
+        if body.echo or body.prompt_logprobs is not None:
+            score_only = bool(body.echo) and body.max_tokens == 0
+            prompts = split_prompts(body.prompt)
+            echo = PromptEcho(prompts, prompt_ids, bool(body.echo), body.logprobs, body.prompt_logprobs, score_only)
+        return stream(group, CompletionShaper(meta, want_logprobs, include_usage, ctx, echo), choices, PROMPT_PARAM)
     try:
         await collect(request, group, choices, PROMPT_PARAM)
     except ClientGone:

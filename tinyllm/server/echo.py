@@ -15,21 +15,31 @@ def echo_text(tokenizer, prompt) -> str:
     return prompt if isinstance(prompt, str) else tokenizer.decode(list(prompt))
 
 
-def echo_logprobs(
-    texts: TokenTexts, prompt_ids: list[int], prompt_lps: list, completion_lps: list, top_n: int
-) -> CompletionLogprobs:
-    """The prompt's tokens then the completion's, in OpenAI's completions format."""
+def prompt_part(
+    texts: TokenTexts, prompt_ids: list[int], prompt_lps: list, top_n: int
+) -> tuple[CompletionLogprobs, int]:
+    """The prompt's tokens in OpenAI's completions format, and the text offset where the completion's begin."""
     first = texts.get(prompt_ids[0])[0]
     out = CompletionLogprobs(tokens=[first], token_logprobs=[None], top_logprobs=[None], text_offset=[0])
     scored = [replace(lp, top=lp.top[:top_n]) for lp in prompt_lps[1:]]
     rest, offset = completion_logprobs(texts, scored, len(first))
-    tail, _ = completion_logprobs(texts, completion_lps, offset)
-    for part in (rest, tail):
-        out.tokens += part.tokens
-        out.token_logprobs += part.token_logprobs
-        out.top_logprobs += part.top_logprobs
-        out.text_offset += part.text_offset
+    return _joined(out, rest), offset
+
+
+def _joined(out: CompletionLogprobs, part: CompletionLogprobs) -> CompletionLogprobs:
+    out.tokens += part.tokens
+    out.token_logprobs += part.token_logprobs
+    out.top_logprobs += part.top_logprobs
+    out.text_offset += part.text_offset
     return out
+
+
+def echo_logprobs(
+    texts: TokenTexts, prompt_ids: list[int], prompt_lps: list, completion_lps: list, top_n: int
+) -> CompletionLogprobs:
+    """The prompt's tokens then the completion's, in OpenAI's completions format."""
+    out, offset = prompt_part(texts, prompt_ids, prompt_lps, top_n)
+    return _joined(out, completion_logprobs(texts, completion_lps, offset)[0])
 
 
 def prompt_logprobs_field(texts: TokenTexts, prompt_lps: list, top_n: int) -> list:

@@ -8,11 +8,13 @@ from .admission import PromptLimits, replace_lone_surrogates
 from .errors import bad_request
 from .protocol import ChatMessage
 
+_TOOL_FIELDS = ("tool_calls", "tool_call_id")  # OpenAI's tool-calling fields of a message, checked by the template
 MAX_PROMPTS = 64  # prompts x n choices in one completions request: all of them join the batch at once
 
 
 def _plain_messages(messages: list[ChatMessage]) -> list[dict]:
-    """{"role", "content": str} dicts for the template; text content parts are joined in order."""
+    """{"role", "content": str} dicts for the template (with an assistant's tool_calls and a tool message's
+    tool_call_id when sent); text content parts are joined in order."""
     plain = []
     for i, m in enumerate(messages):
         content = m.content
@@ -23,14 +25,20 @@ def _plain_messages(messages: list[ChatMessage]) -> list[dict]:
                     f"messages[{i}].content has a {bad.type!r} part; only text parts are supported", "messages"
                 )
             content = "".join(p.text for p in content)
-        plain.append({"role": m.role, "content": content or ""})
+        message = {"role": m.role, "content": content or ""}
+        for name in _TOOL_FIELDS:
+            if (m.model_extra or {}).get(name) is not None:
+                message[name] = m.model_extra[name]
+        plain.append(message)
     return plain
 
 
-def chat_prompt_text(tokenizer, messages: list[ChatMessage], add_generation_prompt: bool = True) -> str:
+def chat_prompt_text(
+    tokenizer, messages: list[ChatMessage], add_generation_prompt: bool = True, tools: list[dict] | None = None
+) -> str:
     plain = _plain_messages(messages)
     try:
-        return tokenizer.apply_chat_template(plain, add_generation_prompt)
+        return tokenizer.apply_chat_template(plain, add_generation_prompt, tools)
     except TinyLLMError as exc:
         raise bad_request(str(exc), "messages") from None
     except Exception as exc:  # a template may fail in its own ways on messages it does not expect
@@ -44,9 +52,9 @@ def encode_text(tokenizer, text: str, add_special_tokens: bool = True) -> list[i
     return tokenizer.encode(replace_lone_surrogates(text), add_special_tokens=add_special_tokens)
 
 
-def chat_prompt_ids(tokenizer, messages: list[ChatMessage]) -> list[int]:
+def chat_prompt_ids(tokenizer, messages: list[ChatMessage], tools: list[dict] | None = None) -> list[int]:
     # The template writes any BOS itself: encoding must not add a second one.
-    return encode_text(tokenizer, chat_prompt_text(tokenizer, messages), add_special_tokens=False)
+    return encode_text(tokenizer, chat_prompt_text(tokenizer, messages, True, tools), add_special_tokens=False)
 
 
 def split_prompts(prompt) -> list:

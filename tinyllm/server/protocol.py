@@ -80,6 +80,18 @@ class CompletionRequest(_GenerationRequest):
     prompt_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)  # not OpenAI's: vLLM's extra field
 
 
+class ResponsesRequest(_OpenBody):
+    """POST /v1/responses: the fields honoured; every other one is judged by responses.py."""
+
+    model: str | None = None
+    input: str | list[dict]
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stream: bool | None = None
+
+
 class TokenizeRequest(_Body):
     model: str | None = None
     prompt: str | None = None
@@ -138,9 +150,46 @@ class CompletionLogprobs(BaseModel):
     text_offset: list[int] = Field(default_factory=list)
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str  # JSON text of an object, as OpenAI's
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+def _set_only(model: BaseModel) -> dict:
+    # OpenAI's deltas carry only what changed: no "role": null in every chunk.
+    return {k: getattr(model, k) for k in type(model).model_fields if getattr(model, k) is not None}
+
+
+class FunctionDelta(BaseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+    @model_serializer
+    def _set_fields_only(self) -> dict:
+        return _set_only(self)
+
+
+class ToolCallDelta(BaseModel):
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionDelta
+
+    @model_serializer
+    def _set_fields_only(self) -> dict:
+        return _set_only(self)
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ToolCall] | None = None  # null, as OpenAI's, when the answer calls no tool
 
 
 class ChatChoice(BaseModel):
@@ -167,11 +216,11 @@ class ChatCompletionResponse(_Response):
 class Delta(BaseModel):
     role: str | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
     @model_serializer
     def _set_fields_only(self) -> dict:
-        # OpenAI's deltas carry only what changed: no "role": null in every chunk.
-        return {k: v for k, v in (("role", self.role), ("content", self.content)) if v is not None}
+        return _set_only(self)
 
 
 class ChatStreamChoice(BaseModel):

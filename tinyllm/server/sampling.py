@@ -90,9 +90,6 @@ def chat_params(req: ChatCompletionRequest) -> tuple[dict, dict]:
 
 def completion_params(req: CompletionRequest) -> tuple[dict, dict]:
     """With echo, max_tokens=0 scores the prompt alone: the engine draws one token that is not returned."""
-    for name in ("echo", "prompt_logprobs"):  # the prompt's part of a stream is not implemented
-        if getattr(req, name) is not None and getattr(req, name) is not False and req.stream:
-            raise bad_request(f"{name} is not supported together with stream; send stream false", name)
     values = _common(req)
     values["max_tokens"] = COMPLETION_DEFAULT_MAX_TOKENS if req.max_tokens is None else req.max_tokens
     if values["max_tokens"] == 0 and req.echo:

@@ -1,6 +1,6 @@
 """Request fields this server does not honour: a 400 naming the field, never a silent default.
 
-A client that sends `tools` or `logprobs` relies on the answer obeying
+A client that sends `functions` or `audio` relies on the answer obeying
 it; answering 200 with ordinary prose would look right and be wrong. Each entry below names a field of
 OpenAI's API (or a well-known extra of other OpenAI-compatible servers that changes the answer) and the
 values that mean "nothing asked" and are therefore accepted. Fields that change nothing about the
@@ -27,7 +27,7 @@ class Unsupported:
     accepted: str  # what may be sent instead, for the error message
 
 
-def _is(*neutral: Any) -> Callable[[Any, dict], bool]:
+def is_one_of(*neutral: Any) -> Callable[[Any, dict], bool]:
     # type as well as value: True == 1 and False == 0 in Python, but not in a request.
     return lambda value, _: any(type(value) is type(n) and value == n for n in neutral)
 
@@ -41,68 +41,64 @@ def _best_of_is_n(value: Any, body: dict) -> bool:
     return type(value) is int and value == (n if type(n) is int else 1)
 
 
-def _table(*entries: tuple[str, Callable, str]) -> dict[str, Unsupported]:
+def field_table(*entries: tuple[str, Callable, str]) -> dict[str, Unsupported]:
     return {name: Unsupported(name, ok, accepted) for name, ok, accepted in entries}
 
 
 # Both endpoints: OpenAI fields, then other servers' extras that would change the answer.
-_COMMON = _table(
-    ("store", _is(False), "false"),
-    ("service_tier", _is("auto", "default"), '"auto" or "default"'),
-    ("prompt_cache_retention", _is("in-memory", "in_memory"), '"in-memory"'),
+_COMMON = field_table(
+    ("store", is_one_of(False), "false"),
+    ("service_tier", is_one_of("auto", "default"), '"auto" or "default"'),
+    ("prompt_cache_retention", is_one_of("in-memory", "in_memory"), '"in-memory"'),
     # structured outputs (guided_*, structured_outputs, json_schema, grammar) are read by structured.py
-    ("guided_decoding_backend", _is("auto", "guidance", "llguidance"), '"auto" or "guidance"'),
+    ("guided_decoding_backend", is_one_of("auto", "guidance", "llguidance"), '"auto" or "guidance"'),
     ("regex", _never, "nothing (send guided_regex)"),
-    ("min_tokens", _is(0), "0"),
-    ("use_beam_search", _is(False), "false"),
-    ("include_stop_str_in_output", _is(False), "false"),
-    ("skip_special_tokens", _is(True), "true"),
-    ("spaces_between_special_tokens", _is(True), "true"),
+    ("min_tokens", is_one_of(0), "0"),
+    ("use_beam_search", is_one_of(False), "false"),
+    ("include_stop_str_in_output", is_one_of(False), "false"),
+    ("skip_special_tokens", is_one_of(True), "true"),
+    ("spaces_between_special_tokens", is_one_of(True), "true"),
     ("allowed_token_ids", _never, "nothing"),
-    ("bad_words", _is([]), "an empty list"),
-    ("logits_processors", _is([]), "an empty list"),
+    ("bad_words", is_one_of([]), "an empty list"),
+    ("logits_processors", is_one_of([]), "an empty list"),
     ("truncate_prompt_tokens", _never, "nothing"),
-    ("return_tokens_as_token_ids", _is(False), "false"),
-    ("typical_p", _is(1.0, 1), "1"),
-    ("mirostat", _is(0), "0"),
-    ("tfs_z", _is(1.0, 1), "1"),
-    ("n_probs", _is(0), "0"),
+    ("return_tokens_as_token_ids", is_one_of(False), "false"),
+    ("typical_p", is_one_of(1.0, 1), "1"),
+    ("mirostat", is_one_of(0), "0"),
+    ("tfs_z", is_one_of(1.0, 1), "1"),
+    ("n_probs", is_one_of(0), "0"),
 )
 
 CHAT_FIELDS = {
     **_COMMON,
-    **_table(
-        ("tools", _is([]), "an empty list"),
-        ("tool_choice", _is("none"), '"none"'),
-        ("functions", _is([]), "an empty list"),
-        ("function_call", _is("none"), '"none"'),
+    **field_table(
+        ("functions", is_one_of([]), "an empty list"),
+        ("function_call", is_one_of("none"), '"none"'),
         ("audio", _never, "nothing"),
-        ("modalities", _is(["text"]), '["text"]'),
+        ("modalities", is_one_of(["text"]), '["text"]'),
         ("prediction", _never, "nothing"),
         ("reasoning_effort", _never, "nothing (this model does not reason)"),
         ("verbosity", _never, "nothing"),
         ("web_search_options", _never, "nothing"),
-        ("echo", _is(False), "false"),
+        ("echo", is_one_of(False), "false"),
         ("prompt_logprobs", _never, "nothing (it is a /v1/completions field here)"),
-        ("add_generation_prompt", _is(True), "true"),
-        ("continue_final_message", _is(False), "false"),
+        ("add_generation_prompt", is_one_of(True), "true"),
+        ("continue_final_message", is_one_of(False), "false"),
         ("chat_template", _never, "nothing (the model's own template is used)"),
-        ("chat_template_kwargs", _is({}), "an empty object"),
-        ("documents", _is([]), "an empty list"),
+        ("chat_template_kwargs", is_one_of({}), "an empty object"),
+        ("documents", is_one_of([]), "an empty list"),
     ),
 }
 
 COMPLETION_FIELDS = {
     **_COMMON,
-    **_table(
+    **field_table(
         ("best_of", _best_of_is_n, "a value equal to n"),
-        ("suffix", _is(""), "an empty string"),
+        ("suffix", is_one_of(""), "an empty string"),
     ),
 }
 
-MESSAGE_FIELDS = _table(
-    ("tool_calls", _is([]), "an empty list"),
-    ("tool_call_id", _never, "nothing"),
+MESSAGE_FIELDS = field_table(
     ("function_call", _never, "nothing"),
     ("audio", _never, "nothing"),
 )
@@ -132,7 +128,6 @@ def check_supported(body, table: dict[str, Unsupported]) -> None:
         entry = _first_unsupported(extra, MESSAGE_FIELDS, extra)
         if entry is not None:
             raise bad_request(
-                f"messages[{i}].{entry.name} is not supported by this server (tool calling "
-                f"is not implemented); send {entry.accepted} or leave it out",
+                f"messages[{i}].{entry.name} is not supported by this server; send {entry.accepted} or leave it out",
                 "messages",
             )

@@ -14,6 +14,8 @@ from functools import lru_cache
 from typing import Any
 
 from ..errors import TinyLLMError
+from .tool_calls import detect_format
+from .tool_prompt import for_plain_template, for_tool_template
 
 
 def _raise_exception(message: str):
@@ -52,22 +54,40 @@ def compile_template(source: str):
         ) from None
 
 
+def _message_problem(message: object) -> str | None:
+    """What is wrong with one message, or None. Content is text; an assistant message that calls tools may
+    have none, and its tool_calls are OpenAI's [{"id", "type": "function", "function": {"name", "arguments"}}]."""
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+        return 'expected a dict with a string "role" and a string "content"'
+    calls = message.get("tool_calls")
+    if calls is not None:
+        if message["role"] != "assistant" or not isinstance(calls, list):
+            return "expected tool_calls only on an assistant message, as a list"
+        for call in calls:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                return 'expected each tool call to be {"type": "function", "function": {"name": str, "arguments": str}}'
+            if not isinstance(fn.get("arguments", ""), (str, dict)):
+                return "expected a tool call's arguments to be JSON text"
+    content = message.get("content")
+    if not isinstance(content, str) and not (content is None and calls):
+        return 'expected a dict with a string "role" and a string "content"'
+    if not isinstance(message.get("tool_call_id", ""), str):
+        return "expected tool_call_id to be a string"
+    return None
+
+
 def check_messages(messages: object) -> list[dict]:
-    """TinyLLMError unless messages is a list of {"role": str, "content": str} dicts."""
+    """TinyLLMError unless messages is a list of {"role": str, "content": str} dicts (plus OpenAI's tool-calling
+    fields: an assistant's tool_calls, a tool message's tool_call_id)."""
     if not isinstance(messages, list):
         raise TinyLLMError(
             f'messages is a {type(messages).__name__}, expected a list of {{"role": str, "content": str}} dicts'
         )
     for i, message in enumerate(messages):
-        ok = (
-            isinstance(message, dict)
-            and isinstance(message.get("role"), str)
-            and isinstance(message.get("content"), str)
-        )
-        if not ok:
-            raise TinyLLMError(
-                f'messages[{i}] is {message!r}, expected a dict with a string "role" and a string "content"'
-            )
+        problem = _message_problem(message)
+        if problem is not None:
+            raise TinyLLMError(f"messages[{i}] is {message!r}, {problem}")
     return messages
 
 
@@ -80,6 +100,22 @@ def check_tools(tools: object) -> list[dict] | None:
     return tools
 
 
+@lru_cache(maxsize=16)
+def uses_tools(source: str) -> bool:
+    """Whether the template reads the `tools` variable (if not, tinyllm writes the tools into the prompt)."""
+    import jinja2
+    from jinja2 import meta
+
+    compile_template(source)  # a template that does not compile fails here with its own message
+    return "tools" in meta.find_undeclared_variables(
+        jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(source)
+    )
+
+
+def _has_tool_turns(messages: list[dict]) -> bool:
+    return any(m.get("tool_calls") or m["role"] == "tool" for m in messages)
+
+
 def render_chat(
     source: str,
     messages: list[dict],
@@ -87,15 +123,20 @@ def render_chat(
     special_tokens: dict[str, str],
     tools: list[dict] | None = None,
 ) -> str:
-    """The prompt text; special_tokens (bos_token, eos_token, ...) are visible to the template, and so are
-    the tools a caller offers (ChatML-with-tools templates list them in the system turn)."""
+    """The prompt text; special_tokens (bos_token, eos_token, ...) are visible to the template. `tools` are
+    OpenAI's tool objects: given to a template that reads them, else written into the system prompt."""
     import jinja2
 
     template = compile_template(source)
     check_messages(messages)
     tools = check_tools(tools)
-    # Copies, so a template can never change the caller's messages.
-    plain = [dict(m) for m in messages]
+    if tools or _has_tool_turns(messages):
+        native = uses_tools(source)
+        fmt = detect_format(source)
+        plain = for_tool_template(messages) if native else for_plain_template(messages, tools, fmt)
+        tools = (tools or None) if native else None
+    else:  # copies, so a template can never change the caller's messages
+        plain, tools = [dict(m) for m in messages], None
     try:
         # tools/documents are None when absent, as in transformers, so `is none` tests in templates agree.
         return template.render(

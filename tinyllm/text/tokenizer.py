@@ -167,8 +167,8 @@ class Tokenizer:
     def apply_chat_template(
         self, messages: list[dict], add_generation_prompt: bool = True, tools: list[dict] | None = None
     ) -> str:
-        """The prompt text for a conversation (and the tools offered, for templates that take them),
-        rendered with the model's own template."""
+        """The prompt text for a conversation, rendered with the model's own template (with OpenAI-style
+        `tools`, see tool_prompt.py)."""
         if self.chat_template is None:
             raise TinyLLMError(
                 f"this {self.kind} tokenizer has no chat template, expected a model whose files include one"

@@ -1,0 +1,113 @@
+"""The shapes of /v1/responses answers: the response object (one assistant message holding one output_text
+part) and the server-sent events that build it, in the order OpenAI's SDK reads them:
+
+    response.created → response.in_progress → response.output_item.added → response.content_part.added
+    → response.output_text.delta … → response.output_text.done → response.content_part.done
+    → response.output_item.done → response.completed (or response.incomplete, when max_output_tokens cut it)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+FINISHED = {"stop": "completed", "length": "incomplete"}  # engine finish reason -> response status
+
+
+@dataclass
+class ResponseMeta:
+    """What every snapshot of one response repeats."""
+
+    id: str
+    message_id: str
+    model: str
+    created_at: int
+    settings: dict  # instructions, max_output_tokens, temperature, top_p as the request set them
+    sequence: int = field(default=0)
+
+    def next_number(self) -> int:
+        self.sequence += 1
+        return self.sequence - 1
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict:
+    return {
+        "input_tokens": prompt_tokens,
+        "input_tokens_details": {"cached_tokens": cached_tokens},
+        "output_tokens": completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def text_part(text: str) -> dict:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def message_item(meta: ResponseMeta, text: str | None, status: str) -> dict:
+    content = [] if text is None else [text_part(text)]
+    return {"type": "message", "id": meta.message_id, "status": status, "role": "assistant", "content": content}
+
+
+def response_object(meta: ResponseMeta, status: str, output: list, usage_: dict | None = None) -> dict:
+    incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
+    return {
+        "id": meta.id,
+        "object": "response",
+        "created_at": meta.created_at,
+        "status": status,
+        "model": meta.model,
+        "output": output,
+        "error": None,
+        "incomplete_details": incomplete,
+        "parallel_tool_calls": False,
+        "tool_choice": "none",
+        "tools": [],
+        "text": {"format": {"type": "text"}},
+        "truncation": "disabled",
+        **meta.settings,
+        "usage": usage_,
+    }
+
+
+def finished_response(meta: ResponseMeta, text: str, finish_reason: str | None, usage_: dict) -> dict:
+    status = FINISHED.get(finish_reason or "stop", "completed")
+    item_status = "completed" if status == "completed" else "incomplete"
+    return response_object(meta, status, [message_item(meta, text, item_status)], usage_)
+
+
+def event(meta: ResponseMeta, kind: str, **fields) -> str:
+    """One server-sent event, named as its type."""
+    body = {"type": kind, "sequence_number": meta.next_number(), **fields}
+    return f"event: {kind}\ndata: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+
+def opening_events(meta: ResponseMeta) -> list[str]:
+    started = response_object(meta, "in_progress", [])
+    at = dict(item_id=meta.message_id, output_index=0, content_index=0)
+    return [
+        event(meta, "response.created", response=started),
+        event(meta, "response.in_progress", response=started),
+        event(meta, "response.output_item.added", output_index=0, item=message_item(meta, None, "in_progress")),
+        event(meta, "response.content_part.added", **at, part=text_part("")),
+    ]
+
+
+def delta_event(meta: ResponseMeta, text: str) -> str:
+    return event(
+        meta, "response.output_text.delta", item_id=meta.message_id, output_index=0, content_index=0, delta=text,
+        logprobs=[],
+    )  # fmt: skip
+
+
+def closing_events(meta: ResponseMeta, final: dict) -> list[str]:
+    item = final["output"][0]
+    text = item["content"][0]["text"]
+    at = dict(item_id=meta.message_id, output_index=0, content_index=0)
+    last = "response.completed" if final["status"] == "completed" else "response.incomplete"
+    return [
+        event(meta, "response.output_text.done", **at, text=text, logprobs=[]),
+        event(meta, "response.content_part.done", **at, part=text_part(text)),
+        event(meta, "response.output_item.done", output_index=0, item=item),
+        event(meta, last, response=final),
+    ]

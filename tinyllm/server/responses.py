@@ -1,0 +1,149 @@
+"""POST /v1/responses, the minimal part of OpenAI's Responses API: text or a list of messages as `input`,
+`instructions` as a system message before it, `max_output_tokens`, `temperature`, `top_p`, and `stream`
+(the event sequence in response_shapes.py). It keeps no state: every other field that would change the
+answer (tools, previous_response_id, reasoning, store=true, ...) is a 400 naming it.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
+
+from .errors import bad_request
+from .group import RequestGroup
+from .prompts import chat_prompt_ids
+from .protocol import ChatMessage, ResponsesRequest
+from .response_shapes import (
+    ResponseMeta,
+    closing_events,
+    delta_event,
+    event,
+    finished_response,
+    opening_events,
+    usage,
+)
+from .sampling import fresh_seed, per_choice
+from .serving import Choice, ClientGone, EventStream, client_gone_response, collect, engine_error, owned, start_group
+from .state import Ready
+from .unsupported import field_table, is_one_of
+
+PROMPT_PARAM = "input"
+ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
+TEXT_PARTS = ("input_text", "output_text")
+# Accepted, and change nothing about the answer.
+HARMLESS = {"metadata", "user", "safety_identifier", "prompt_cache_key", "prompt_cache_retention", "service_tier"}
+# Accepted only with the values that ask for nothing.
+NEUTRAL = field_table(
+    ("store", is_one_of(False), "false"),
+    ("truncation", is_one_of("disabled"), '"disabled"'),
+    ("tools", is_one_of([]), "an empty list"),
+    ("tool_choice", is_one_of("none", "auto"), '"none"'),
+    ("parallel_tool_calls", is_one_of(True, False), "a bool"),
+    ("include", is_one_of([]), "an empty list"),
+    ("text", is_one_of({"format": {"type": "text"}}), '{"format": {"type": "text"}}'),
+    ("background", is_one_of(False), "false"),
+    ("top_logprobs", is_one_of(0), "0"),
+)
+
+
+def check_fields(body: ResponsesRequest) -> None:
+    for name, value in (body.model_extra or {}).items():
+        if value is None or name in HARMLESS:
+            continue
+        entry = NEUTRAL.get(name)
+        if entry is None or not entry.is_neutral(value, {}):
+            send = f"send {entry.accepted} or leave it out" if entry is not None else "leave it out"
+            raise bad_request(
+                f"{name} is not supported by this server's /v1/responses (it would be ignored); {send}", name
+            )
+
+
+def _item_text(i: int, content) -> str:
+    if isinstance(content, str):
+        return content
+    parts = content if isinstance(content, list) else None
+    if parts is None or not all(isinstance(p, dict) and p.get("type") in TEXT_PARTS for p in parts):
+        raise bad_request(f"input[{i}].content must be text or a list of input_text parts", "input")
+    if not all(isinstance(p.get("text"), str) for p in parts):
+        raise bad_request(f"input[{i}].content has a text part without a string text", "input")
+    return "".join(p["text"] for p in parts)
+
+
+def input_messages(body: ResponsesRequest) -> list[ChatMessage]:
+    """The conversation for the chat template: instructions first, then the input's messages."""
+    messages = [ChatMessage(role="system", content=body.instructions)] if body.instructions is not None else []
+    if isinstance(body.input, str):
+        return [*messages, ChatMessage(role="user", content=body.input)]
+    if not body.input:
+        raise bad_request("input is an empty list; expected text or at least one message", "input")
+    for i, item in enumerate(body.input):
+        if item.get("type", "message") != "message" or item.get("role") not in ROLES:
+            raise bad_request(
+                f"input[{i}] must be a message with role user, assistant, system or developer "
+                f"(got type {item.get('type', 'message')!r}, role {item.get('role')!r})",
+                "input",
+            )
+        messages.append(ChatMessage(role=ROLES[item["role"]], content=_item_text(i, item.get("content"))))
+    return messages
+
+
+async def create_response(body: ResponsesRequest, request: Request, ctx: Ready) -> Response:
+    ctx.check_model(body.model)
+    check_fields(body)
+    messages = input_messages(body)
+    ctx.limits.check_messages(messages)
+    ids = await run_in_threadpool(chat_prompt_ids, ctx.tokenizer, messages)
+    ctx.limits.check_room(len(ids), body.max_output_tokens, PROMPT_PARAM)
+    values = {"temperature": body.temperature, "top_p": body.top_p, "max_tokens": body.max_output_tokens}
+    values = {k: v for k, v in values.items() if v is not None}
+    [params] = per_choice(values, {"max_tokens": "max_output_tokens"}, fresh_seed(), 1)
+    group = RequestGroup(ctx.engine, 1)
+    await start_group(group, [(ids, params)], PROMPT_PARAM)
+    settings = {
+        "instructions": body.instructions,
+        "max_output_tokens": body.max_output_tokens,
+        "temperature": 1.0 if body.temperature is None else body.temperature,
+        "top_p": 1.0 if body.top_p is None else body.top_p,
+    }
+    meta = ResponseMeta(
+        f"resp_{secrets.token_hex(16)}", f"msg_{secrets.token_hex(16)}", ctx.model_name, int(time.time()), settings
+    )
+    choice = Choice(0, 0, len(ids))
+    if body.stream:
+        return EventStream(_events(group, meta, choice), group.close)
+    return await owned(group, _whole(request, group, meta, choice))
+
+
+def _final(meta: ResponseMeta, choice: Choice) -> dict:
+    used = usage(choice.prompt_tokens, choice.completion_tokens, choice.cached_tokens)
+    return finished_response(meta, choice.text, choice.finish_reason, used)
+
+
+async def _whole(request: Request, group: RequestGroup, meta: ResponseMeta, choice: Choice) -> Response:
+    try:
+        await collect(request, group, [choice], PROMPT_PARAM)
+    except ClientGone:
+        return client_gone_response()
+    return JSONResponse(_final(meta, choice))
+
+
+async def _events(group: RequestGroup, meta: ResponseMeta, choice: Choice) -> AsyncIterator[str]:
+    try:
+        for text in opening_events(meta):
+            yield text
+        async for _, output in group.outputs():
+            choice.update(output)
+            if output.text:
+                yield delta_event(meta, output.text)
+        for text in closing_events(meta, _final(meta, choice)):
+            yield text
+    except Exception as exc:  # headers are sent: the error travels as an event
+        error = engine_error(exc, PROMPT_PARAM)
+        yield event(meta, "error", code=error.code, message=error.message, param=error.param)
+    finally:
+        group.close()
