@@ -55,7 +55,9 @@ class _nothing:
 
 
 @pytest.mark.parametrize("fmt", ALL)
-@pytest.mark.parametrize("m", [1, 2, 7, 64, 300])
+# 1: one-row kernel; 2, 7: decode-in-registers tiles; 8, 13, 64: decoded-buffer register tile (13 leaves a
+# remainder of activation rows); 300: the BLAS path.
+@pytest.mark.parametrize("m", [1, 2, 7, 8, 13, 64, 300])
 def test_qmatmul_within_summation_bound(path, fmt, m):
     block = FORMATS[fmt].block_size
     for n, k in [(37, block), (5, 3 * block)]:  # odd N; K one block and K = 3 blocks (not a SIMD multiple)
