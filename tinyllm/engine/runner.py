@@ -6,11 +6,16 @@ Keys and values go to the paged storage at each new token's slot; attention read
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from ..cache.block_table import BlockTable
 from ..cache.fill import offset_causal_mask
 from ..cache.paged_cache import PagedStorage
+from ..kernels import torch_single_threaded
+from ..kernels.qmatmul import BLAS_MIN_M
+from ..model.quant_linear import runs_native
 from ..model.ragged_attention import PrefillSlice, RaggedLayout, ragged_attention
 from .prompt_logprobs import PromptRows, missing_positions
 from .scheduler import ScheduledChunk, SchedulerOutput
@@ -42,6 +47,7 @@ class ModelRunner:
     def __init__(self, model, storage: PagedStorage):
         self.model, self.storage = model, storage
         self.device = storage.device
+        self.native_matmuls = runs_native(model)
 
     @torch.inference_mode()
     def run(
@@ -89,12 +95,20 @@ class ModelRunner:
         for _, wanted, first_row in extra:
             rows += range(first_row, first_row + len(wanted))
         x = torch.tensor([ids], device=self.device)  # [1, N]
-        logits = self.model(x, cache=batch, rows=torch.tensor(rows, dtype=torch.long, device=self.device))[0]
+        with self._threads(len(ids)):
+            logits = self.model(x, cache=batch, rows=torch.tensor(rows, dtype=torch.long, device=self.device))[0]
         prompt_rows, at = [], num_sampled
         for c, wanted, _ in extra:
             prompt_rows.append(PromptRows(c.request, wanted.start, logits[at : at + len(wanted)]))  # [k, V]
             at += len(wanted)
         return sampling, logits[:num_sampled], prompt_rows  # [n, V]
+
+    def _threads(self, num_tokens: int):
+        """Below BLAS_MIN_M rows every quantized matmul runs in the native kernels and torch's own ops are all
+        tiny: they then run on one thread, the kernels on torch's count (see kernels/threads.py)."""
+        if self.native_matmuls and num_tokens < BLAS_MIN_M:
+            return torch_single_threaded()
+        return contextlib.nullcontext()
 
     def _decode_keys(self, decodes: list[ScheduledChunk], tables: dict[str, BlockTable]):
         """Slots of every decode query's keys, padded to the longest, and the mask of real keys. One decode

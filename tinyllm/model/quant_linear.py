@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from ..kernels import QuantWeight, dequantize, qmatmul
+from ..kernels import QuantWeight, dequantize, native_available, qmatmul
 
 
 class QuantLinear(nn.Module):
@@ -66,6 +66,11 @@ def quant_weights(model: nn.Module) -> list[QuantWeight]:
         elif isinstance(module, QuantEmbedding):
             seen[id(module.weight)] = module.weight
     return list(seen.values())
+
+
+def runs_native(model: nn.Module) -> bool:
+    """Whether the model's quantized linears run in the native kernels (it has some, and they are built)."""
+    return any(isinstance(m, QuantLinear) for m in model.modules()) and native_available()
 
 
 def weight_summary(model: nn.Module) -> dict:
