@@ -44,6 +44,21 @@ def qmatmul(x: torch.Tensor, w: QuantWeight) -> torch.Tensor:
     return y if x.dim() == 2 else y.view(x.shape[:-1] + (n,))  # [..., N]
 
 
+def lookup_rows(w: QuantWeight, index: torch.Tensor) -> torch.Tensor:
+    """Rows `index` [R] of the weight as float32 [R, K] (an embedding lookup), bit-identical to dequantizing
+    them with the reference: the native decoder when built (one call; a lone row needs no gathered copy)."""
+    lib = native.library()
+    if lib is None:
+        return dequantize(w.rows(index))
+    if index.numel() == 1:
+        row = int(index.reshape(-1)[0])
+        if not 0 <= row < w.shape[0]:
+            raise IndexError(f"row {row} is out of range for a weight of {w.shape[0]} rows")
+        return native.dequantize_rows(lib, w, row, row + 1)  # [1, K]
+    picked = w.rows(index)
+    return native.dequantize_rows(lib, picked, 0, picked.shape[0])  # [R, K]
+
+
 def blas_matmul(lib, x: torch.Tensor, w: QuantWeight, y: torch.Tensor) -> None:
     """y [M, N] = x [M, K] @ W^T by tiles of weight rows: native dequantize, then torch.mm into y's columns."""
     n, k = w.shape

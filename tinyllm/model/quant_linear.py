@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ..kernels import QuantWeight, dequantize, native_available, qmatmul
+from ..kernels.qmatmul import lookup_rows
 
 
 class QuantLinear(nn.Module):
@@ -50,7 +51,7 @@ class QuantEmbedding(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [...] -> [..., C], dequantizing only the rows looked up."""
-        rows = dequantize(self.weight.rows(ids.reshape(-1)))  # [n, C]
+        rows = lookup_rows(self.weight, ids.reshape(-1))  # [n, C]
         return rows.view(*ids.shape, self.embedding_dim).to(self.dtype)
 
     def extra_repr(self) -> str:
