@@ -1,5 +1,5 @@
 """The runner's decode steps on native kernels run torch's own ops on one thread (engine/runner.py,
-kernels/threads.py); prefill chunks of BLAS size keep torch's count; the tokens do not change."""
+kernels/threads.py); longer steps (here a prefill) keep torch's count; the tokens do not change."""
 
 import torch
 
@@ -34,5 +34,5 @@ def test_decode_steps_run_torch_on_one_thread_with_equal_tokens(tmp_path):
     finally:
         torch.set_num_threads(before)
     assert two == single
-    assert seen[0] == (len(prompt), 2)  # the prefill keeps torch's threads for the BLAS
+    assert seen[0] == (len(prompt), 2)  # the prefill keeps torch's threads
     assert seen[1:] and all(s == (1, 1) for s in seen[1:])  # every decode step: torch on one thread

@@ -14,11 +14,12 @@ from ..cache.block_table import BlockTable
 from ..cache.fill import offset_causal_mask
 from ..cache.paged_cache import PagedStorage
 from ..kernels import torch_single_threaded
-from ..kernels.qmatmul import BLAS_MIN_M
 from ..model.quant_linear import runs_native
 from ..model.ragged_attention import PrefillSlice, RaggedLayout, ragged_attention
 from .prompt_logprobs import PromptRows, missing_positions
 from .scheduler import ScheduledChunk, SchedulerOutput
+
+SINGLE_THREAD_MAX_TOKENS = 4  # steps of at most this many new tokens run torch's own ops on one thread
 
 
 class PagedBatch:
@@ -104,9 +105,11 @@ class ModelRunner:
         return sampling, logits[:num_sampled], prompt_rows  # [n, V]
 
     def _threads(self, num_tokens: int):
-        """Below BLAS_MIN_M rows every quantized matmul runs in the native kernels and torch's own ops are all
-        tiny: they then run on one thread, the kernels on torch's count (see kernels/threads.py)."""
-        if self.native_matmuls and num_tokens < BLAS_MIN_M:
+        """A step of a few rows on native kernels runs torch's own ops, all tiny, on one thread and the kernels
+        on torch's count (see kernels/threads.py). Measured: a batch-1 decode's attention fell from 45-170 ms
+        to 2 ms a token on a loaded 2-core machine; a 32-sequence decode step was slower (its ragged attention
+        is worth two threads), hence the limit."""
+        if self.native_matmuls and num_tokens <= SINGLE_THREAD_MAX_TOKENS:
             return torch_single_threaded()
         return contextlib.nullcontext()
 
