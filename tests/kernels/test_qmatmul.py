@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from helpers.quant_blocks import weight
 from tinyllm.kernels import FORMATS, dequantize, native, qmatmul
+from tinyllm.kernels.qmatmul import lookup_rows
 
 ALL = list(FORMATS)
 U = 2.0**-24
@@ -55,7 +56,9 @@ class _nothing:
 
 
 @pytest.mark.parametrize("fmt", ALL)
-@pytest.mark.parametrize("m", [1, 2, 7, 64, 300])
+# 1: one-row kernel; 2, 7: decode-in-registers tiles; 8, 13, 64: decoded-buffer register tile (13 leaves a
+# remainder of activation rows); 300: the BLAS path.
+@pytest.mark.parametrize("m", [1, 2, 7, 8, 13, 64, 300])
 def test_qmatmul_within_summation_bound(path, fmt, m):
     block = FORMATS[fmt].block_size
     for n, k in [(37, block), (5, 3 * block)]:  # odd N; K one block and K = 3 blocks (not a SIMD multiple)
@@ -105,6 +108,16 @@ def test_large_n_uses_several_tiles(path):
     w = weight("Q4_0", 4100, 1024, seed=3)  # 16 MiB as float32: two tiles of 8 MiB, and a rest
     x = torch.randn(module.BLAS_MIN_M + 1, 1024)
     assert_within_summation_bound(qmatmul(x, w), x, dequantize(w))
+
+
+@pytest.mark.parametrize("fmt", ALL)
+def test_lookup_rows_are_the_reference_rows_bit_for_bit(path, fmt):
+    w = weight(fmt, 11, 2 * FORMATS[fmt].block_size, seed=5)
+    dense = dequantize(w)
+    for index in ([7], [0, 10, 3, 3]):  # a lone row (read in place) and a gathered, repeated set
+        assert torch.equal(lookup_rows(w, torch.tensor(index)), dense[index])
+    with pytest.raises(IndexError):
+        lookup_rows(w, torch.tensor([11]))
 
 
 def test_wrong_feature_count_names_both():

@@ -6,6 +6,7 @@ scaled to that wall time (the profiler slows every call a little, the small ones
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from . import common
@@ -34,6 +35,8 @@ def _decode_steps(model, ids: list[int], steps: int):
     import torch
 
     from ..cache.kv_cache import KVCache
+    from ..kernels import torch_single_threaded
+    from ..model.quant_linear import runs_native
 
     c = model.config
     cache = KVCache(c.num_layers, c.num_kv_heads, c.head_dim, len(ids) + 2 * steps + 4)
@@ -41,8 +44,11 @@ def _decode_steps(model, ids: list[int], steps: int):
         logits = model(torch.tensor([ids]), cache=cache, last_only=True)  # [1, 1, V]
     state = {"next": logits[0, -1].argmax().view(1, 1)}
 
+    # as the engine's runner does for a decode step on native kernels: torch's own ops on one thread
+    threads = torch_single_threaded if runs_native(model) else contextlib.nullcontext
+
     def step():
-        with torch.inference_mode():
+        with torch.inference_mode(), threads():
             out = model(state["next"], cache=cache, last_only=True)  # [1, 1, V]
             state["next"] = out[0, -1].argmax().view(1, 1)
 

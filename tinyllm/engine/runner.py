@@ -6,6 +6,7 @@ Keys and values go to the paged storage at each new token's slot; attention read
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -13,10 +14,14 @@ import torch
 from ..cache.block_table import BlockTable
 from ..cache.fill import offset_causal_mask
 from ..cache.paged_cache import PagedStorage
+from ..kernels import torch_single_threaded
+from ..model.quant_linear import runs_native
 from ..model.ragged_attention import PrefillSlice, RaggedLayout, ragged_attention, windowed
 from ..model.sdpa import AttentionSpec
 from .prompt_logprobs import PromptRows, missing_positions
 from .scheduler import ScheduledChunk, SchedulerOutput
+
+SINGLE_THREAD_MAX_TOKENS = 4  # steps of at most this many new tokens run torch's own ops on one thread
 
 
 class PagedBatch:
@@ -72,6 +77,7 @@ class ModelRunner:
     def __init__(self, model, storage: PagedStorage):
         self.model, self.storage = model, storage
         self.device = storage.device
+        self.native_matmuls = runs_native(model)
 
     @torch.inference_mode()
     def run(
@@ -117,7 +123,8 @@ class ModelRunner:
             rows += range(first_row, first_row + len(wanted))
         x = torch.tensor([ids], device=self.device)  # [1, N]
         inputs = StepInputs(step.block_copies, x, torch.cat(positions).to(self.device), write_slots, layout)
-        logits = self.forward(inputs, torch.tensor(rows, dtype=torch.long, device=self.device))  # [n, V]
+        with self._threads(len(ids)):
+            logits = self.forward(inputs, torch.tensor(rows, dtype=torch.long, device=self.device))  # [n, V]
         prompt_rows, at = [], num_sampled
         for c, wanted, _ in extra:
             prompt_rows.append(PromptRows(c.request, wanted.start, logits[at : at + len(wanted)]))  # [k, V]
@@ -126,6 +133,15 @@ class ModelRunner:
 
     def forward(self, inputs: StepInputs, rows: torch.Tensor) -> torch.Tensor:
         return execute(self.model, self.storage, inputs, rows)
+
+    def _threads(self, num_tokens: int):
+        """A step of a few rows on native kernels runs torch's own ops, all tiny, on one thread and the kernels
+        on torch's count (see kernels/threads.py). Measured: a batch-1 decode's attention fell from 45-170 ms
+        to 2 ms a token on a loaded 2-core machine; a 32-sequence decode step was slower (its ragged attention
+        is worth two threads), hence the limit."""
+        if self.native_matmuls and num_tokens <= SINGLE_THREAD_MAX_TOKENS:
+            return torch_single_threaded()
+        return contextlib.nullcontext()
 
     def _decode_keys(self, decodes: list[ScheduledChunk], tables: dict[str, BlockTable]):
         """Slots of every decode query's keys, padded to the longest, and the mask of real keys. One decode

@@ -6,5 +6,16 @@ from .formats import FORMATS, QuantFormat
 from .qmatmul import native_available, qmatmul
 from .qweight import QuantWeight
 from .reference import dequantize
+from .threads import kernel_threads, torch_single_threaded
 
-__all__ = ["FORMATS", "QuantFormat", "QuantWeight", "check_blocks", "dequantize", "native_available", "qmatmul"]
+__all__ = [
+    "FORMATS",
+    "QuantFormat",
+    "QuantWeight",
+    "check_blocks",
+    "dequantize",
+    "kernel_threads",
+    "native_available",
+    "qmatmul",
+    "torch_single_threaded",
+]

@@ -26,6 +26,7 @@ import torch
 
 from .formats import FORMATS
 from .qweight import QuantWeight
+from .threads import kernel_threads
 
 CSRC = Path(__file__).parent / "csrc"
 SOURCES = ["blocks.h", "pool.h", "qmatmul.cpp"]
@@ -148,7 +149,7 @@ def _weight_args(w: QuantWeight) -> tuple:
 def matmul_into(lib, x: torch.Tensor, m: int, w: QuantWeight, y: torch.Tensor) -> None:
     """y [M, N] = x [M, K] @ W^T; x and y float32 and contiguous."""
     fmt_id, ptr, stride = _weight_args(w)[:3]
-    lib.tl_qmatmul(fmt_id, x.data_ptr(), m, w.shape[1], ptr, w.shape[0], stride, y.data_ptr(), torch.get_num_threads())
+    lib.tl_qmatmul(fmt_id, x.data_ptr(), m, w.shape[1], ptr, w.shape[0], stride, y.data_ptr(), kernel_threads())
 
 
 def dequantize_rows(lib, w: QuantWeight, n0: int, n1: int, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -156,5 +157,5 @@ def dequantize_rows(lib, w: QuantWeight, n0: int, n1: int, out: torch.Tensor | N
     fmt_id, ptr, stride = _weight_args(w)[:3]
     k = w.shape[1]
     out = torch.empty(n1 - n0, k, dtype=torch.float32) if out is None else out  # [R, K]
-    lib.tl_dequantize(fmt_id, ptr + n0 * stride, n1 - n0, k, stride, out.data_ptr(), torch.get_num_threads())
+    lib.tl_dequantize(fmt_id, ptr + n0 * stride, n1 - n0, k, stride, out.data_ptr(), kernel_threads())
     return out

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from ..kernels import QuantWeight, dequantize, qmatmul
+from ..kernels import QuantWeight, dequantize, native_available, qmatmul
+from ..kernels.qmatmul import lookup_rows
 
 
 class QuantLinear(nn.Module):
@@ -50,7 +51,7 @@ class QuantEmbedding(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [...] -> [..., C], dequantizing only the rows looked up."""
-        rows = dequantize(self.weight.rows(ids.reshape(-1)))  # [n, C]
+        rows = lookup_rows(self.weight, ids.reshape(-1))  # [n, C]
         return rows.view(*ids.shape, self.embedding_dim).to(self.dtype)
 
     def extra_repr(self) -> str:
@@ -66,6 +67,11 @@ def quant_weights(model: nn.Module) -> list[QuantWeight]:
         elif isinstance(module, QuantEmbedding):
             seen[id(module.weight)] = module.weight
     return list(seen.values())
+
+
+def runs_native(model: nn.Module) -> bool:
+    """Whether the model's quantized linears run in the native kernels (it has some, and they are built)."""
+    return any(isinstance(m, QuantLinear) for m in model.modules()) and native_available()
 
 
 def weight_summary(model: nn.Module) -> dict:

@@ -1,11 +1,16 @@
 // y[M, N] = x[M, K] @ W[N, K]^T with W kept as GGUF blocks, dequantized on the fly with float32 activations.
-// Each 32-weight sub-block is decoded once in registers and FMA'd with one activation row (M = 1, four
-// accumulators) or a tile of up to six (M > 1); threads take chunks of output rows. Large M is the caller's
-// BLAS path on rows decoded by tl_dequantize.
+// M = 1: each 32-weight sub-block is decoded in registers and FMA'd with the activation row (four
+// accumulators). M = 2..7: one decode serves a tile of up to six activation rows. M >= TL_TILE_MIN_M: rows are
+// decoded once into a small buffer and a register tile runs over it (tile.h). Threads take chunks of output
+// rows. Large M is the caller's BLAS path on rows decoded by tl_dequantize.
 #include "blocks.h"
 #include "pool.h"
+#include "tile.h"
 
 #include <algorithm>
+#ifndef TL_TILE_MIN_M
+#define TL_TILE_MIN_M 8
+#endif
 
 namespace tl {
 
@@ -105,12 +110,19 @@ static void dot_row_m(const uint8_t* row, int64_t num_blocks, const float* x, in
 
 template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t m, float* y, int64_t n0, int64_t n1) {
     const int64_t num_blocks = w.k / Traits<F>::block;
+    if (m == 1) {
+        for (int64_t n = n0; n < n1; ++n) y[n] = dot_row<F>(w.data + n * w.stride, num_blocks, x);
+        return;
+    }
+#ifdef TL_AVX2
+    if (m >= TL_TILE_MIN_M) {
+        auto decode = [&w](int64_t r0, int64_t r1, float* out) { decode_rows<F>(w, r0, r1, out, w.k); };
+        tile_rows(decode, w.k, x, m, y, w.n, n0, n1);
+        return;
+    }
+#endif
     for (int64_t n = n0; n < n1; ++n) {
         const uint8_t* row = w.data + n * w.stride;
-        if (m == 1) {
-            y[n] = dot_row<F>(row, num_blocks, x);
-            continue;
-        }
         for (int64_t m0 = 0; m0 < m;) {
             const float* xm = x + m0 * w.k;
             float* ym = y + m0 * w.n + n;

@@ -1,0 +1,38 @@
+"""The runner's decode steps on native kernels run torch's own ops on one thread (engine/runner.py,
+kernels/threads.py); longer steps (here a prefill) keep torch's count; the tokens do not change."""
+
+import torch
+
+from helpers.model_files import random_tiny_llama, write_gguf
+from tinyllm import LLM
+from tinyllm.kernels.qmatmul import BLAS_MIN_M
+
+QUANT_MODEL = dict(
+    hidden_size=256, intermediate_size=256, num_heads=4, num_kv_heads=2, head_dim=64, max_position_embeddings=256
+)
+
+
+def test_decode_steps_run_torch_on_one_thread_with_equal_tokens(tmp_path):
+    path = str(tmp_path / "q41.gguf")
+    write_gguf(random_tiny_llama(5, **QUANT_MODEL), path, quant_types={"weight": "Q4_1"})
+    prompt = [(7 * i) % 250 + 3 for i in range(BLAS_MIN_M + 5)]  # one prefill chunk on the BLAS path
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        single = LLM(path).generate(prompt, max_tokens=6, temperature=0, ignore_eos=True).ids
+        torch.set_num_threads(2)
+        llm = LLM(path)  # a fresh engine: no cached prefix
+        seen: list[tuple[int, int]] = []  # (new positions, torch threads) per forward
+        hook = llm.model.register_forward_pre_hook(
+            lambda m, args: seen.append((args[0].shape[1], torch.get_num_threads()))
+        )
+        try:
+            two = llm.generate(prompt, max_tokens=6, temperature=0, ignore_eos=True).ids
+        finally:
+            hook.remove()
+        assert torch.get_num_threads() == 2  # restored after every step
+    finally:
+        torch.set_num_threads(before)
+    assert two == single
+    assert seen[0] == (len(prompt), 2)  # the prefill keeps torch's threads
+    assert seen[1:] and all(s == (1, 1) for s in seen[1:])  # every decode step: torch on one thread

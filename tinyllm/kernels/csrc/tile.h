@@ -1,0 +1,71 @@
+// Several activation rows (batched decode, speculative verification): a strip of weight rows is decoded once
+// into a small float32 buffer that stays in L1/L2, then a register tile of MR activation rows x NR weight rows
+// runs over it. Decoding costs once per weight per call instead of once per activation row, and each loaded
+// vector feeds several FMAs. Decoded values are the reference's bit for bit (blocks.h), so the result differs
+// from dequantize + F.linear only in the order of the K products' sum.
+#pragma once
+#include "blocks.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace tl {
+
+#ifdef TL_AVX2
+constexpr int TILE_MR = 4, TILE_NR = 3;  // 12 accumulators + 3 weight vectors + 1 activation vector = 16 ymm
+
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// y[i * ldy + r] = x[i] . w[r] for i < MR, r < NR; x rows and w rows have k floats (k a multiple of 8).
+template <int MR, int NR>
+static void micro_tile(const float* x, const float* w, int64_t k, float* y, int64_t ldy) {
+    __m256 acc[MR][NR];
+    for (int i = 0; i < MR; ++i)
+        for (int r = 0; r < NR; ++r) acc[i][r] = _mm256_setzero_ps();
+    for (int64_t kk = 0; kk < k; kk += 8) {
+        __m256 wv[NR];
+        for (int r = 0; r < NR; ++r) wv[r] = _mm256_loadu_ps(w + r * k + kk);
+        for (int i = 0; i < MR; ++i) {
+            const __m256 xv = _mm256_loadu_ps(x + i * k + kk);
+            for (int r = 0; r < NR; ++r) acc[i][r] = _mm256_fmadd_ps(wv[r], xv, acc[i][r]);
+        }
+    }
+    for (int i = 0; i < MR; ++i)
+        for (int r = 0; r < NR; ++r) y[i * ldy + r] = hsum8(acc[i][r]);
+}
+
+// All m activation rows against NR decoded weight rows w (row length k).
+template <int NR> static void tile_columns(const float* x, int64_t m, const float* w, int64_t k, float* y, int64_t ldy) {
+    int64_t i = 0;
+    for (; i + TILE_MR <= m; i += TILE_MR) micro_tile<TILE_MR, NR>(x + i * k, w, k, y + i * ldy, ldy);
+    switch (m - i) {
+        case 3: micro_tile<3, NR>(x + i * k, w, k, y + i * ldy, ldy); break;
+        case 2: micro_tile<2, NR>(x + i * k, w, k, y + i * ldy, ldy); break;
+        case 1: micro_tile<1, NR>(x + i * k, w, k, y + i * ldy, ldy); break;
+        default: break;
+    }
+}
+
+// y[:, n0:n1] for m activation rows (x [m, k], y [m, ldy]); decode(r0, r1, out) writes weight rows r0..r1
+// as float32 [r1 - r0, k] into out.
+template <class Decode>
+static void tile_rows(Decode decode, int64_t k, const float* x, int64_t m, float* y, int64_t ldy, int64_t n0,
+                      int64_t n1) {
+    thread_local std::vector<float> buf;
+    if ((int64_t)buf.size() < TILE_NR * k) buf.resize(TILE_NR * k);
+    for (int64_t n = n0; n < n1; n += TILE_NR) {
+        const int64_t nr = std::min<int64_t>(TILE_NR, n1 - n);
+        decode(n, n + nr, buf.data());
+        if (nr == 3) tile_columns<3>(x, m, buf.data(), k, y + n, ldy);
+        else if (nr == 2) tile_columns<2>(x, m, buf.data(), k, y + n, ldy);
+        else tile_columns<1>(x, m, buf.data(), k, y + n, ldy);
+    }
+}
+#endif
+
+}  // namespace tl
