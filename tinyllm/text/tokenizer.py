@@ -3,7 +3,7 @@
 The work is done by a Hugging Face `tokenizers.Tokenizer` (`Tokenizer.hf`). From a Hugging Face
 folder it is read from tokenizer.json; from a GGUF file it is rebuilt from the vocabulary, merges
 and token types in the metadata, with the pre-tokenizer named by `tokenizer.ggml.pre` (see
-pretokenizers.py). Either way encode/decode below add only the BOS rule, so both paths behave alike.
+pretokenizers.py), or for a SentencePiece vocabulary from its pieces and scores (spm_gguf.py). Either way encode/decode below add only the BOS rule, so both paths behave alike.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from tokenizers import AddedToken, decoders, models, processors
 from ..errors import TinyLLMError
 from .chat_template import render_chat
 from .pretokenizers import PreTokenizerSpec, build_pre_tokenizer, pre_tokenizer_spec, prefix_space_normalizer
+from .spm_gguf import SpmDecoder, add_spm_added_tokens, spm_special_ids, spm_tokenizer, spm_vocab_from_metadata
 
 # Token texts that end a turn or the text, found in the vocabulary by their spelling because
 # neither GGUF nor tokenizer.json marks them (llama.cpp's end-of-generation list).
@@ -52,6 +53,8 @@ class Tokenizer:
     eot_ids: tuple[int, ...]
     add_bos: bool
     chat_template: str | None = field(repr=False)
+    # SentencePiece vocabularies decode through this, which the library's decoder cannot match exactly.
+    spm_decoder: SpmDecoder | None = field(default=None, repr=False)
 
     @property
     def stop_ids(self) -> tuple[int, ...]:
@@ -60,6 +63,12 @@ class Tokenizer:
         if self.eos_id is not None:
             ids.add(self.eos_id)
         return tuple(sorted(ids))
+
+    @property
+    def unfinished_char_replacements(self) -> int:
+        """U+FFFDs a cut-off character at the end of a decode may show (see detokenizer.py): one per
+        byte where decode replaces each bad byte alone, as SentencePiece does."""
+        return 3 if self.spm_decoder is not None else 1
 
     # ---- construction -------------------------------------------------------------------
 
@@ -74,37 +83,38 @@ class Tokenizer:
 
     @classmethod
     def from_gguf_metadata(cls, metadata: dict) -> Tokenizer:
-        """From GGUF metadata (llama.cpp's tokenizer.ggml.* keys); only byte-level BPE is supported."""
+        """From GGUF metadata (llama.cpp's tokenizer.ggml.* keys): byte-level BPE ("gpt2") or
+        SentencePiece BPE ("llama")."""
         model = metadata.get("tokenizer.ggml.model")
-        if model != "gpt2":
+        if model not in ("gpt2", "llama"):
             raise TinyLLMError(
-                f"tokenizer.ggml.model is {model!r}, expected 'gpt2' (byte-level BPE), "
-                f"the only tokenizer kind tinyllm reads from GGUF"
+                f"tokenizer.ggml.model is {model!r}, expected 'gpt2' (byte-level BPE) or 'llama' "
+                f"(SentencePiece BPE), the tokenizer kinds tinyllm reads from GGUF"
             )
-        spec = pre_tokenizer_spec(metadata.get("tokenizer.ggml.pre"))
         tokens = _string_list(metadata, "tokenizer.ggml.tokens")
         bos_id = _optional_id(metadata, "tokenizer.ggml.bos_token_id", len(tokens))
         eos_id = _optional_id(metadata, "tokenizer.ggml.eos_token_id", len(tokens))
-        add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", spec.add_bos))
+        if model == "llama":
+            hf, spm, kind, default_add_bos = _sentencepiece(metadata, tokens, (bos_id, eos_id))
+        else:
+            hf, spm, kind, default_add_bos = _byte_level(metadata, tokens, (bos_id, eos_id))
+        add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", default_add_bos))
         if add_bos and bos_id is None:
             raise TinyLLMError(
                 "tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id "
                 "is missing, expected a BOS id to add"
             )
-        hf = _byte_level_bpe(tokens, _string_list(metadata, "tokenizer.ggml.merges"), spec)
-        _add_gguf_added_tokens(hf, tokens, metadata.get("tokenizer.ggml.token_type") or [], (bos_id, eos_id))
-        if metadata.get("tokenizer.ggml.add_space_prefix", False):
-            hf.normalizer = prefix_space_normalizer()
         hf.post_processor = _bos_post_processor(hf, bos_id if add_bos else None)
         return cls(
             hf=hf,
-            kind=f"byte-level BPE (pre-tokenizer: {spec.name})",
+            kind=kind,
             vocab_size=len(tokens),
             bos_id=bos_id,
             eos_id=eos_id,
             eot_ids=_find_eot_ids(hf, ()),
             add_bos=add_bos,
             chat_template=metadata.get("tokenizer.chat_template"),
+            spm_decoder=spm,
         )
 
     @classmethod
@@ -158,7 +168,10 @@ class Tokenizer:
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         """The text of ids, byte for byte (no space clean-up), so decode(encode(s)) == s whenever
         every byte of s has a token; bytes that do not form whole characters become U+FFFD."""
-        return self.hf.decode(self._checked_ids(ids), skip_special_tokens=skip_special_tokens)
+        ids = self._checked_ids(ids)
+        if self.spm_decoder is not None:
+            return self.spm_decoder.decode(ids, skip_special_tokens)
+        return self.hf.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def token_text(self, token_id: int) -> str:
         """One token's text; a token holding part of a UTF-8 character shows U+FFFD."""
@@ -232,6 +245,25 @@ def _byte_level_bpe(tokens: list[str], merges: list[str], spec: PreTokenizerSpec
     hf.pre_tokenizer = build_pre_tokenizer(spec)
     hf.decoder = decoders.ByteLevel()
     return hf
+
+
+def _byte_level(metadata: dict, tokens: list[str], special_ids: tuple[int | None, ...]):
+    """(tokenizer, exact decoder or None, kind, llama.cpp's default add_bos) for a "gpt2" vocabulary."""
+    spec = pre_tokenizer_spec(metadata.get("tokenizer.ggml.pre"))
+    hf = _byte_level_bpe(tokens, _string_list(metadata, "tokenizer.ggml.merges"), spec)
+    _add_gguf_added_tokens(hf, tokens, metadata.get("tokenizer.ggml.token_type") or [], special_ids)
+    if metadata.get("tokenizer.ggml.add_space_prefix", False):
+        hf.normalizer = prefix_space_normalizer()
+    return hf, None, f"byte-level BPE (pre-tokenizer: {spec.name})", spec.add_bos
+
+
+def _sentencepiece(metadata: dict, tokens: list[str], special_ids: tuple[int | None, ...]):
+    """(tokenizer, exact decoder or None, kind, llama.cpp's default add_bos) for a "llama" (SentencePiece) vocabulary."""
+    vocab = spm_vocab_from_metadata(metadata, tokens)
+    hf = spm_tokenizer(vocab)
+    special = spm_special_ids(vocab, special_ids)
+    add_spm_added_tokens(hf, vocab, special)
+    return hf, SpmDecoder(vocab, special), "SentencePiece BPE (GGUF)", True
 
 
 def _add_gguf_added_tokens(
