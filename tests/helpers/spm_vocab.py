@@ -21,7 +21,7 @@ TRAINING_TEXT = (
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def train_spm(add_dummy_prefix: bool = True, vocab_size: int = 360, user_defined: tuple[str, ...] = ()):
     """A SentencePiece BPE model with byte fallback; unk 0, BOS 1, EOS 2 as in Llama 2. No normalization
     and no whitespace collapsing: a GGUF carries neither, and the models llama.cpp reads use neither."""
@@ -77,9 +77,13 @@ def gguf_vocab(
     return tokens, scores, types
 
 
-def spm_metadata(
-    sp, n_vocab: int | None = None, add_space_prefix: bool = True, user_defined: tuple[str, ...] = ()
-) -> dict:
+def adds_space_prefix(sp) -> bool:
+    """The model's add_dummy_prefix, which the converter copies to tokenizer.ggml.add_space_prefix (read
+    here from what the model does, since its proto needs a library this project does not use)."""
+    return sp.encode("a", out_type=str)[0].startswith("\u2581")
+
+
+def spm_metadata(sp, n_vocab: int | None = None, user_defined: tuple[str, ...] = ()) -> dict:
     """The tokenizer.ggml.* keys of a GGUF file, as GGUFFile.metadata gives them."""
     tokens, scores, types = gguf_vocab(sp, n_vocab, user_defined)
     return {
@@ -92,7 +96,7 @@ def spm_metadata(
         "tokenizer.ggml.unknown_token_id": sp.unk_id(),
         "tokenizer.ggml.add_bos_token": True,
         "tokenizer.ggml.add_eos_token": False,
-        "tokenizer.ggml.add_space_prefix": add_space_prefix,
+        "tokenizer.ggml.add_space_prefix": adds_space_prefix(sp),
     }
 
 
@@ -109,4 +113,4 @@ def write_spm_tokenizer(writer, sp, n_vocab: int | None = None) -> None:
     writer.add_unk_token_id(sp.unk_id())
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
-    writer.add_add_space_prefix(True)
+    writer.add_add_space_prefix(adds_space_prefix(sp))

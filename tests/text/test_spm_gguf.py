@@ -39,7 +39,9 @@ TEXTS = [
 def pair(request):
     """(SentencePiece model, our tokenizer from its GGUF metadata)."""
     sp = train_spm(add_dummy_prefix=request.param)
-    return sp, Tokenizer.from_gguf_metadata(spm_metadata(sp, add_space_prefix=request.param))
+    metadata = spm_metadata(sp)
+    assert metadata["tokenizer.ggml.add_space_prefix"] is request.param
+    return sp, Tokenizer.from_gguf_metadata(metadata)
 
 
 def text_ids(sp) -> list[int]:
@@ -112,17 +114,24 @@ def test_padding_pieces_keep_the_ids_and_are_never_produced():
     tok = Tokenizer.from_gguf_metadata(spm_metadata(sp, n_vocab=sp.vocab_size() + 8))
     assert tok.vocab_size == sp.vocab_size() + 8
     assert tok.encode("[PAD361]", add_special_tokens=False) == sp.encode("[PAD361]")
+    # Padding decodes to nothing (as in llama.cpp), not even ending the first piece's space stripping.
+    the = sp.encode("the")
+    assert tok.decode([361, *the, 362]) == sp.decode(the) == "the"
 
 
 # ---- streaming ------------------------------------------------------------------------------------
 
 
 def stream(tok, ids) -> tuple[list[str], str]:
+    """Pieces and flush, checking on the way that the text shown never changes later (each running
+    concatenation is a prefix of the full decode) and that the decoder's window stays small."""
+    whole, shown = tok.decode(ids), ""
     decoder = IncrementalDecoder(tok)
     pieces = []
     for i in ids:
         pieces.append(decoder.push(i))
-        assert len(decoder.window) <= 8
+        shown += pieces[-1]
+        assert whole.startswith(shown) and len(decoder.window) <= 7
     return pieces, decoder.flush()
 
 

@@ -48,7 +48,8 @@ class IncrementalDecoder:
     Each push decodes the window, already-emitted ids serving as context (seed section 2.7), and
     emits the new text when it does not end in U+FFFD. After _MAX_WAIT pushes that all end in U+FFFD
     the run is genuine (invalid bytes, the token for U+FFFD itself), so from then on everything but
-    the last character (the last up to 3 U+FFFD, for a decoder giving one per byte) is emitted; waiting longer would grow the window without bound. The window
+    the last character is emitted (but the last up to 3 U+FFFD, for a decoder that gives one per byte
+    of a cut-off character); waiting longer would grow the window without bound. The window
     is trimmed from the front where that provably leaves the end of the decode unchanged, which
     keeps it at most _MAX_WINDOW + _MAX_WAIT ids long between pushes.
     """

@@ -134,10 +134,11 @@ class SpmDecoder:
     bytes is ill-formed; SentencePiece keeps the run's valid characters and replaces each bad byte alone.
     The first text piece loses its leading space when the encoder adds one (`add_space_prefix`); special
     pieces (shown as their text unless skipped) do not count as that first piece, nor as text after it.
+    Unused pieces (the converter's "[PAD{i}]" padding) decode to nothing, as llama.cpp decodes them.
     """
 
     def __init__(self, vocab: SpmVocab, special_ids: set[int]):
-        self._bytes = [_piece_bytes(token) for token in vocab.tokens]
+        self._bytes = [b"" if t == UNUSED else _piece_bytes(token) for token, t in zip(vocab.tokens, vocab.types)]
         self._is_byte = [_BYTE_PIECE.fullmatch(token) is not None for token in vocab.tokens]
         self._special = frozenset(special_ids)
         self._strip_first = vocab.add_space_prefix
@@ -151,6 +152,8 @@ class SpmDecoder:
                     out += self._bytes[i]
                 continue
             piece = self._bytes[i]
+            if not piece:
+                continue
             if strip and not self._is_byte[i] and piece.startswith(b" "):
                 piece = piece[1:]
             strip = False

@@ -3,7 +3,9 @@
 The work is done by a Hugging Face `tokenizers.Tokenizer` (`Tokenizer.hf`). From a Hugging Face
 folder it is read from tokenizer.json; from a GGUF file it is rebuilt from the vocabulary, merges
 and token types in the metadata, with the pre-tokenizer named by `tokenizer.ggml.pre` (see
-pretokenizers.py), or for a SentencePiece vocabulary from its pieces and scores (spm_gguf.py). Either way encode/decode below add only the BOS rule, so both paths behave alike.
+pretokenizers.py), or, for a SentencePiece vocabulary, from its pieces and scores (spm_gguf.py,
+which also decodes such ids, exactly as SentencePiece does). Either way encode/decode below add
+only the BOS rule, so all paths behave alike.
 """
 
 from __future__ import annotations
@@ -258,7 +260,7 @@ def _byte_level(metadata: dict, tokens: list[str], special_ids: tuple[int | None
 
 
 def _sentencepiece(metadata: dict, tokens: list[str], special_ids: tuple[int | None, ...]):
-    """(tokenizer, exact decoder or None, kind, llama.cpp's default add_bos) for a "llama" (SentencePiece) vocabulary."""
+    """(tokenizer, exact decoder, kind, llama.cpp's default add_bos) for a "llama" (SentencePiece) vocabulary."""
     vocab = spm_vocab_from_metadata(metadata, tokens)
     hf = spm_tokenizer(vocab)
     special = spm_special_ids(vocab, special_ids)
