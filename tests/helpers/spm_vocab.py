@@ -52,8 +52,9 @@ def gguf_vocab(
     sp, n_vocab: int | None = None, user_defined: tuple[str, ...] = ()
 ) -> tuple[list[str], list[float], list[int]]:
     """(tokens, scores, types) as the converter writes them: the pieces named in user_defined are
-    USER_DEFINED (the converter marks the model folder's added tokens so), and "[PAD{i}]" pieces of type
-    UNUSED fill the vocabulary up to the model's size."""
+    USER_DEFINED (the converter marks the model folder's added tokens so) and spelled with real spaces
+    for "▁" (as it writes Gemma's whitespace-run tokens), and "[PAD{i}]" pieces of type UNUSED fill
+    the vocabulary up to the model's size."""
     tokens, scores, types = [], [], []
     for i in range(sp.vocab_size()):
         tokens.append(sp.IdToPiece(i))
@@ -67,6 +68,7 @@ def gguf_vocab(
         elif sp.IsByte(i):
             types.append(BYTE)
         elif tokens[-1] in user_defined:
+            tokens[-1] = tokens[-1].replace("\u2581", " ")
             types.append(USER_DEFINED)
         else:
             types.append(NORMAL)

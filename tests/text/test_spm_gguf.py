@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers.spm_vocab import BYTE, NORMAL, TRAINING_TEXT, USER_DEFINED, spm_metadata, train_spm
+from helpers.spm_vocab import BYTE, NORMAL, TRAINING_TEXT, USER_DEFINED, adds_space_prefix, spm_metadata, train_spm
 from tinyllm.errors import TinyLLMError
 from tinyllm.text.detokenizer import IncrementalDecoder
 from tinyllm.text.spm_gguf import SpmVocab, decode_bytes_each, spm_merges
@@ -109,6 +109,20 @@ def test_user_defined_pieces_are_matched_whole():
     assert tok.decode(ids, skip_special_tokens=True) == "<tool>∑∑"  # user-defined text is text
 
 
+def test_whitespace_runs_written_with_real_spaces_are_matched_as_sentencepiece_matches_them():
+    """Gemma's files: no prefix space, and runs of spaces as user-defined pieces spelled with spaces. (A
+    literal "▁" in the text is where llama.cpp, matching those pieces in the raw text, and SentencePiece,
+    which cannot tell "▁" from a space, part; we follow llama.cpp, which the files are written for.)"""
+    runs = ("▁▁", "▁▁▁", "▁▁▁▁")
+    sp = train_spm(add_dummy_prefix=False, user_defined=runs)
+    tok = Tokenizer.from_gguf_metadata(spm_metadata(sp, user_defined=runs))
+    assert tok.hf.id_to_token(sp.PieceToId("▁▁▁")) == "   "
+    for text in ["a   b", "def f(x):\n    return x", "  two", "five     spaces"]:
+        ids = tok.encode(text, add_special_tokens=False)
+        assert ids == sp.encode(text), text
+        assert tok.decode(ids) == sp.decode(ids) == text
+
+
 def test_padding_pieces_keep_the_ids_and_are_never_produced():
     sp = train_spm()
     tok = Tokenizer.from_gguf_metadata(spm_metadata(sp, n_vocab=sp.vocab_size() + 8))
@@ -117,6 +131,21 @@ def test_padding_pieces_keep_the_ids_and_are_never_produced():
     # Padding decodes to nothing (as in llama.cpp), not even ending the first piece's space stripping.
     the = sp.encode("the")
     assert tok.decode([361, *the, 362]) == sp.decode(the) == "the"
+
+
+def test_token_text_and_bytes_keep_the_pieces_space(pair):
+    from tinyllm.server.logprobs import TokenTexts
+
+    sp, tok = pair
+    the, e2 = sp.PieceToId("▁the"), sp.PieceToId("<0xE2>")
+    assert tok.token_text(the) == " the" and tok.token_bytes(the) == b" the"
+    assert tok.token_text(e2) == FFFD and tok.token_bytes(e2) == b"\xe2"
+    assert tok.token_text(sp.eos_id()) == "</s>"
+    # A client joining the logprobs' bytes gets the text back, "⊕" spelled in byte pieces included.
+    text = "the ⊕ 한 end"
+    texts = TokenTexts(tok)
+    joined = b"".join(bytes(texts.get(i)[1]) for i in tok.encode(text, add_special_tokens=False))
+    assert joined.decode() == (" " + text if adds_space_prefix(sp) else text)
 
 
 # ---- streaming ------------------------------------------------------------------------------------

@@ -160,6 +160,10 @@ class SpmDecoder:
             out += piece
         return decode_bytes_each(bytes(out))
 
+    def token_bytes(self, token_id: int) -> bytes:
+        """One piece's own bytes, its leading space kept: a <0xXX> piece is its byte."""
+        return self._bytes[token_id]
+
 
 def _piece_bytes(token: str) -> bytes:
     if _BYTE_PIECE.fullmatch(token):

@@ -176,8 +176,16 @@ class Tokenizer:
         return self.hf.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def token_text(self, token_id: int) -> str:
-        """One token's text; a token holding part of a UTF-8 character shows U+FFFD."""
-        return self.decode([token_id])
+        """One token's text; a token holding part of a UTF-8 character shows U+FFFD. A SentencePiece
+        piece keeps its leading space ("▁the" is " the"), which a decode of it alone would drop."""
+        raw = self.token_bytes(token_id)
+        return self.decode([token_id]) if raw is None else raw.decode("utf-8", errors="replace")
+
+    def token_bytes(self, token_id: int) -> bytes | None:
+        """A SentencePiece piece's own bytes (a <0xXX> piece is that byte); None for other vocabularies."""
+        if self.spm_decoder is None:
+            return None
+        return self.spm_decoder.token_bytes(self._checked_ids([token_id])[0])
 
     def apply_chat_template(
         self, messages: list[dict], add_generation_prompt: bool = True, tools: list[dict] | None = None
