@@ -5,6 +5,7 @@ transformers' own GGUF tokenizer agrees, and streamed text equals the full decod
 from __future__ import annotations
 
 import os
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -83,3 +84,13 @@ def test_same_tokenizer_from_the_file_and_from_its_metadata(fam):
     assert Tokenizer.from_gguf(fam.path).encode(text) == Tokenizer.from_gguf_metadata(
         open_gguf(fam.path).metadata
     ).encode(text)
+
+
+def test_structured_output_over_the_sentencepiece_vocabulary(fam):
+    """The grammar engine reads the same tokenizer: "▁" pieces are spaces, <0xXX> pieces bytes."""
+    from tinyllm import StructuredOutput
+
+    pattern = "[a-z]{3} [0-9]é日"
+    for seed in range(3):
+        g = fam.llm.generate("the", structured=StructuredOutput.regex(pattern), temperature=1.0, seed=seed)
+        assert re.fullmatch(pattern, g.text) and g.finish_reason == "stop", g.text
