@@ -33,7 +33,7 @@ TEXTS = [
 LEADING = [" leading", "   three", "\n newline first", "hi</s>the"]
 
 
-@pytest.fixture(scope="module", params=["llama", "mistral", "phi3", "gemma2"])
+@pytest.fixture(scope="module", params=["llama", "mistral", "phi3", "gemma2", "gemma3"])
 def fam(request, tmp_path_factory):
     # Gemma's tokenizer adds no prefix space; the others do (llama.cpp's default for this vocabulary).
     sp = train_spm(add_dummy_prefix=not request.param.startswith("gemma"))
@@ -58,7 +58,7 @@ def test_transformers_gguf_tokenizer_agrees(fam):
 
     ref = AutoTokenizer.from_pretrained(fam.folder, gguf_file=os.path.basename(fam.path))
     tok = fam.llm.tokenizer
-    texts = TEXTS + (LEADING if fam.name in ("phi3", "gemma2") else [])
+    texts = TEXTS + (LEADING if fam.name in ("phi3", "gemma2", "gemma3") else [])
     for text in texts:
         ids = tok.encode(text)
         assert ids == ref.encode(text), text
