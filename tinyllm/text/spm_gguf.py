@@ -80,8 +80,9 @@ def spm_merges(vocab: SpmVocab) -> list[tuple[str, str]]:
     """Every way to join two mergeable pieces into a third, the highest-scoring result first.
 
     Ties (the same piece from different splits, or equal scores) are ordered by the result's id, then
-    the left part's length; SentencePiece breaks them by position in the text instead, which a rank
-    cannot express (see the module's tests for where this can matter).
+    the left part's length; SentencePiece breaks them by position in the text instead. The two part
+    only where one piece can be joined two overlapping ways at once (symbols aa, a, aa: "aa"+"a" on the
+    left and "a"+"aa" on the right both make "aaa"), which a rank cannot express.
     """
     ids = {t: i for i, t in enumerate(vocab.tokens) if vocab.is_mergeable(i)}
     ranked = []
@@ -173,13 +174,9 @@ def _piece_bytes(token: str) -> bytes:
 
 def decode_bytes_each(data: bytes) -> str:
     """UTF-8 decoding with one U+FFFD per byte that does not begin a well-formed character (Python's
-    "replace" gives one per maximal ill-formed run instead)."""
-    parts = []
-    while True:
-        try:
-            parts.append(data.decode("utf-8"))
-            return "".join(parts)
-        except UnicodeDecodeError as exc:
-            parts.append(data[: exc.start].decode("utf-8"))
-            parts.append("\ufffd")
-            data = data[exc.start + 1 :]
+    "replace" gives one per maximal ill-formed run instead). surrogateescape stands each such byte for a
+    lone surrogate, which well-formed UTF-8 never decodes to."""
+    return data.decode("utf-8", errors="surrogateescape").translate(_ESCAPED_TO_REPLACEMENT)
+
+
+_ESCAPED_TO_REPLACEMENT = {0xDC00 + b: "\ufffd" for b in range(0x80, 0x100)}

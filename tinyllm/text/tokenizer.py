@@ -1,10 +1,10 @@
 """Text to token ids and back, exactly as the model's own tokenizer does it.
 
 The work is done by a Hugging Face `tokenizers.Tokenizer` (`Tokenizer.hf`). From a Hugging Face
-folder it is read from tokenizer.json; from a GGUF file it is rebuilt from the vocabulary, merges
-and token types in the metadata, with the pre-tokenizer named by `tokenizer.ggml.pre` (see
-pretokenizers.py), or, for a SentencePiece vocabulary, from its pieces and scores (spm_gguf.py,
-which also decodes such ids, exactly as SentencePiece does). Either way encode/decode below add
+folder it is read from tokenizer.json; from a GGUF file it is rebuilt from the metadata (gguf_vocab.py):
+the vocabulary, merges and token types, with the pre-tokenizer named by `tokenizer.ggml.pre` (see
+pretokenizers.py), or, for a SentencePiece vocabulary, its pieces and scores (spm_gguf.py, which
+also decodes such ids, exactly as SentencePiece does). Either way encode/decode below add
 only the BOS rule, so all paths behave alike.
 """
 
@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import tokenizers
-from tokenizers import AddedToken, decoders, models, processors
+from tokenizers import decoders, processors
 
 from ..errors import TinyLLMError
 from .chat_template import render_chat
-from .pretokenizers import PreTokenizerSpec, build_pre_tokenizer, pre_tokenizer_spec, prefix_space_normalizer
-from .spm_gguf import SpmDecoder, add_spm_added_tokens, spm_special_ids, spm_tokenizer, spm_vocab_from_metadata
+from .gguf_vocab import byte_level_vocab, sentencepiece_vocab, string_list
+from .spm_gguf import SpmDecoder
 
 # Token texts that end a turn or the text, found in the vocabulary by their spelling because
 # neither GGUF nor tokenizer.json marks them (llama.cpp's end-of-generation list).
@@ -40,9 +40,6 @@ END_OF_TURN_TEXTS = (
     "<|return|>",
     "<|call|>",
 )
-
-# GGUF token types (llama.cpp's numbering).
-CONTROL, USER_DEFINED = 3, 4
 
 
 @dataclass
@@ -93,13 +90,13 @@ class Tokenizer:
                 f"tokenizer.ggml.model is {model!r}, expected 'gpt2' (byte-level BPE) or 'llama' "
                 f"(SentencePiece BPE), the tokenizer kinds tinyllm reads from GGUF"
             )
-        tokens = _string_list(metadata, "tokenizer.ggml.tokens")
+        tokens = string_list(metadata, "tokenizer.ggml.tokens")
         bos_id = _optional_id(metadata, "tokenizer.ggml.bos_token_id", len(tokens))
         eos_id = _optional_id(metadata, "tokenizer.ggml.eos_token_id", len(tokens))
         if model == "llama":
-            hf, spm, kind, default_add_bos = _sentencepiece(metadata, tokens, (bos_id, eos_id))
+            hf, spm, kind, default_add_bos = sentencepiece_vocab(metadata, tokens, (bos_id, eos_id))
         else:
-            hf, spm, kind, default_add_bos = _byte_level(metadata, tokens, (bos_id, eos_id))
+            hf, spm, kind, default_add_bos = byte_level_vocab(metadata, tokens, (bos_id, eos_id))
         add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", default_add_bos))
         if add_bos and bos_id is None:
             raise TinyLLMError(
@@ -219,13 +216,6 @@ class Tokenizer:
 # ---- GGUF helpers ------------------------------------------------------------------------
 
 
-def _string_list(metadata: dict, key: str) -> list[str]:
-    value = metadata.get(key)
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise TinyLLMError(f"GGUF metadata {key} is {type(value).__name__}, expected a list of strings")
-    return value
-
-
 def _optional_id(metadata: dict, key: str, n_tokens: int) -> int | None:
     value = metadata.get(key)
     if value is None:
@@ -233,58 +223,6 @@ def _optional_id(metadata: dict, key: str, n_tokens: int) -> int | None:
     if not isinstance(value, int) or not 0 <= value < n_tokens:
         raise TinyLLMError(f"GGUF metadata {key} is {value!r}, expected a token id below {n_tokens}")
     return value
-
-
-def _merge_pair(merge: str) -> tuple[str, str]:
-    # Split at the first space after the first character, as llama.cpp does, so a merge whose
-    # left part is itself a space still parses.
-    cut = merge.find(" ", 1)
-    if cut < 0:
-        raise TinyLLMError(f"GGUF merge {merge!r} has no space, expected 'left right'")
-    return merge[:cut], merge[cut + 1 :]
-
-
-def _byte_level_bpe(tokens: list[str], merges: list[str], spec: PreTokenizerSpec) -> tokenizers.Tokenizer:
-    vocab = {token: index for index, token in enumerate(tokens)}
-    pairs = [_merge_pair(m) for m in merges]
-    try:
-        model = models.BPE(vocab=vocab, merges=pairs, ignore_merges=spec.ignore_merges)
-    except Exception as exc:  # e.g. a merge naming a token that is not in the vocabulary
-        raise TinyLLMError(f"the GGUF vocabulary and merges do not form a BPE model ({exc})") from None
-    hf = tokenizers.Tokenizer(model)
-    hf.pre_tokenizer = build_pre_tokenizer(spec)
-    hf.decoder = decoders.ByteLevel()
-    return hf
-
-
-def _byte_level(metadata: dict, tokens: list[str], special_ids: tuple[int | None, ...]):
-    """(tokenizer, exact decoder or None, kind, llama.cpp's default add_bos) for a "gpt2" vocabulary."""
-    spec = pre_tokenizer_spec(metadata.get("tokenizer.ggml.pre"))
-    hf = _byte_level_bpe(tokens, _string_list(metadata, "tokenizer.ggml.merges"), spec)
-    _add_gguf_added_tokens(hf, tokens, metadata.get("tokenizer.ggml.token_type") or [], special_ids)
-    if metadata.get("tokenizer.ggml.add_space_prefix", False):
-        hf.normalizer = prefix_space_normalizer()
-    return hf, None, f"byte-level BPE (pre-tokenizer: {spec.name})", spec.add_bos
-
-
-def _sentencepiece(metadata: dict, tokens: list[str], special_ids: tuple[int | None, ...]):
-    """(tokenizer, exact decoder, kind, llama.cpp's default add_bos) for a "llama" (SentencePiece) vocabulary."""
-    vocab = spm_vocab_from_metadata(metadata, tokens)
-    hf = spm_tokenizer(vocab)
-    special = spm_special_ids(vocab, special_ids)
-    add_spm_added_tokens(hf, vocab, special)
-    return hf, SpmDecoder(vocab, special), "SentencePiece BPE (GGUF)", True
-
-
-def _add_gguf_added_tokens(
-    hf: tokenizers.Tokenizer, tokens: list[str], types: list[int], special_ids: tuple[int | None, ...]
-) -> None:
-    """Control tokens (and BOS/EOS) become special; user-defined ones are matched whole but kept
-    as text, as llama.cpp does. Both are found in raw text before any splitting."""
-    control = {i for i, t in enumerate(types) if t == CONTROL} | {i for i in special_ids if i is not None}
-    user = [i for i, t in enumerate(types) if t == USER_DEFINED and i not in control]
-    hf.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False) for i in sorted(control)])
-    hf.add_tokens([AddedToken(tokens[i], special=False, normalized=False) for i in user])
 
 
 def _bos_post_processor(hf: tokenizers.Tokenizer, bos_id: int | None):
