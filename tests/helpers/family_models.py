@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from helpers.model_files import CHAT_TEMPLATE, SPECIALS, byte_level_vocab, tiny_tokenizer_json, tiny_vocab_size
+from helpers.spm_vocab import write_spm_tokenizer
 
 WINDOW = 5  # positions a sliding layer sees; test prompts are longer
 COMMON = dict(
@@ -63,13 +64,13 @@ def _configs() -> dict:
 FAMILY_NAMES = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3")
 
 
-def hf_model(family: str, seed: int = 0):
+def hf_model(family: str, seed: int = 0, vocab_size: int | None = None):
     """A transformers model of the family with random weights spread wide enough that a wrong mask, scale
-    or norm changes the logits."""
+    or norm changes the logits; vocab_size defaults to the tiny byte-level vocabulary's."""
     from transformers import AutoModelForCausalLM
 
     config = _configs()[family]()
-    config.vocab_size = tiny_vocab_size()
+    config.vocab_size = vocab_size or tiny_vocab_size()
     config._attn_implementation = "eager"  # the plain reference, soft-capping included
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -170,8 +171,8 @@ def _metadata(w, model, family: str, arch_name: str) -> None:
         w.add_float32(f"{arch_name}.rope.scaling.factor", params["factor"])
 
 
-# The byte-level BPE pre-tokenizer llama.cpp names for each family's GGUF files (SentencePiece families are
-# written with byte-level BPE here: tinyllm reads only that kind from GGUF).
+# The byte-level BPE pre-tokenizer llama.cpp names for each family's GGUF files (the SentencePiece families
+# get byte-level BPE too unless write_family_gguf is given a SentencePiece model).
 PRE_TOKENIZERS = {"llama": "llama-bpe", "qwen2": "qwen2", "qwen3": "qwen2"}
 
 
@@ -197,8 +198,10 @@ def _rope_freqs(model) -> np.ndarray:
     return (base / scaled).astype(np.float32)
 
 
-def write_family_gguf(model, family: str, path: str, quant: str | None = None) -> str:
-    """quant: a block format ("Q8_0") for the matrices whose rows it divides; norms and biases stay F32."""
+def write_family_gguf(model, family: str, path: str, quant: str | None = None, spm=None) -> str:
+    """quant: a block format ("Q8_0") for the matrices whose rows it divides; norms and biases stay F32.
+    spm: a SentencePieceProcessor whose vocabulary the file carries (padded to the model's) instead of
+    the tiny byte-level one."""
     import gguf
     from gguf.quants import quantize
 
@@ -206,7 +209,10 @@ def write_family_gguf(model, family: str, path: str, quant: str | None = None) -
     arch_name = gguf.MODEL_ARCH_NAMES[arch]
     w = gguf.GGUFWriter(path, arch_name)
     _metadata(w, model, family, arch_name)
-    _tokenizer(w, family)
+    if spm is None:
+        _tokenizer(w, family)
+    else:
+        write_spm_tokenizer(w, spm, model.config.vocab_size)
     c = model.config
     sandwich = family.startswith("gemma")
     for name, t in model.state_dict().items():

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from tokenizers import decoders, models, pre_tokenizers
 
 from tinyllm.text.detokenizer import IncrementalDecoder
+from tinyllm.text.spm_gguf import decode_bytes_each
 
 FFFD = "\ufffd"
 SPECIAL = "<|special|>"
@@ -298,3 +299,41 @@ def test_byte_fallback_decoder_on_valid_text(fallback_tok, parts):
     ids = fallback_ids(parts)
     check_stream(fallback_tok, ids)
     check_bounded(fallback_tok, ids)
+
+
+# ---- a decoder that replaces each bad byte alone (SentencePiece's rule) ---------------------------
+
+
+class EachByte:
+    """Ids are bytes; a cut-off character decodes to one U+FFFD per byte, so up to 3 may change."""
+
+    unfinished_char_replacements = 3
+
+    def decode(self, ids):
+        return decode_bytes_each(bytes(ids))
+
+
+def test_held_back_replacements_wait_for_a_character_behind_bad_bytes():
+    ids = list(b"\xb3\xfc\xe0\xa4\xb4")  # two bad bytes, then ऴ
+    assert EachByte().decode(ids[:4]) == FFFD * 4
+    assert stream(EachByte(), ids) == (["", "", "", FFFD, FFFD + "ऴ"], "")
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=60))
+def test_each_byte_decoder_on_arbitrary_bytes(data):
+    check_stream(EachByte(), list(data))
+    decoder = IncrementalDecoder(EachByte())
+    for b in data:
+        decoder.push(b)
+        assert len(decoder.window) <= 7
+    assert len(decoder.flush()) <= 3
+
+
+@pytest.mark.parametrize("held", [0, 4, "3"])
+def test_rejects_a_bad_held_back_count(held):
+    class Bad(EachByte):
+        unfinished_char_replacements = held
+
+    with pytest.raises(ValueError, match="unfinished_char_replacements"):
+        IncrementalDecoder(Bad())

@@ -49,6 +49,9 @@ class TokenTexts:
         return hit
 
     def _bytes(self, token_id: int, text: str) -> list[int]:
+        raw = getattr(self.tokenizer, "token_bytes", lambda _: None)(token_id)
+        if raw is not None:  # a SentencePiece piece, byte pieces included
+            return list(raw)
         hf = getattr(self.tokenizer, "hf", None)
         piece = hf.id_to_token(token_id) if (self._decoder is not None and hf is not None) else None
         if piece is not None and all(c in self._decoder for c in piece):

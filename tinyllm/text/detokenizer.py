@@ -19,6 +19,15 @@ class Decodes(Protocol):
     def decode(self, ids: list[int]) -> str: ...
 
 
+def _held_back(tok: Decodes) -> int:
+    """How many trailing U+FFFD an unfinished character may decode to: 1 by the maximal-subpart rule,
+    up to 3 (one per byte) for a decoder that says so with `unfinished_char_replacements`."""
+    held = getattr(tok, "unfinished_char_replacements", 1)
+    if not isinstance(held, int) or not 1 <= held <= _MAX_WAIT:
+        raise ValueError(f"tok.unfinished_char_replacements must be an int in [1, {_MAX_WAIT}], got {held!r}")
+    return held
+
+
 class IncrementalDecoder:
     """Turns token ids, pushed one at a time, into text pieces that later ids cannot change.
 
@@ -39,7 +48,8 @@ class IncrementalDecoder:
     Each push decodes the window, already-emitted ids serving as context (seed section 2.7), and
     emits the new text when it does not end in U+FFFD. After _MAX_WAIT pushes that all end in U+FFFD
     the run is genuine (invalid bytes, the token for U+FFFD itself), so from then on everything but
-    the last character is emitted; waiting longer would grow the window without bound. The window
+    the last character is emitted (but the last up to 3 U+FFFD, for a decoder that gives one per byte
+    of a cut-off character); waiting longer would grow the window without bound. The window
     is trimmed from the front where that provably leaves the end of the decode unchanged, which
     keeps it at most _MAX_WINDOW + _MAX_WAIT ids long between pushes.
     """
@@ -48,6 +58,7 @@ class IncrementalDecoder:
         if not callable(getattr(tok, "decode", None)):
             raise ValueError(f"tok must have a decode(ids) method, got {tok!r}")
         self._tok = tok
+        self._held_back = _held_back(tok)
         self._reset()
 
     def _reset(self) -> None:
@@ -76,7 +87,8 @@ class IncrementalDecoder:
         if self._waiting == 0:
             final = len(text)
         elif self._waiting > _MAX_WAIT:
-            final = len(text) - 1
+            trailing = len(text) - len(text.rstrip(REPLACEMENT))
+            final = len(text) - min(trailing, self._held_back)
         else:
             return ""
         piece = text[self._settled : final]

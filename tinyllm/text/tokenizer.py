@@ -1,9 +1,11 @@
 """Text to token ids and back, exactly as the model's own tokenizer does it.
 
 The work is done by a Hugging Face `tokenizers.Tokenizer` (`Tokenizer.hf`). From a Hugging Face
-folder it is read from tokenizer.json; from a GGUF file it is rebuilt from the vocabulary, merges
-and token types in the metadata, with the pre-tokenizer named by `tokenizer.ggml.pre` (see
-pretokenizers.py). Either way encode/decode below add only the BOS rule, so both paths behave alike.
+folder it is read from tokenizer.json; from a GGUF file it is rebuilt from the metadata (gguf_vocab.py):
+the vocabulary, merges and token types, with the pre-tokenizer named by `tokenizer.ggml.pre` (see
+pretokenizers.py), or, for a SentencePiece vocabulary, its pieces and scores (spm_gguf.py, which
+also decodes such ids, exactly as SentencePiece does). Either way encode/decode below add
+only the BOS rule, so all paths behave alike.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import tokenizers
-from tokenizers import AddedToken, decoders, models, processors
+from tokenizers import decoders, processors
 
 from ..errors import TinyLLMError
 from .chat_template import render_chat
-from .pretokenizers import PreTokenizerSpec, build_pre_tokenizer, pre_tokenizer_spec, prefix_space_normalizer
+from .gguf_vocab import byte_level_vocab, sentencepiece_vocab, string_list
+from .spm_gguf import SpmDecoder
 
 # Token texts that end a turn or the text, found in the vocabulary by their spelling because
 # neither GGUF nor tokenizer.json marks them (llama.cpp's end-of-generation list).
@@ -38,9 +41,6 @@ END_OF_TURN_TEXTS = (
     "<|call|>",
 )
 
-# GGUF token types (llama.cpp's numbering).
-CONTROL, USER_DEFINED = 3, 4
-
 
 @dataclass
 class Tokenizer:
@@ -52,6 +52,8 @@ class Tokenizer:
     eot_ids: tuple[int, ...]
     add_bos: bool
     chat_template: str | None = field(repr=False)
+    # SentencePiece vocabularies decode through this, which the library's decoder cannot match exactly.
+    spm_decoder: SpmDecoder | None = field(default=None, repr=False)
 
     @property
     def stop_ids(self) -> tuple[int, ...]:
@@ -60,6 +62,12 @@ class Tokenizer:
         if self.eos_id is not None:
             ids.add(self.eos_id)
         return tuple(sorted(ids))
+
+    @property
+    def unfinished_char_replacements(self) -> int:
+        """U+FFFDs a cut-off character at the end of a decode may show (see detokenizer.py): one per
+        byte where decode replaces each bad byte alone, as SentencePiece does."""
+        return 3 if self.spm_decoder is not None else 1
 
     # ---- construction -------------------------------------------------------------------
 
@@ -74,37 +82,38 @@ class Tokenizer:
 
     @classmethod
     def from_gguf_metadata(cls, metadata: dict) -> Tokenizer:
-        """From GGUF metadata (llama.cpp's tokenizer.ggml.* keys); only byte-level BPE is supported."""
+        """From GGUF metadata (llama.cpp's tokenizer.ggml.* keys): byte-level BPE ("gpt2") or
+        SentencePiece BPE ("llama")."""
         model = metadata.get("tokenizer.ggml.model")
-        if model != "gpt2":
+        if model not in ("gpt2", "llama"):
             raise TinyLLMError(
-                f"tokenizer.ggml.model is {model!r}, expected 'gpt2' (byte-level BPE), "
-                f"the only tokenizer kind tinyllm reads from GGUF"
+                f"tokenizer.ggml.model is {model!r}, expected 'gpt2' (byte-level BPE) or 'llama' "
+                f"(SentencePiece BPE), the tokenizer kinds tinyllm reads from GGUF"
             )
-        spec = pre_tokenizer_spec(metadata.get("tokenizer.ggml.pre"))
-        tokens = _string_list(metadata, "tokenizer.ggml.tokens")
+        tokens = string_list(metadata, "tokenizer.ggml.tokens")
         bos_id = _optional_id(metadata, "tokenizer.ggml.bos_token_id", len(tokens))
         eos_id = _optional_id(metadata, "tokenizer.ggml.eos_token_id", len(tokens))
-        add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", spec.add_bos))
+        if model == "llama":
+            hf, spm, kind, default_add_bos = sentencepiece_vocab(metadata, tokens, (bos_id, eos_id))
+        else:
+            hf, spm, kind, default_add_bos = byte_level_vocab(metadata, tokens, (bos_id, eos_id))
+        add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", default_add_bos))
         if add_bos and bos_id is None:
             raise TinyLLMError(
                 "tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id "
                 "is missing, expected a BOS id to add"
             )
-        hf = _byte_level_bpe(tokens, _string_list(metadata, "tokenizer.ggml.merges"), spec)
-        _add_gguf_added_tokens(hf, tokens, metadata.get("tokenizer.ggml.token_type") or [], (bos_id, eos_id))
-        if metadata.get("tokenizer.ggml.add_space_prefix", False):
-            hf.normalizer = prefix_space_normalizer()
         hf.post_processor = _bos_post_processor(hf, bos_id if add_bos else None)
         return cls(
             hf=hf,
-            kind=f"byte-level BPE (pre-tokenizer: {spec.name})",
+            kind=kind,
             vocab_size=len(tokens),
             bos_id=bos_id,
             eos_id=eos_id,
             eot_ids=_find_eot_ids(hf, ()),
             add_bos=add_bos,
             chat_template=metadata.get("tokenizer.chat_template"),
+            spm_decoder=spm,
         )
 
     @classmethod
@@ -158,11 +167,22 @@ class Tokenizer:
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         """The text of ids, byte for byte (no space clean-up), so decode(encode(s)) == s whenever
         every byte of s has a token; bytes that do not form whole characters become U+FFFD."""
-        return self.hf.decode(self._checked_ids(ids), skip_special_tokens=skip_special_tokens)
+        ids = self._checked_ids(ids)
+        if self.spm_decoder is not None:
+            return self.spm_decoder.decode(ids, skip_special_tokens)
+        return self.hf.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def token_text(self, token_id: int) -> str:
-        """One token's text; a token holding part of a UTF-8 character shows U+FFFD."""
-        return self.decode([token_id])
+        """One token's text; a token holding part of a UTF-8 character shows U+FFFD. A SentencePiece
+        piece keeps its leading space ("▁the" is " the"), which a decode of it alone would drop."""
+        raw = self.token_bytes(token_id)
+        return self.decode([token_id]) if raw is None else raw.decode("utf-8", errors="replace")
+
+    def token_bytes(self, token_id: int) -> bytes | None:
+        """A SentencePiece piece's own bytes (a <0xXX> piece is that byte); None for other vocabularies."""
+        if self.spm_decoder is None:
+            return None
+        return self.spm_decoder.token_bytes(self._checked_ids([token_id])[0])
 
     def apply_chat_template(
         self, messages: list[dict], add_generation_prompt: bool = True, tools: list[dict] | None = None
@@ -196,13 +216,6 @@ class Tokenizer:
 # ---- GGUF helpers ------------------------------------------------------------------------
 
 
-def _string_list(metadata: dict, key: str) -> list[str]:
-    value = metadata.get(key)
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise TinyLLMError(f"GGUF metadata {key} is {type(value).__name__}, expected a list of strings")
-    return value
-
-
 def _optional_id(metadata: dict, key: str, n_tokens: int) -> int | None:
     value = metadata.get(key)
     if value is None:
@@ -210,39 +223,6 @@ def _optional_id(metadata: dict, key: str, n_tokens: int) -> int | None:
     if not isinstance(value, int) or not 0 <= value < n_tokens:
         raise TinyLLMError(f"GGUF metadata {key} is {value!r}, expected a token id below {n_tokens}")
     return value
-
-
-def _merge_pair(merge: str) -> tuple[str, str]:
-    # Split at the first space after the first character, as llama.cpp does, so a merge whose
-    # left part is itself a space still parses.
-    cut = merge.find(" ", 1)
-    if cut < 0:
-        raise TinyLLMError(f"GGUF merge {merge!r} has no space, expected 'left right'")
-    return merge[:cut], merge[cut + 1 :]
-
-
-def _byte_level_bpe(tokens: list[str], merges: list[str], spec: PreTokenizerSpec) -> tokenizers.Tokenizer:
-    vocab = {token: index for index, token in enumerate(tokens)}
-    pairs = [_merge_pair(m) for m in merges]
-    try:
-        model = models.BPE(vocab=vocab, merges=pairs, ignore_merges=spec.ignore_merges)
-    except Exception as exc:  # e.g. a merge naming a token that is not in the vocabulary
-        raise TinyLLMError(f"the GGUF vocabulary and merges do not form a BPE model ({exc})") from None
-    hf = tokenizers.Tokenizer(model)
-    hf.pre_tokenizer = build_pre_tokenizer(spec)
-    hf.decoder = decoders.ByteLevel()
-    return hf
-
-
-def _add_gguf_added_tokens(
-    hf: tokenizers.Tokenizer, tokens: list[str], types: list[int], special_ids: tuple[int | None, ...]
-) -> None:
-    """Control tokens (and BOS/EOS) become special; user-defined ones are matched whole but kept
-    as text, as llama.cpp does. Both are found in raw text before any splitting."""
-    control = {i for i, t in enumerate(types) if t == CONTROL} | {i for i in special_ids if i is not None}
-    user = [i for i, t in enumerate(types) if t == USER_DEFINED and i not in control]
-    hf.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False) for i in sorted(control)])
-    hf.add_tokens([AddedToken(tokens[i], special=False, normalized=False) for i in user])
 
 
 def _bos_post_processor(hf: tokenizers.Tokenizer, bos_id: int | None):
