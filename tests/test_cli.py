@@ -96,6 +96,15 @@ def test_info_json(tiny_gguf):
     assert info["parameters"] > 0 and "byte-level BPE" in info["tokenizer"]
 
 
+def test_info_table_prints_every_field(tiny_gguf):
+    r = run("info", "--model", tiny_gguf)
+    assert r.returncode == 0, r.stderr
+    table = dict(line.split(None, 1) for line in r.stdout.splitlines())
+    info = json.loads(run("info", "--model", tiny_gguf, "--json").stdout)
+    assert set(table) == set(info)  # lists of ids print too, not only lists of words
+    assert table["family"] == "llama" and table["features"] == "none beyond a plain Llama decoder"
+
+
 def test_chat_streams_replies(tiny_gguf):
     r = run(
         "chat",

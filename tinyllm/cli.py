@@ -204,7 +204,11 @@ def cmd_info(args) -> int:
         print(json.dumps(info))
     else:
         for key, value in info.items():
-            print(f"{key:20s} {', '.join(value) if isinstance(value, list) else value}")
+            if key == "features" and not value:
+                value = ["none beyond a plain Llama decoder"]
+            if isinstance(value, list):
+                value = ", ".join(map(str, value))
+            print(f"{key:20s} {value}")
     return 0
 
 
