@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import os
 import signal
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -69,7 +70,11 @@ def worker_main(rank: int, config: ParallelConfig, source: ModelSource, num_thre
     except Exception:
         log.exception("tensor-parallel rank %d stopped", rank)
         os._exit(1)  # without destroying the group: the peers see the connection close at once
-    # told to shut down: exit without leaving the group (that would wait on the others)
+    # Told to shut down: exit without leaving the group (that would wait on the others), and without the
+    # interpreter's teardown, where the live gloo group's threads abort the process (exit status -6).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 @torch.inference_mode()
