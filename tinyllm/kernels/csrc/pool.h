@@ -115,4 +115,7 @@ class Pool {
     std::condition_variable cv_;
 };
 
+// The process's one pool (qmatmul.cpp), shared by every kernel of the library.
+Pool& pool();
+
 }  // namespace tl

@@ -146,7 +146,7 @@ static int64_t chunk_rows(int64_t n, int threads) {
     return std::max<int64_t>(16, (per + 15) / 16 * 16);
 }
 
-static Pool& pool() {
+Pool& pool() {
     static Pool* p = new Pool();  // never destroyed: see Pool
     return *p;
 }
