@@ -71,3 +71,13 @@ class ScriptedModel(nn.Module):
             if 0 <= step < len(self.script):
                 logits[:, t, self.script[step]] = 10.0
         return logits[:, -1:] if last_only else logits
+
+
+def quantized_copy(model: LlamaForCausalLM, mode: str = "int8") -> LlamaForCausalLM:
+    """The same model with its matrices quantized as `--quantize` does at load ("int8": Q8_0, "int4": Q4_1)
+    and kept as blocks."""
+    from tinyllm.loading.loader import build_model
+    from tinyllm.loading.quantize import quantize_state
+
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return build_model(model.config, quantize_state(state, mode, "<test>"), "cpu", "<test>")

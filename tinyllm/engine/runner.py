@@ -15,6 +15,8 @@ from ..cache.block_table import BlockTable
 from ..cache.fill import offset_causal_mask
 from ..cache.paged_cache import PagedStorage
 from ..kernels import torch_single_threaded
+from ..model.fused_decode import MAX_TOKENS as FUSED_MAX_TOKENS
+from ..model.fused_decode import build_stack, decode_logits
 from ..model.quant_linear import runs_native
 from ..model.ragged_attention import PrefillSlice, RaggedLayout, ragged_attention, windowed
 from ..model.sdpa import AttentionSpec
@@ -78,6 +80,7 @@ class ModelRunner:
         self.model, self.storage = model, storage
         self.device = storage.device
         self.native_matmuls = runs_native(model)
+        self.fused = build_stack(model, storage)  # the native decode step, or None for models it does not cover
 
     @torch.inference_mode()
     def run(
@@ -132,7 +135,15 @@ class ModelRunner:
         return sampling, logits[:num_sampled], prompt_rows  # [n, V]
 
     def forward(self, inputs: StepInputs, rows: torch.Tensor) -> torch.Tensor:
-        return execute(self.model, self.storage, inputs, rows)
+        n = inputs.ids.shape[1]
+        if self.fused is None or inputs.layout.num_decode != n or n > FUSED_MAX_TOKENS:
+            return execute(self.model, self.storage, inputs, rows)
+        for src, dst in inputs.block_copies:
+            self.storage.copy_block(src, dst)
+        keys = _as_tensor(inputs.layout.decode_slots)  # [Bd, Smax]
+        return decode_logits(
+            self.model, self.fused, inputs.ids[0], inputs.positions, _as_tensor(inputs.write_slots).view(-1), keys, rows
+        )
 
     def _threads(self, num_tokens: int):
         """A step of a few rows on native kernels runs torch's own ops, all tiny, on one thread and the kernels
@@ -157,3 +168,10 @@ class ModelRunner:
         lengths = torch.tensor(ctx, device=self.device)  # [Bd]
         mask = (torch.arange(s_max, device=self.device) < lengths[:, None])[:, None, None]  # [Bd, 1, 1, Smax]
         return slots, mask
+
+
+def _as_tensor(slots: torch.Tensor | slice) -> torch.Tensor:
+    """Slots as an int64 tensor: a run of consecutive slots becomes [1, S]."""
+    if isinstance(slots, slice):
+        return torch.arange(slots.start, slots.stop)[None]  # [1, S]
+    return slots

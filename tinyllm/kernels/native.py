@@ -29,7 +29,8 @@ from .qweight import QuantWeight
 from .threads import kernel_threads
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ["blocks.h", "pool.h", "qmatmul.cpp"]
+SOURCES = ["blocks.h", "pool.h", "tile.h", "qmatmul.cpp", "decode.cpp"]
+UNITS = ["qmatmul.cpp", "decode.cpp"]  # compiled into one library
 FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-fPIC", "-shared", "-pthread"]
 LIB_NAME = "libtinyllm_kernels.so"
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
@@ -82,7 +83,7 @@ def build(compiler: str) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="build-", dir=root))
     try:
-        cmd = [compiler, *flags(), str(CSRC / "qmatmul.cpp"), "-o", str(tmp / LIB_NAME)]
+        cmd = [compiler, *flags(), *(str(CSRC / u) for u in UNITS), "-o", str(tmp / LIB_NAME)]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr.strip()[-2000:]}")
@@ -101,6 +102,10 @@ def load(path: Path) -> ctypes.CDLL:
     lib.tl_qmatmul.argtypes = [ctypes.c_int, _PTR, _I64, _I64, _PTR, _I64, _I64, _PTR, ctypes.c_int]
     lib.tl_dequantize.argtypes = [ctypes.c_int, _PTR, _I64, _I64, _I64, _PTR, ctypes.c_int]
     lib.tl_qmatmul.restype = lib.tl_dequantize.restype = lib.tl_simd.restype = ctypes.c_int
+    lib.tl_decode_layers.argtypes = [_PTR, _PTR, _PTR]
+    lib.tl_decode_layers.restype = ctypes.c_int
+    lib.tl_decode_scratch_floats.argtypes = [_PTR, _I64, _I64]
+    lib.tl_decode_scratch_floats.restype = _I64
     return lib
 
 

@@ -1,0 +1,178 @@
+"""The native decode step (model/fused_decode.py, kernels/csrc/decode.cpp) against the module path it replaces:
+one step on paged storage with scattered blocks, every option it covers (q/k/v biases, sliding windows, a
+second rotary table, partial rotary, query scale, attention soft-cap, GQA), and whole generations through the
+engine (greedy batch == alone, seeded sampling alone == batched == preempted, speculative == plain).
+
+Bound: both paths run the same quantized matmuls; they differ in the order of float32 sums (norms, attention)
+and in e^x (a polynomial within 2 ulp), so a logit moves by a few ulps of the magnitudes summed: 1e-5 of the
+largest logit, as for the other cached paths. A wrong slot, head, window or rotation moves logits by percents."""
+
+import random
+
+import pytest
+import torch
+
+from helpers.tiny_models import quantized_copy, tiny_llama
+from tinyllm import LLM, SamplingParams
+from tinyllm.cache.paged_cache import PagedStorage
+from tinyllm.engine.engine import Engine
+from tinyllm.engine.runner import StepInputs, execute
+from tinyllm.kernels import native
+from tinyllm.model.fused_decode import build_stack, decode_logits, unsupported
+from tinyllm.model.ragged_attention import RaggedLayout
+
+pytestmark = pytest.mark.skipif(native.library() is None, reason="no native kernels on this machine")
+
+BASE = dict(hidden_size=64, intermediate_size=96, num_heads=4, num_kv_heads=2, head_dim=32, vocab_size=300)
+VARIANTS = {
+    "llama-int8": ("int8", {}),
+    "llama-int4": ("int4", {}),
+    "mha": ("int8", dict(num_kv_heads=4)),
+    "bias": ("int8", dict(attention_bias=True)),
+    "window": ("int8", dict(sliding_window=5, layer_kinds=("sliding", "full", "sliding"))),
+    "local-rope": (
+        "int8",
+        dict(sliding_window=6, layer_kinds=("sliding", "sliding", "full"), local_rope_theta=500.0, rope_theta=1e5),
+    ),
+    "partial-rotary": ("int8", dict(rope_dim=16)),
+    "scale-softcap": ("int8", dict(query_scale=0.07, attn_softcap=3.0, final_softcap=8.0)),
+}
+
+
+def variant(name: str, seed: int = 0):
+    mode, overrides = VARIANTS[name]
+    model = tiny_llama(seed, **{**BASE, **overrides})
+    if overrides.get("attention_bias"):
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.qkv_proj.bias.normal_(0.0, 0.5)
+    return quantized_copy(model, mode)
+
+
+def scattered_step(model, lengths: list[int], seed: int):
+    """Storage with random keys and values in blocks of 4 handed out in random order; one decode token per
+    sequence at position lengths[i] - 1. -> (storage, StepInputs, key slots [N, Smax])."""
+    c = model.config
+    g = torch.Generator().manual_seed(seed)
+    storage = PagedStorage(c.num_layers, c.num_kv_heads, c.head_dim, num_blocks=64, block_size=4)
+    storage.k.copy_(torch.randn(storage.k.shape, generator=g))
+    storage.v.copy_(torch.randn(storage.v.shape, generator=g))
+    blocks = random.Random(seed).sample(range(64), 64)
+    smax = max(lengths)
+    key_slots = torch.zeros(len(lengths), smax, dtype=torch.long)  # [N, Smax]
+    for i, n in enumerate(lengths):
+        mine = [blocks.pop() for _ in range((n + 3) // 4)]
+        key_slots[i, :n] = torch.tensor([mine[p // 4] * 4 + p % 4 for p in range(n)])
+    lens = torch.tensor(lengths)
+    mask = (torch.arange(smax) < lens[:, None])[:, None, None]  # [N, 1, 1, Smax]
+    ids = torch.randint(0, c.vocab_size, (1, len(lengths)), generator=g)  # [1, N]
+    write = key_slots[torch.arange(len(lengths)), lens - 1]  # [N]
+    layout = RaggedLayout(len(lengths), key_slots, mask, [])
+    return storage, StepInputs([], ids, lens - 1, write, layout), key_slots
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_one_step_equals_the_module_path(name):
+    model = variant(name)
+    assert unsupported(model) is None
+    lengths = [1, 9, 23, 4, 16]  # a first token, lengths across block edges and past the window
+    storage, inputs, key_slots = scattered_step(model, lengths, seed=len(name))
+    ref_storage = PagedStorage(*storage.k.shape[:1], storage.n_kv_heads, storage.d_head, 64, 4)
+    ref_storage.k.copy_(storage.k)
+    ref_storage.v.copy_(storage.v)
+    rows = torch.arange(len(lengths))
+    with torch.inference_mode():
+        ref = execute(model, ref_storage, inputs, rows)  # [N, V]
+        stack = build_stack(model, storage)
+        ours = decode_logits(model, stack, inputs.ids[0], inputs.positions, inputs.write_slots, key_slots, rows)
+    assert (ours - ref).abs().max() <= 1e-5 * ref.abs().max()
+    # the new keys and values were stored at their slots, as the module path stores them
+    assert (storage.k - ref_storage.k).abs().max() <= 1e-5 * ref_storage.k.abs().max()
+    assert (storage.v - ref_storage.v).abs().max() <= 1e-5 * ref_storage.v.abs().max()
+
+
+def test_chosen_rows_only():
+    model = variant("llama-int8")
+    storage, inputs, key_slots = scattered_step(model, [3, 7, 12], seed=1)
+    stack = build_stack(model, storage)
+    with torch.inference_mode():
+        out = decode_logits(
+            model, stack, inputs.ids[0], inputs.positions, inputs.write_slots, key_slots, torch.tensor([2, 0])
+        )
+    assert out.shape == (2, model.config.vocab_size)
+
+
+def test_models_it_does_not_cover_say_why():
+    assert "quantized" in unsupported(tiny_llama(0, **BASE))  # float weights: the reference path
+    gemma = tiny_llama(0, **BASE)
+    gemma.family = type(gemma.family)(**{**vars(gemma.family), "name": "g", "block": "sandwich"})
+    assert "sandwich" in unsupported(gemma)
+    storage = PagedStorage(3, 2, 32, 8, 4, dtype=torch.float16)
+    assert build_stack(variant("llama-int8"), storage) is None  # float16 KV
+
+
+@pytest.fixture(scope="module")
+def llm(smollm_tokenizer):
+    model = tiny_llama(21, **{**BASE, "vocab_size": smollm_tokenizer.vocab_size, "max_position_embeddings": 256})
+    return LLM.from_parts(quantized_copy(model, "int4"), smollm_tokenizer)
+
+
+def prompts(n, seed):
+    rng = random.Random(seed)
+    return [[rng.randrange(3, 49152) for _ in range(rng.randint(3, 40))] for _ in range(n)]
+
+
+def run(engine, ps, params):
+    ids = [engine.add_request(p, sp) for p, sp in zip(ps, params)]
+    while engine.has_unfinished():
+        engine.step()
+    return [engine.generation(i) for i in ids]
+
+
+def module_path(engine):
+    engine.runner.fused = None
+    return engine
+
+
+def test_engine_runs_the_native_step_and_equals_the_module_path(llm):
+    ps = prompts(8, seed=3)
+    params = [SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=2)] * 8
+    fused = Engine(llm, max_num_seqs=8, block_size=8, num_blocks=128)
+    assert fused.runner.fused is not None
+    ours = run(fused, ps, params)
+    ref = run(module_path(Engine(llm, max_num_seqs=8, block_size=8, num_blocks=128)), ps, params)
+    alone = [run(Engine(llm, block_size=8, num_blocks=128), [p], params[:1])[0] for p in ps]
+    for a, b, c in zip(ours, ref, alone):
+        assert a.ids == b.ids == c.ids
+        table = lambda g: [v for t in g.logprobs for v in (t.logprob, *(lp for _, lp in t.top))]  # noqa: E731
+        assert table(a) == pytest.approx(table(b), abs=1e-4)
+
+
+def test_seeded_sampling_alone_batched_and_preempted(llm):
+    ps = prompts(12, seed=4)
+    params = [
+        SamplingParams(temperature=1.0, top_p=0.9, seed=50 + i, max_tokens=10, ignore_eos=True) for i in range(12)
+    ]
+    solo = [run(Engine(llm, block_size=8, num_blocks=64), [p], [sp])[0].ids for p, sp in zip(ps, params)]
+    batched = run(Engine(llm, max_num_seqs=12, block_size=8, num_blocks=256), ps, params)
+    tight = run(Engine(llm, max_num_seqs=12, block_size=8, num_blocks=20), ps, params)
+    assert [g.ids for g in batched] == solo == [g.ids for g in tight]
+    assert sum(g.stats["preemptions"] for g in tight) > 0
+
+
+def test_speculative_equals_plain(llm):
+    p = [40, 41, 42, 43, 40, 41, 42, 43, 40, 41, 42]
+    greedy = dict(temperature=0, max_tokens=16, ignore_eos=True)
+    plain = llm.generate(p, **greedy)
+    assert plain.ids == llm.generate(p, speculative="ngram", **greedy).ids
+
+
+def test_portable_build_equals_the_module_path(monkeypatch):
+    """The scalar path (what a CPU without AVX2 runs) through the same step."""
+    monkeypatch.setenv("TINYLLM_NATIVE", "scalar")
+    native.reset()
+    try:
+        assert native.library().tl_simd() == 0
+        test_one_step_equals_the_module_path("window")
+    finally:
+        native.reset()

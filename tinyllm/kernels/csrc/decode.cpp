@@ -1,0 +1,260 @@
+// One decode step of a stack of pre-norm decoder layers in a single native call: for N new tokens (one per
+// sequence) each layer runs RMSNorm -> q/k/v projection (+ bias) -> rotary -> store k, v at the token's slot ->
+// attention over the sequence's stored keys (scale, soft-cap, sliding window) -> o projection + residual ->
+// RMSNorm -> gate/up projection -> SiLU(gate) * up -> down projection + residual. The projections are the
+// quantized matmuls of qmatmul.cpp; everything is float32. Python hands the layers' weights and KV pointers
+// once (tinyllm/model/fused_decode.py) and per step the slots, the rotary tables and a scratch buffer.
+#include "blocks.h"
+#include "pool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+extern "C" int tl_qmatmul(int fmt, const float* x, int64_t m, int64_t k, const uint8_t* data, int64_t n,
+                          int64_t stride, float* y, int threads);
+
+namespace tl {
+
+struct QW {  // a weight kept as GGUF blocks: [n, k]
+    int64_t fmt;
+    const uint8_t* data;
+    int64_t stride, n, k;
+};
+
+struct LayerArgs {
+    const float* attn_norm;  // [C]
+    const float* mlp_norm;   // [C]
+    QW qkv, o, gate_up, down;
+    const float* qkv_bias;  // [(H + 2 Hkv) D] or null
+    float* k_cache;         // [slots, Hkv * D] of this layer
+    float* v_cache;
+    int64_t window;  // keys visible to a query, its own included; 0 = all
+    int64_t rope;    // which rotary table: 0 or 1
+};
+
+struct ModelArgs {
+    int64_t num_layers, hidden, heads, kv_heads, head_dim, inter, rotary_dim;
+    double eps, scale, softcap;  // softcap 0 = none
+    const LayerArgs* layers;
+};
+
+struct StepArgs {
+    int64_t n;                   // new tokens, one per sequence
+    const float* cos[2];         // [N, R] per rotary table; sin's first half negated (model/rope.py)
+    const float* sin[2];
+    const int64_t* write_slots;  // [N]
+    const int64_t* key_slots;    // [N, smax]: slots of positions 0..lens[i]-1 of token i's sequence
+    const int64_t* lens;         // [N] keys each token sees before its window (its position + 1)
+    int64_t smax;
+    float* scratch;  // floats: see scratch_floats()
+    int64_t threads;
+};
+
+#ifdef TL_AVX2
+// e^x for x in [-88, 88] (clamped), a degree-6 polynomial after x = n ln2 + r: within 2 ulp of expf.
+static inline __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);  // ln2 in two parts: r stays exact
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+static inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#endif
+
+static inline float dot(const float* a, const float* b, int64_t d) {
+    int64_t i = 0;
+    float s = 0.0f;
+#ifdef TL_AVX2
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; i + 16 <= d; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    }
+    for (; i + 8 <= d; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    s = hsum(_mm256_add_ps(acc0, acc1));
+#endif
+    for (; i < d; ++i) s += a[i] * b[i];
+    return s;
+}
+
+static inline void axpy(float* y, float a, const float* x, int64_t d) {  // y += a * x
+    int64_t i = 0;
+#ifdef TL_AVX2
+    const __m256 av = _mm256_set1_ps(a);
+    for (; i + 8 <= d; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+#endif
+    for (; i < d; ++i) y[i] += a * x[i];
+}
+
+// p[j] = e^(p[j] - max) in place; returns their sum.
+static float exp_shifted(float* p, int64_t s, float max) {
+    int64_t j = 0;
+    float sum = 0.0f;
+#ifdef TL_AVX2
+    const __m256 m = _mm256_set1_ps(max);
+    __m256 acc = _mm256_setzero_ps();
+    for (; j + 8 <= s; j += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p + j), m));
+        _mm256_storeu_ps(p + j, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    sum = hsum(acc);
+#endif
+    for (; j < s; ++j) sum += (p[j] = std::exp(p[j] - max));
+    return sum;
+}
+
+// out[c] = x[c] / sqrt(mean(x^2) + eps) * w[c] for each of n rows of c.
+static void rms_norm(const float* x, const float* w, int64_t n, int64_t c, double eps, float* out) {
+    for (int64_t r = 0; r < n; ++r) {
+        const float* xr = x + r * c;
+        const float inv = 1.0f / std::sqrt(dot(xr, xr, c) / (float)c + (float)eps);
+        for (int64_t i = 0; i < c; ++i) out[r * c + i] = (xr[i] * inv) * w[i];
+    }
+}
+
+static void matmul(const QW& w, const float* x, int64_t m, float* y, int threads) {
+    tl_qmatmul((int)w.fmt, x, m, w.k, w.data, w.n, w.stride, y, threads);
+}
+
+// Rotate the first R dims of each q and k head of each token (pair i, i + R/2), then store k and v.
+static void rope_store(const ModelArgs& md, const LayerArgs& L, const StepArgs& st, float* qkv) {
+    const int64_t D = md.head_dim, R = md.rotary_dim, half = R / 2, width = (md.heads + 2 * md.kv_heads) * D;
+    const int64_t kv_row = md.kv_heads * D;
+    float tmp[1024];
+    for (int64_t i = 0; i < st.n; ++i) {
+        const float* cs = st.cos[L.rope] + i * R;
+        const float* sn = st.sin[L.rope] + i * R;
+        float* row = qkv + i * width;
+        for (int64_t h = 0; h < md.heads + md.kv_heads; ++h) {
+            float* v = row + h * D;
+            for (int64_t j = 0; j < R; ++j) tmp[j] = v[j] * cs[j] + v[(j + half) % R] * sn[j];
+            std::copy(tmp, tmp + R, v);
+        }
+        std::copy(row + md.heads * D, row + md.heads * D + kv_row, L.k_cache + st.write_slots[i] * kv_row);
+        std::copy(row + md.heads * D + kv_row, row + width, L.v_cache + st.write_slots[i] * kv_row);
+    }
+}
+
+struct AttnJob {
+    const ModelArgs* md;
+    const LayerArgs* layer;
+    const StepArgs* st;
+    const float* qkv;
+    float* out;     // [N, H * D]
+    float* scores;  // [N * H, smax]
+};
+
+// One (token, query head): softmax(scale * q . k_j) over the visible keys, times v_j.
+static void attend_chunk(void* ctx, int64_t c) {
+    const AttnJob& j = *static_cast<const AttnJob*>(ctx);
+    const ModelArgs& md = *j.md;
+    const StepArgs& st = *j.st;
+    const int64_t H = md.heads, D = md.head_dim, i = c / H, h = c % H, kvh = h / (H / md.kv_heads);
+    const int64_t kv_row = md.kv_heads * D, len = st.lens[i];
+    const int64_t first = j.layer->window > 0 ? std::max<int64_t>(0, len - j.layer->window) : 0;
+    const float* q = j.qkv + i * (H + 2 * md.kv_heads) * D + h * D;
+    const int64_t* slots = st.key_slots + i * st.smax;
+    float* p = j.scores + c * st.smax;
+    const float scale = (float)md.scale, cap = (float)md.softcap;
+    float max = -INFINITY;
+    for (int64_t s = first; s < len; ++s) {
+        float v = dot(q, j.layer->k_cache + slots[s] * kv_row + kvh * D, D) * scale;
+        if (cap > 0.0f) v = std::tanh(v / cap) * cap;
+        p[s - first] = v;
+        max = std::max(max, v);
+    }
+    const float inv = 1.0f / exp_shifted(p, len - first, max);
+    float* out = j.out + i * H * D + h * D;
+    std::fill(out, out + D, 0.0f);
+    for (int64_t s = first; s < len; ++s) axpy(out, p[s - first], j.layer->v_cache + slots[s] * kv_row + kvh * D, D);
+    for (int64_t d = 0; d < D; ++d) out[d] *= inv;
+}
+
+// act[i] = silu(gate[i]) * up[i] = gate / (1 + e^-gate) * up, for each of n rows of [gate | up].
+static void silu_mul(const float* gu, int64_t n, int64_t inter, float* act) {
+    for (int64_t r = 0; r < n; ++r) {
+        const float* g = gu + r * 2 * inter;
+        const float* u = g + inter;
+        float* a = act + r * inter;
+        int64_t i = 0;
+#ifdef TL_AVX2
+        const __m256 one = _mm256_set1_ps(1.0f);
+        for (; i + 8 <= inter; i += 8) {
+            const __m256 gv = _mm256_loadu_ps(g + i);
+            const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+            _mm256_storeu_ps(a + i, _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
+        }
+#endif
+        for (; i < inter; ++i) a[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    }
+}
+
+static void add_into(float* x, const float* y, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) x[i] += y[i];
+}
+
+static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& st, float* x) {
+    const int64_t N = st.n, C = md.hidden, H = md.heads, D = md.head_dim, I = md.inter;
+    const int64_t width = (H + 2 * md.kv_heads) * D;
+    const int threads = (int)st.threads;
+    float* h = st.scratch;           // [N, C]
+    float* qkv = h + N * C;          // [N, width]
+    float* attn = qkv + N * width;   // [N, H * D]
+    float* tmp = attn + N * H * D;   // [N, C]
+    float* gu = tmp + N * C;         // [N, 2I]
+    float* act = gu + N * 2 * I;     // [N, I]
+    float* scores = act + N * I;     // [N * H, smax]
+
+    rms_norm(x, L.attn_norm, N, C, md.eps, h);
+    matmul(L.qkv, h, N, qkv, threads);
+    if (L.qkv_bias)
+        for (int64_t i = 0; i < N; ++i) add_into(qkv + i * width, L.qkv_bias, width);
+    rope_store(md, L, st, qkv);
+    AttnJob job{&md, &L, &st, qkv, attn, scores};
+    pool().run(attend_chunk, &job, N * H, threads);
+    matmul(L.o, attn, N, tmp, threads);
+    add_into(x, tmp, N * C);
+
+    rms_norm(x, L.mlp_norm, N, C, md.eps, h);
+    matmul(L.gate_up, h, N, gu, threads);
+    silu_mul(gu, N, I, act);
+    matmul(L.down, act, N, tmp, threads);
+    add_into(x, tmp, N * C);
+}
+
+}  // namespace tl
+
+extern "C" {
+
+// Floats of scratch one step of n tokens over at most smax keys needs.
+int64_t tl_decode_scratch_floats(const tl::ModelArgs* md, int64_t n, int64_t smax) {
+    const int64_t width = (md->heads + 2 * md->kv_heads) * md->head_dim;
+    return n * (2 * md->hidden + width + md->heads * md->head_dim + 3 * md->inter + md->heads * smax);
+}
+
+// x [n, hidden]: the tokens' embeddings in, the last layer's output (before the final norm) out.
+// Returns 0, or -1 when a head is wider than the rotary scratch allows.
+int tl_decode_layers(const tl::ModelArgs* md, const tl::StepArgs* st, float* x) {
+    if (md->rotary_dim > 1024 || md->rotary_dim > md->head_dim) return -1;
+    for (int64_t l = 0; l < md->num_layers; ++l) tl::layer_step(*md, md->layers[l], *st, x);
+    return 0;
+}
+}
