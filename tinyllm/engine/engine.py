@@ -157,7 +157,8 @@ class Engine:
         for chunk in plan.chunks:
             chunk.request.num_computed += chunk.num_tokens
         if sampling:
-            outputs += self._sample(sampling, logits)
+            with self.runner.threads_for(logits.shape[0]):
+                outputs += self._sample(sampling, logits)
         for chunk in plan.chunks:
             if not chunk.request.status.is_finished:
                 self.kv.commit(chunk.request)

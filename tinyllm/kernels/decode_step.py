@@ -50,20 +50,20 @@ class _Model(ctypes.Structure):
         ("scale", _F64),
         ("softcap", _F64),
         ("layers", ctypes.c_void_p),
+        ("inv_freq", ctypes.c_void_p * 2),
     ]
 
 
 class _Step(ctypes.Structure):
     _fields_ = [
         ("n", _I64),
-        ("cos", ctypes.c_void_p * 2),
-        ("sin", ctypes.c_void_p * 2),
+        ("positions", ctypes.c_void_p),
         ("write_slots", ctypes.c_void_p),
         ("key_slots", ctypes.c_void_p),
-        ("lens", ctypes.c_void_p),
         ("smax", _I64),
         ("scratch", ctypes.c_void_p),
         ("threads", _I64),
+        ("timings", ctypes.c_void_p),
     ]
 
 
@@ -109,9 +109,10 @@ def _ptr(t: torch.Tensor | None) -> int | None:
 class DecodeStack:
     """The C structures of every layer, built once; `run` is one decode step through all of them."""
 
-    def __init__(self, lib, shape: StackShape, layers: list[LayerWeights]):
+    def __init__(self, lib, shape: StackShape, layers: list[LayerWeights], inv_freq: list[torch.Tensor]):
+        """inv_freq: [R/2] float32 frequencies of the rotary tables (a layer's `rope` picks one)."""
         self.lib, self.shape = lib, shape
-        self._keep = layers  # the tensors the structures point into stay alive with them
+        self._keep = layers, inv_freq  # the tensors the structures point into stay alive with them
         self._layers = (_Layer * len(layers))(
             *(
                 _Layer(
@@ -134,35 +135,29 @@ class DecodeStack:
         self._model = _Model(
             len(layers), s.hidden, s.heads, s.kv_heads, s.head_dim, s.inter, s.rotary_dim, s.eps, s.scale,
             s.softcap or 0.0, ctypes.addressof(self._layers),
+            (ctypes.c_void_p * 2)(inv_freq[0].data_ptr(), inv_freq[-1].data_ptr()),
         )  # fmt: skip
         self._scratch = torch.empty(0)
+        self.timings: torch.Tensor | None = None  # int64 [3]: ns in matmuls, attention, the rest, when set
 
-    def run(
-        self,
-        x: torch.Tensor,
-        ropes: list[tuple[torch.Tensor, torch.Tensor]],
-        write_slots: torch.Tensor,
-        key_slots: torch.Tensor,
-        lens: torch.Tensor,
-    ) -> torch.Tensor:
-        """x [N, C] float32 embeddings -> the last layer's output [N, C] (in place). ropes: (cos, sin) [N, R]
-        per table; write_slots [N], key_slots [N, Smax], lens [N] int64 (token i sees key_slots[i, :lens[i]])."""
+    def run(self, x: torch.Tensor, positions: torch.Tensor, write_slots: torch.Tensor, key_slots: torch.Tensor):
+        """x [N, C] float32 embeddings -> the last layer's output [N, C] (in place). positions, write_slots [N]
+        and key_slots [N, Smax] int64: token i sees the keys at key_slots[i, :positions[i] + 1]."""
         n, smax = x.shape[0], key_slots.shape[1]
+        positions, write_slots, key_slots = (t.contiguous() for t in (positions, write_slots, key_slots))
         need = self.lib.tl_decode_scratch_floats(ctypes.byref(self._model), n, smax)
         if self._scratch.numel() < need:
             self._scratch = torch.empty(need)
-        (cos0, sin0), (cos1, sin1) = ropes[0], ropes[-1]
         step = _Step(
             n,
-            (ctypes.c_void_p * 2)(cos0.data_ptr(), cos1.data_ptr()),
-            (ctypes.c_void_p * 2)(sin0.data_ptr(), sin1.data_ptr()),
+            positions.data_ptr(),
             write_slots.data_ptr(),
             key_slots.data_ptr(),
-            lens.data_ptr(),
             smax,
             self._scratch.data_ptr(),
             kernel_threads(),
+            None if self.timings is None else self.timings.data_ptr(),
         )
-        if self.lib.tl_decode_layers(ctypes.byref(self._model), ctypes.byref(step), x.data_ptr()) != 0:
+        if self.lib.tl_decode_layers(ctypes.byref(self._model), ctypes.byref(step), x.data_ptr()) != 0:  # tensors alive
             raise RuntimeError(f"the native decode step does not take rotary_dim={self.shape.rotary_dim}")
         return x

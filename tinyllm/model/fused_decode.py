@@ -92,7 +92,8 @@ def build_stack(model, storage) -> DecodeStack | None:
         c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size, c.rotary_dim,
         c.rms_norm_eps, scale, c.attn_softcap,
     )  # fmt: skip
-    return DecodeStack(native.library(), shape, layers)
+    tables = [model.rotary] + ([model.rotary_local] if local else [])
+    return DecodeStack(native.library(), shape, layers, [t.inv_freq.float().contiguous() for t in tables])
 
 
 def decode_logits(
@@ -107,8 +108,5 @@ def decode_logits(
     """ids, positions, write_slots [N] (one decode token per sequence), key_slots [N, Smax] (each token's
     sequence's slots from position 0, padded) -> logits of the chosen rows [len(rows), V]."""
     x = model.embed(ids[None])[0].float().contiguous()  # [N, C]; a fresh tensor the step writes in place
-    full = model.rotary.cos_sin(positions, torch.float32)  # cos, sin [N, R]
-    local = getattr(model, "rotary_local", None)
-    ropes = [full, full if local is None else local.cos_sin(positions, torch.float32)]
-    stack.run(x, ropes, write_slots, key_slots, positions + 1)
+    stack.run(x, positions, write_slots, key_slots)
     return model.head(x[rows][None])[0]  # [len(rows), V]

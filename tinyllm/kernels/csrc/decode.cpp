@@ -8,6 +8,7 @@
 #include "pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 
@@ -37,18 +38,31 @@ struct ModelArgs {
     int64_t num_layers, hidden, heads, kv_heads, head_dim, inter, rotary_dim;
     double eps, scale, softcap;  // softcap 0 = none
     const LayerArgs* layers;
+    const float* inv_freq[2];  // [R/2] per rotary table (model/rope.py: scaling already applied)
 };
 
 struct StepArgs {
     int64_t n;                   // new tokens, one per sequence
-    const float* cos[2];         // [N, R] per rotary table; sin's first half negated (model/rope.py)
-    const float* sin[2];
+    const int64_t* positions;    // [N]: token i sees its sequence's keys at positions 0..positions[i]
     const int64_t* write_slots;  // [N]
-    const int64_t* key_slots;    // [N, smax]: slots of positions 0..lens[i]-1 of token i's sequence
-    const int64_t* lens;         // [N] keys each token sees before its window (its position + 1)
+    const int64_t* key_slots;    // [N, smax]: slots of positions 0..positions[i] of token i's sequence
     int64_t smax;
-    float* scratch;  // floats: see scratch_floats()
+    float* scratch;  // floats: see tl_decode_scratch_floats()
     int64_t threads;
+    int64_t* timings;  // null, or nanoseconds added per phase: matmuls, attention, everything else
+};
+
+// Adds the time since the last mark to one phase of st.timings (a no-op when timings are off).
+struct Clock {
+    int64_t* timings;
+    std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
+    enum Phase { MATMUL = 0, ATTENTION = 1, OTHER = 2 };
+    void mark(Phase p) {
+        if (!timings) return;
+        const auto now = std::chrono::steady_clock::now();
+        timings[p] += std::chrono::duration_cast<std::chrono::nanoseconds>(now - last).count();
+        last = now;
+    }
 };
 
 #ifdef TL_AVX2
@@ -134,19 +148,28 @@ static void matmul(const QW& w, const float* x, int64_t m, float* y, int threads
     tl_qmatmul((int)w.fmt, x, m, w.k, w.data, w.n, w.stride, y, threads);
 }
 
-// Rotate the first R dims of each q and k head of each token (pair i, i + R/2), then store k and v.
+// Rotate the first R dims of each q and k head of each token by its position's angles (pair i, i + R/2:
+// (a, b) -> (a cos - b sin, b cos + a sin), angle = position * inv_freq[i] in float32 as model/rope.py), then
+// store k and v at the token's slot.
 static void rope_store(const ModelArgs& md, const LayerArgs& L, const StepArgs& st, float* qkv) {
-    const int64_t D = md.head_dim, R = md.rotary_dim, half = R / 2, width = (md.heads + 2 * md.kv_heads) * D;
+    const int64_t D = md.head_dim, half = md.rotary_dim / 2, width = (md.heads + 2 * md.kv_heads) * D;
     const int64_t kv_row = md.kv_heads * D;
-    float tmp[1024];
+    float cs[512], sn[512];
     for (int64_t i = 0; i < st.n; ++i) {
-        const float* cs = st.cos[L.rope] + i * R;
-        const float* sn = st.sin[L.rope] + i * R;
+        const float pos = (float)st.positions[i];
+        for (int64_t j = 0; j < half; ++j) {
+            const float angle = pos * md.inv_freq[L.rope][j];
+            cs[j] = std::cos(angle);
+            sn[j] = std::sin(angle);
+        }
         float* row = qkv + i * width;
         for (int64_t h = 0; h < md.heads + md.kv_heads; ++h) {
             float* v = row + h * D;
-            for (int64_t j = 0; j < R; ++j) tmp[j] = v[j] * cs[j] + v[(j + half) % R] * sn[j];
-            std::copy(tmp, tmp + R, v);
+            for (int64_t j = 0; j < half; ++j) {
+                const float a = v[j], b = v[j + half];
+                v[j] = a * cs[j] - b * sn[j];
+                v[j + half] = b * cs[j] + a * sn[j];
+            }
         }
         std::copy(row + md.heads * D, row + md.heads * D + kv_row, L.k_cache + st.write_slots[i] * kv_row);
         std::copy(row + md.heads * D + kv_row, row + width, L.v_cache + st.write_slots[i] * kv_row);
@@ -168,7 +191,7 @@ static void attend_chunk(void* ctx, int64_t c) {
     const ModelArgs& md = *j.md;
     const StepArgs& st = *j.st;
     const int64_t H = md.heads, D = md.head_dim, i = c / H, h = c % H, kvh = h / (H / md.kv_heads);
-    const int64_t kv_row = md.kv_heads * D, len = st.lens[i];
+    const int64_t kv_row = md.kv_heads * D, len = st.positions[i] + 1;
     const int64_t first = j.layer->window > 0 ? std::max<int64_t>(0, len - j.layer->window) : 0;
     const float* q = j.qkv + i * (H + 2 * md.kv_heads) * D + h * D;
     const int64_t* slots = st.key_slots + i * st.smax;
@@ -223,21 +246,32 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
     float* act = gu + N * 2 * I;     // [N, I]
     float* scores = act + N * I;     // [N * H, smax]
 
+    Clock clock{st.timings};
     rms_norm(x, L.attn_norm, N, C, md.eps, h);
+    clock.mark(Clock::OTHER);
     matmul(L.qkv, h, N, qkv, threads);
+    clock.mark(Clock::MATMUL);
     if (L.qkv_bias)
         for (int64_t i = 0; i < N; ++i) add_into(qkv + i * width, L.qkv_bias, width);
     rope_store(md, L, st, qkv);
+    clock.mark(Clock::OTHER);
     AttnJob job{&md, &L, &st, qkv, attn, scores};
     pool().run(attend_chunk, &job, N * H, threads);
+    clock.mark(Clock::ATTENTION);
     matmul(L.o, attn, N, tmp, threads);
+    clock.mark(Clock::MATMUL);
     add_into(x, tmp, N * C);
 
     rms_norm(x, L.mlp_norm, N, C, md.eps, h);
+    clock.mark(Clock::OTHER);
     matmul(L.gate_up, h, N, gu, threads);
+    clock.mark(Clock::MATMUL);
     silu_mul(gu, N, I, act);
+    clock.mark(Clock::OTHER);
     matmul(L.down, act, N, tmp, threads);
+    clock.mark(Clock::MATMUL);
     add_into(x, tmp, N * C);
+    clock.mark(Clock::OTHER);
 }
 
 }  // namespace tl
@@ -251,7 +285,7 @@ int64_t tl_decode_scratch_floats(const tl::ModelArgs* md, int64_t n, int64_t sma
 }
 
 // x [n, hidden]: the tokens' embeddings in, the last layer's output (before the final norm) out.
-// Returns 0, or -1 when a head is wider than the rotary scratch allows.
+// Returns 0, or -1 when the rotary dims are more than the head's or 1024.
 int tl_decode_layers(const tl::ModelArgs* md, const tl::StepArgs* st, float* x) {
     if (md->rotary_dim > 1024 || md->rotary_dim > md->head_dim) return -1;
     for (int64_t l = 0; l < md->num_layers; ++l) tl::layer_step(*md, md->layers[l], *st, x);
