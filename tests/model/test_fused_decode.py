@@ -35,6 +35,8 @@ VARIANTS = {
         dict(sliding_window=6, layer_kinds=("sliding", "sliding", "full"), local_rope_theta=500.0, rope_theta=1e5),
     ),
     "partial-rotary": ("int8", dict(rope_dim=16)),
+    "head-dim-64": ("int8", dict(head_dim=64)),  # values summed 64 columns at a time in registers
+    "head-dim-80": ("int4", dict(head_dim=80, num_kv_heads=1)),  # and a tail of 16; 4 query heads per kv head
     "scale-softcap": ("int8", dict(query_scale=0.07, attn_softcap=3.0, final_softcap=8.0)),
 }
 
@@ -71,8 +73,18 @@ def scattered_step(model, lengths: list[int], seed: int):
     return storage, StepInputs([], ids, lens - 1, write, layout), key_slots
 
 
+@pytest.fixture(params=[1, 2])
+def threads(request):
+    """Torch's (and so the kernels') thread count: it decides how attention splits into chunks (per token,
+    per kv head, per query head)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("name", list(VARIANTS))
-def test_one_step_equals_the_module_path(name):
+def test_one_step_equals_the_module_path(name, threads):
     model = variant(name)
     assert unsupported(model) is None
     lengths = [1, 9, 23, 4, 16]  # a first token, lengths across block edges and past the window
@@ -173,6 +185,6 @@ def test_portable_build_equals_the_module_path(monkeypatch):
     native.reset()
     try:
         assert native.library().tl_simd() == 0
-        test_one_step_equals_the_module_path("window")
+        test_one_step_equals_the_module_path("window", 1)
     finally:
         native.reset()

@@ -181,34 +181,93 @@ struct AttnJob {
     const LayerArgs* layer;
     const StepArgs* st;
     const float* qkv;
-    float* out;     // [N, H * D]
-    float* scores;  // [N * H, smax]
+    float* out;       // [N, H * D]
+    float* scores;    // [N * H, smax]
+    int64_t group;    // query heads per chunk: all that share a kv head, or 1 when chunks would be too few
 };
 
-// One (token, query head): softmax(scale * q . k_j) over the visible keys, times v_j.
+// out[d] = sum_s p[s] * v_s[d] for the visible keys, 64 columns at a time held in registers over the keys.
+static void weighted_values(const float* p, int64_t first, int64_t len, const int64_t* slots, const float* v_cache,
+                            int64_t kv_row, int64_t offset, int64_t D, float* out) {
+    int64_t d0 = 0;
+#ifdef TL_AVX2
+    for (; d0 + 64 <= D; d0 += 64) {
+        __m256 acc[8];
+        for (int b = 0; b < 8; ++b) acc[b] = _mm256_setzero_ps();
+        for (int64_t s = first; s < len; ++s) {
+            const __m256 w = _mm256_set1_ps(p[s - first]);
+            const float* v = v_cache + slots[s] * kv_row + offset + d0;
+            for (int b = 0; b < 8; ++b) acc[b] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8 * b), acc[b]);
+        }
+        for (int b = 0; b < 8; ++b) _mm256_storeu_ps(out + d0 + 8 * b, acc[b]);
+    }
+#endif
+    std::fill(out + d0, out + D, 0.0f);
+    for (int64_t s = first; s < len; ++s)
+        axpy(out + d0, p[s - first], v_cache + slots[s] * kv_row + offset + d0, D - d0);
+}
+
+#ifdef TL_AVX2
+// out[j] = q . k_j for 8 keys (d a multiple of 8): eight accumulators, then one transposing reduction.
+static inline __m256 dot8(const float* q, const float* const* k, int64_t d) {
+    __m256 acc[8];
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < d; i += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + i);
+        for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[j] + i), acc[j]);
+    }
+    const __m256 t0 = _mm256_hadd_ps(acc[0], acc[1]), t1 = _mm256_hadd_ps(acc[2], acc[3]);
+    const __m256 t2 = _mm256_hadd_ps(acc[4], acc[5]), t3 = _mm256_hadd_ps(acc[6], acc[7]);
+    const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+#endif
+
+// p[s - first] = q . k_s for the visible keys; returns how many leading keys were done 8 at a time.
+static int64_t key_scores(const float* q, const float* k_cache, const int64_t* slots, int64_t first, int64_t len,
+                          int64_t kv_row, int64_t offset, int64_t D, float* p) {
+    int64_t s = first;
+#ifdef TL_AVX2
+    if (D % 8 == 0)
+        for (; s + 8 <= len; s += 8) {
+            const float* k[8];
+            for (int j = 0; j < 8; ++j) k[j] = k_cache + slots[s + j] * kv_row + offset;
+            _mm256_storeu_ps(p + s - first, dot8(q, k, D));
+        }
+#endif
+    for (; s < len; ++s) p[s - first] = dot(q, k_cache + slots[s] * kv_row + offset, D);
+    return s;
+}
+
+// One token and `group` consecutive query heads (all of one kv head or more, or a single head): softmax(scale *
+// q . k_s) over the visible keys, times v_s. Each key and value row is read once per chunk.
 static void attend_chunk(void* ctx, int64_t c) {
     const AttnJob& j = *static_cast<const AttnJob*>(ctx);
     const ModelArgs& md = *j.md;
     const StepArgs& st = *j.st;
-    const int64_t H = md.heads, D = md.head_dim, i = c / H, h = c % H, kvh = h / (H / md.kv_heads);
+    const int64_t H = md.heads, D = md.head_dim, G = H / md.kv_heads, per_token = H / j.group;
+    const int64_t i = c / per_token, h0 = (c % per_token) * j.group;
     const int64_t kv_row = md.kv_heads * D, len = st.positions[i] + 1;
     const int64_t first = j.layer->window > 0 ? std::max<int64_t>(0, len - j.layer->window) : 0;
-    const float* q = j.qkv + i * (H + 2 * md.kv_heads) * D + h * D;
+    const float* q = j.qkv + i * (H + 2 * md.kv_heads) * D + h0 * D;
     const int64_t* slots = st.key_slots + i * st.smax;
-    float* p = j.scores + c * st.smax;
+    float* p = j.scores + (i * H + h0) * st.smax;  // group rows of smax
     const float scale = (float)md.scale, cap = (float)md.softcap;
-    float max = -INFINITY;
-    for (int64_t s = first; s < len; ++s) {
-        float v = dot(q, j.layer->k_cache + slots[s] * kv_row + kvh * D, D) * scale;
-        if (cap > 0.0f) v = std::tanh(v / cap) * cap;
-        p[s - first] = v;
-        max = std::max(max, v);
+    for (int64_t g = 0; g < j.group; ++g) {
+        float* pg = p + g * st.smax;
+        key_scores(q + g * D, j.layer->k_cache, slots, first, len, kv_row, ((h0 + g) / G) * D, D, pg);
+        float max = -INFINITY;
+        for (int64_t s = 0; s < len - first; ++s) {
+            float v = pg[s] * scale;
+            if (cap > 0.0f) v = std::tanh(v / cap) * cap;
+            pg[s] = v;
+            max = std::max(max, v);
+        }
+        const float inv = 1.0f / exp_shifted(pg, len - first, max);
+        float* out = j.out + i * H * D + (h0 + g) * D;
+        weighted_values(pg, first, len, slots, j.layer->v_cache, kv_row, ((h0 + g) / G) * D, D, out);
+        for (int64_t d = 0; d < D; ++d) out[d] *= inv;
     }
-    const float inv = 1.0f / exp_shifted(p, len - first, max);
-    float* out = j.out + i * H * D + h * D;
-    std::fill(out, out + D, 0.0f);
-    for (int64_t s = first; s < len; ++s) axpy(out, p[s - first], j.layer->v_cache + slots[s] * kv_row + kvh * D, D);
-    for (int64_t d = 0; d < D; ++d) out[d] *= inv;
 }
 
 // act[i] = silu(gate[i]) * up[i] = gate / (1 + e^-gate) * up, for each of n rows of [gate | up].
@@ -255,8 +314,12 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
         for (int64_t i = 0; i < N; ++i) add_into(qkv + i * width, L.qkv_bias, width);
     rope_store(md, L, st, qkv);
     clock.mark(Clock::OTHER);
-    AttnJob job{&md, &L, &st, qkv, attn, scores};
-    pool().run(attend_chunk, &job, N * H, threads);
+    // a chunk per token when that leaves a few per thread (each key row read once), else per kv head, else
+    // per query head
+    const int64_t G = H / md.kv_heads;
+    const int64_t group = (H <= 256 && N >= 4 * threads) ? H : (N * md.kv_heads >= 4 * threads ? G : 1);
+    AttnJob job{&md, &L, &st, qkv, attn, scores, group};
+    pool().run(attend_chunk, &job, N * H / group, threads);
     clock.mark(Clock::ATTENTION);
     matmul(L.o, attn, N, tmp, threads);
     clock.mark(Clock::MATMUL);
