@@ -85,6 +85,17 @@ def test_step(folder, tmp_path):
     assert abs(sum(b["ms_per_token"].values()) - b["wall_ms_per_token"]) < 1e-6 * b["wall_ms_per_token"]
     assert b["calls_per_token"]["attention"] == 3  # one attention call per layer of the tiny model
     assert positive(b["ms_per_token"]["matmul"])
+    assert r["engine"] == {"native_step": False}  # float weights: the engine runs the module path
+
+
+def test_step_native(folder, tmp_path):
+    """Quantized at load: the engine's decode steps run natively, and their parts add up to the token's time
+    (less the call into the native step itself)."""
+    e = bench("step", folder, tmp_path, "--quantize", "int8")["engine"]
+    assert e["native_step"] and positive(e["wall_ms_per_token"])
+    parts = e["ms_per_token"]
+    assert all(ms >= 0 for ms in parts.values()) and positive(parts["matmul (layers)"])
+    assert 0.5 * e["wall_ms_per_token"] <= sum(parts.values()) <= e["wall_ms_per_token"] * (1 + 1e-9)
 
 
 def test_throughput(folder, tmp_path):

@@ -1,5 +1,8 @@
-"""Where a batch-1 decode token's time goes: matmuls, attention and everything else, with the number of
-eager calls (top-level operators) per token, from torch.profiler over a run of cached decode steps.
+"""Where a batch-1 decode token's time goes, on two paths. The module path (the model's forward over a
+contiguous cache, what the engine runs for models the native step does not cover): matmuls, attention and
+everything else, with the number of eager calls (top-level operators) per token, from torch.profiler over a
+run of cached decode steps. The engine's path (LLM.generate): the native decode step's own clock per phase,
+the head, the runner's and the engine's Python (bench/step_engine.py).
 
 The wall time per token is measured without the profiler; the split comes from the profiler's own times,
 scaled to that wall time (the profiler slows every call a little, the small ones most)."""
@@ -10,6 +13,7 @@ import contextlib
 import time
 
 from . import common
+from .step_engine import engine_breakdown
 
 QUICK = dict(prompt_tokens=16, steps=4)
 # Operator names (profiler events) counted as each part; everything else is "other".
@@ -126,12 +130,19 @@ def profile_steps(model, ids: list[int], steps: int) -> dict:
 def report(result: dict) -> str:
     b = result["breakdown"]
     lines = [
-        f"decode step, batch 1, after a {result['prompt_tokens']}-token prompt: "
+        f"module path, batch 1, after a {result['prompt_tokens']}-token prompt: "
         f"{b['wall_ms_per_token']:.2f} ms/token ({b['tokens_per_s']:.1f} tok/s), "
         f"{b['eager_calls_per_token']:.0f} eager calls/token"
     ]
     for part, ms in b["ms_per_token"].items():
         lines.append(f"  {part:10s} {ms:7.2f} ms  {b['calls_per_token'][part]:6.0f} calls")
+    e = result.get("engine") or {}
+    if e.get("native_step"):
+        ms, rate = e["wall_ms_per_token"], e["tokens_per_s"]
+        lines.append(f"engine (native decode step), batch 1: {ms:.2f} ms/token ({rate:.1f} tok/s)")
+        lines += [f"  {part:38s} {ms:6.2f} ms" for part, ms in e["ms_per_token"].items()]
+    else:
+        lines.append("engine: this model runs the module path (no native decode step)")
     return "\n".join(lines)
 
 
@@ -141,4 +152,5 @@ def run(args, models: common.Models | None = None) -> dict:
     result = common.header("step", args, models)
     ids = common.windows(common.corpus_ids(models.llm.tokenizer), [args.prompt_tokens], args.seed)[0]
     result.update(prompt_tokens=len(ids), steps=args.steps, breakdown=profile_steps(models.llm.model, ids, args.steps))
+    result["engine"] = engine_breakdown(models.llm, ids, args.steps)
     return common.save(args.out, "step", result, None, report)

@@ -1,0 +1,70 @@
+"""Where a batch-1 decode token's time goes on the product path: the engine's native decode step (its own
+clock per phase: matmuls, attention, the rest), the head (final norm, vocabulary matmul), the runner's
+Python (embedding, step tensors) and everything around the forward (scheduling, sampling, detokenizing)."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+
+@contextmanager
+def _timed(obj, name: str, times: list):
+    """Within: each call of obj.name appends its wall seconds to times."""
+    had_own = name in vars(obj)
+    inner = getattr(obj, name)
+
+    def wrapper(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            times.append(time.perf_counter() - t)
+
+    setattr(obj, name, wrapper)
+    try:
+        yield
+    finally:
+        if had_own:
+            setattr(obj, name, inner)
+        else:
+            delattr(obj, name)
+
+
+def engine_breakdown(llm, ids: list[int], steps: int) -> dict:
+    """ms per token of greedy decoding `steps` tokens after `ids` through LLM.generate, split by part."""
+    import torch
+
+    from ..sampling import SamplingParams
+
+    params = SamplingParams(max_tokens=steps, temperature=0.0, ignore_eos=True)
+    llm.generate(ids, params=params)  # the engine, the kernels and the caches made once
+    runner = llm._engine.runner
+    stack = runner.fused
+    if stack is None:
+        return {"native_step": False}
+    native, head, steps_s = [], [], []
+    stack.timings = torch.zeros(3, dtype=torch.long)  # ns: matmuls, attention, other
+    try:
+        with _timed(stack, "run", native), _timed(llm.model, "head", head), _timed(runner, "run", steps_s):
+            gen = llm.generate(ids, params=params)
+        phases = (stack.timings.double() / 1e6).tolist()
+    finally:
+        stack.timings = None
+    n = len(gen.ids)  # the first token comes from the prefill step; the n - 1 decode steps follow
+    decode_s = gen.timings.total_s - gen.timings.prefill_s
+    head_s, steps_s = sum(head[1:]), sum(steps_s[1:])  # without the prefill step's
+    per = lambda s: 1000 * s / (n - 1)  # noqa: E731
+    return {
+        "native_step": True,
+        "wall_ms_per_token": per(decode_s),
+        "tokens_per_s": (n - 1) / decode_s,
+        "ms_per_token": {
+            "matmul (layers)": phases[0] / (n - 1),
+            "attention": phases[1] / (n - 1),
+            "norms, rotary, residuals": phases[2] / (n - 1),
+            "head (norm + vocabulary matmul)": per(head_s),
+            "runner (embedding, step tensors)": per(steps_s - sum(native) - head_s),
+            "engine (schedule, sample, detokenize)": per(decode_s - steps_s),
+        },
+    }
