@@ -29,8 +29,8 @@ from .qweight import QuantWeight
 from .threads import kernel_threads
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ["blocks.h", "pool.h", "tile.h", "qmatmul.cpp", "decode.cpp"]
-UNITS = ["qmatmul.cpp", "decode.cpp"]  # compiled into one library
+SOURCES = ["blocks.h", "pool.h", "tile.h", "vmath.h", "qmatmul.cpp", "decode.cpp", "greedy.cpp"]
+UNITS = ["qmatmul.cpp", "decode.cpp", "greedy.cpp"]  # compiled into one library
 FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-fPIC", "-shared", "-pthread"]
 LIB_NAME = "libtinyllm_kernels.so"
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
@@ -106,6 +106,8 @@ def load(path: Path) -> ctypes.CDLL:
     lib.tl_decode_layers.restype = ctypes.c_int
     lib.tl_decode_scratch_floats.argtypes = [_PTR, _I64, _I64]
     lib.tl_decode_scratch_floats.restype = _I64
+    lib.tl_greedy_rows.argtypes = [_PTR, _I64, _I64, _PTR, _PTR, _PTR]
+    lib.tl_greedy_rows.restype = _I64
     return lib
 
 

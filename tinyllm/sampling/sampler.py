@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from tinyllm.errors import TinyLLMError
+from tinyllm.kernels.greedy import greedy_rows
 from tinyllm.sampling.constraint import Constraint
 from tinyllm.sampling.filters import process_logits
 from tinyllm.sampling.params import SamplingParams
@@ -144,7 +145,15 @@ def _is_plain_greedy(params: SamplingParams) -> bool:
 
 
 def _plain_greedy_rows(logits: Tensor) -> list[SampleResult]:
-    """sample() for rows [b, V] of plain-greedy requests, vectorised."""
+    """sample() for rows [b, V] of plain-greedy requests: one native call where the kernels are built,
+    else vectorised torch ops."""
+    if logits.device.type == "cpu":
+        try:
+            native = greedy_rows(logits)
+        except ValueError:
+            native = None  # the torch path below raises the user-facing error
+        if native is not None:
+            return [SampleResult(token=t, logprob=lp, top_logprobs=[], entropy=h) for t, lp, h in zip(*native)]
     top = logits.amax(dim=-1)  # [b]; NaN propagates, -inf only for an all -inf row
     if bool(torch.isnan(top).any()) or bool((top == float("-inf")).any()):
         raise TinyLLMError("logits must contain no NaN and at least one finite value per row")

@@ -1,0 +1,65 @@
+"""The native greedy draw (kernels/greedy.py) against the torch computation it replaces: the first maximum,
+log_softmax at it, and -sum p log p; rows with -inf entries, ties, wide and narrow ranges, odd widths."""
+
+import math
+
+import pytest
+import torch
+
+from tinyllm.kernels import native
+from tinyllm.kernels.greedy import greedy_rows
+
+pytestmark = pytest.mark.skipif(native.library() is None, reason="no native kernels on this machine")
+
+
+def torch_greedy(rows: torch.Tensor):
+    rows = rows.double()
+    logp = torch.log_softmax(rows, dim=-1)
+    probs = logp.exp()
+    tokens = rows.argmax(-1)
+    entropy = -torch.where(probs > 0, probs * logp, torch.zeros_like(probs)).sum(-1)
+    return tokens.tolist(), logp.gather(-1, tokens[:, None])[:, 0].tolist(), entropy.tolist()
+
+
+def rows_of(kind: str, v: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(5, v, generator=g)
+    if kind == "wide":
+        x = x * 40
+    elif kind == "narrow":
+        x = x * 1e-3
+    elif kind == "masked":
+        x[torch.rand(5, v, generator=g) < 0.7] = float("-inf")
+        x[:, v // 2] = 0.5  # at least one finite value per row
+    elif kind == "ties":
+        x = torch.randint(0, 4, (5, v), generator=g).float()
+    return x
+
+
+@pytest.mark.parametrize("kind", ["plain", "wide", "narrow", "masked", "ties"])
+@pytest.mark.parametrize("v", [1, 7, 8, 49, 4096 + 3])
+def test_equals_the_torch_computation(kind, v):
+    rows = rows_of(kind, v, seed=v)
+    tokens, logprobs, entropies = greedy_rows(rows)
+    ref_tokens, ref_logprobs, ref_entropies = torch_greedy(rows)
+    assert tokens == ref_tokens  # the first maximum on ties
+    assert logprobs == pytest.approx(ref_logprobs, abs=1e-6)
+    assert entropies == pytest.approx(ref_entropies, abs=1e-6)
+
+
+def test_one_sure_token_and_a_uniform_row():
+    rows = torch.tensor([[0.0, float("-inf"), float("-inf")], [2.0, 2.0, 2.0]])
+    tokens, logprobs, entropies = greedy_rows(rows)
+    assert tokens == [0, 0] and logprobs[0] == 0.0 and entropies[0] == 0.0
+    assert logprobs[1] == pytest.approx(-math.log(3)) and entropies[1] == pytest.approx(math.log(3))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), "all-inf"])
+def test_nan_or_no_finite_value_names_the_row(bad):
+    rows = torch.zeros(3, 20)
+    if bad == "all-inf":
+        rows[1] = float("-inf")
+    else:
+        rows[1, 17] = bad
+    with pytest.raises(ValueError, match="row 1 "):
+        greedy_rows(rows)
