@@ -18,7 +18,9 @@ from tinyllm.cache.paged_cache import PagedStorage
 from tinyllm.engine.engine import Engine
 from tinyllm.engine.runner import StepInputs, execute
 from tinyllm.kernels import native
+from tinyllm.loading.quantize import quantize_q4_1, quantize_q8_0
 from tinyllm.model.fused_decode import build_stack, decode_logits, unsupported
+from tinyllm.model.quant_linear import QuantLinear
 from tinyllm.model.ragged_attention import RaggedLayout
 
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no native kernels on this machine")
@@ -38,17 +40,43 @@ VARIANTS = {
     "head-dim-64": ("int8", dict(head_dim=64)),  # values summed 64 columns at a time in registers
     "head-dim-80": ("int4", dict(head_dim=80, num_kv_heads=1)),  # and a tail of 16; 4 query heads per kv head
     "scale-softcap": ("int8", dict(query_scale=0.07, attn_softcap=3.0, final_softcap=8.0)),
+    "qwen3": ("int8", dict(family="qwen3")),  # per-head q/k norms
+    "gemma2": (  # (1 + w) norms on both sides of each sub-layer, GeGLU, scaled embeddings
+        "int4",
+        dict(family="gemma2", sliding_window=5, layer_kinds=("sliding", "full", "sliding"), attn_softcap=2.0),
+    ),
+    "gemma3": (  # and (1 + w) q/k norms, a second rotary base for the sliding layers
+        "int8",
+        dict(
+            family="gemma3",
+            local_rope_theta=1e4,
+            rope_theta=1e6,
+            sliding_window=6,
+            layer_kinds=("sliding", "sliding", "full"),
+        ),
+    ),
+    "mixed-formats": ("int8", {}),  # q and k in Q8_0, v in Q4_1; gate in Q4_1, up in Q8_0 (see variant)
 }
 
 
 def variant(name: str, seed: int = 0):
     mode, overrides = VARIANTS[name]
     model = tiny_llama(seed, **{**BASE, **overrides})
-    if overrides.get("attention_bias"):
-        with torch.no_grad():
-            for layer in model.model.layers:
+    with torch.no_grad():
+        for layer in model.model.layers:
+            if overrides.get("attention_bias"):
                 layer.self_attn.qkv_proj.bias.normal_(0.0, 0.5)
-    return quantized_copy(model, mode)
+            for norm in (m for n, m in layer.named_modules() if n.endswith("norm")):
+                norm.weight.normal_(0.0, 0.3) if overrides.get("family", "").startswith("gemma") else None
+    quantized = quantized_copy(model, mode)
+    if name == "mixed-formats":
+        for ours, theirs in zip(quantized.model.layers, model.model.layers):
+            qk = (theirs.self_attn.num_heads + theirs.self_attn.num_kv_heads) * theirs.self_attn.head_dim
+            w, gu = theirs.self_attn.qkv_proj.weight, theirs.mlp.gate_up_proj.weight
+            ours.self_attn.qkv_proj = QuantLinear([quantize_q8_0(w[:qk]), quantize_q4_1(w[qk:])])
+            half = gu.shape[0] // 2
+            ours.mlp.gate_up_proj = QuantLinear([quantize_q4_1(gu[:half]), quantize_q8_0(gu[half:])])
+    return quantized
 
 
 def scattered_step(model, lengths: list[int], seed: int):
@@ -116,9 +144,7 @@ def test_chosen_rows_only():
 
 def test_models_it_does_not_cover_say_why():
     assert "quantized" in unsupported(tiny_llama(0, **BASE))  # float weights: the reference path
-    gemma = tiny_llama(0, **BASE)
-    gemma.family = type(gemma.family)(**{**vars(gemma.family), "name": "g", "block": "sandwich"})
-    assert "sandwich" in unsupported(gemma)
+    assert "float32" in unsupported(variant("llama-int8").to(torch.bfloat16))
     storage = PagedStorage(3, 2, 32, 8, 4, dtype=torch.float16)
     assert build_stack(variant("llama-int8"), storage) is None  # float16 KV
 

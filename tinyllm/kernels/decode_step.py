@@ -21,13 +21,21 @@ class _QW(ctypes.Structure):
     _fields_ = [("fmt", _I64), ("data", ctypes.c_void_p), ("stride", _I64), ("n", _I64), ("k", _I64)]
 
 
+class _Proj(ctypes.Structure):
+    _fields_ = [("part", _QW * 3), ("count", _I64)]
+
+
 class _Layer(ctypes.Structure):
     _fields_ = [
         ("attn_norm", ctypes.c_void_p),
+        ("attn_out_norm", ctypes.c_void_p),
         ("mlp_norm", ctypes.c_void_p),
-        ("qkv", _QW),
+        ("mlp_out_norm", ctypes.c_void_p),
+        ("q_norm", ctypes.c_void_p),
+        ("k_norm", ctypes.c_void_p),
+        ("qkv", _Proj),
+        ("gate_up", _Proj),
         ("o", _QW),
-        ("gate_up", _QW),
         ("down", _QW),
         ("qkv_bias", ctypes.c_void_p),
         ("k_cache", ctypes.c_void_p),
@@ -46,6 +54,7 @@ class _Model(ctypes.Structure):
         ("head_dim", _I64),
         ("inter", _I64),
         ("rotary_dim", _I64),
+        ("activation", _I64),
         ("eps", _F64),
         ("scale", _F64),
         ("softcap", _F64),
@@ -67,15 +76,23 @@ class _Step(ctypes.Structure):
     ]
 
 
+ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}
+
+
 @dataclass
 class LayerWeights:
-    """One layer's tensors, as the native step reads them (every float tensor float32 and contiguous)."""
+    """One layer's tensors, as the native step reads them (every float tensor float32 and contiguous; norm
+    weights are the effective scales, (1 + w) for Gemma's)."""
 
     attn_norm: torch.Tensor  # [C]
+    attn_out_norm: torch.Tensor | None  # [C] sandwich layers
     mlp_norm: torch.Tensor  # [C]
-    qkv: QuantWeight  # [(H + 2 Hkv) D, C]
+    mlp_out_norm: torch.Tensor | None  # [C] sandwich layers
+    q_norm: torch.Tensor | None  # [D]
+    k_norm: torch.Tensor | None  # [D]
+    qkv: list[QuantWeight]  # rows stacked: [(H + 2 Hkv) D, C], up to 3 parts
+    gate_up: list[QuantWeight]  # [2 I, C], up to 2 parts
     o: QuantWeight  # [C, H D]
-    gate_up: QuantWeight  # [2 I, C]
     down: QuantWeight  # [C, I]
     qkv_bias: torch.Tensor | None  # [(H + 2 Hkv) D]
     k_cache: torch.Tensor  # [slots, Hkv, D] of this layer
@@ -92,6 +109,7 @@ class StackShape:
     head_dim: int
     inter: int
     rotary_dim: int
+    activation: str
     eps: float
     scale: float
     softcap: float | None
@@ -100,6 +118,12 @@ class StackShape:
 def _qw(w: QuantWeight) -> _QW:
     _, ptr, stride = _weight_args(w)[:3]
     return _QW(FORMATS[w.fmt].ggml_type, ptr, stride, w.shape[0], w.shape[1])
+
+
+def _proj(parts: list[QuantWeight]) -> _Proj:
+    if not 1 <= len(parts) <= 3:
+        raise ValueError(f"a fused projection holds 1 to 3 weights, got {len(parts)}")
+    return _Proj((_QW * 3)(*(_qw(w) for w in parts)), len(parts))
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:
@@ -117,10 +141,14 @@ class DecodeStack:
             *(
                 _Layer(
                     _ptr(w.attn_norm),
+                    _ptr(w.attn_out_norm),
                     _ptr(w.mlp_norm),
-                    _qw(w.qkv),
+                    _ptr(w.mlp_out_norm),
+                    _ptr(w.q_norm),
+                    _ptr(w.k_norm),
+                    _proj(w.qkv),
+                    _proj(w.gate_up),
                     _qw(w.o),
-                    _qw(w.gate_up),
                     _qw(w.down),
                     _ptr(w.qkv_bias),
                     _ptr(w.k_cache),
@@ -133,7 +161,8 @@ class DecodeStack:
         )
         s = shape
         self._model = _Model(
-            len(layers), s.hidden, s.heads, s.kv_heads, s.head_dim, s.inter, s.rotary_dim, s.eps, s.scale,
+            len(layers), s.hidden, s.heads, s.kv_heads, s.head_dim, s.inter, s.rotary_dim,
+            ACTIVATIONS[s.activation], s.eps, s.scale,
             s.softcap or 0.0, ctypes.addressof(self._layers),
             (ctypes.c_void_p * 2)(inv_freq[0].data_ptr(), inv_freq[-1].data_ptr()),
         )  # fmt: skip

@@ -2,14 +2,15 @@
 
 A batch-1 token through the module path is ~1100 eager calls around 121 quantized matmuls: about as much time
 again as the matmuls themselves on a small model. The native step runs the same computation (same weights
-as blocks, same float32 arithmetic up to summation order and a polynomial e^x within 2 ulp) for N decode
+as blocks, same float32 arithmetic up to summation order, and e^x as a polynomial within 2 ulp) for N decode
 tokens in one call; the embedding lookup and the head stay in Python (one call each).
 
-It covers pre-norm RMSNorm + SwiGLU layers (Llama, Mistral, Qwen2, Phi-3 layouts) whose projections are
-single-format quantized weights, with q/k/v biases, a query scale, an attention soft-cap, sliding windows and
-a second rotary table; float32 weights and KV. Any other model — sandwich norms, q/k norms, GeGLU, float
-weights (the reference path), a KV dtype other than float32, tensor-parallel shards — runs the module path;
-`unsupported(model)` says why.
+It covers every family of model/family.py: pre-norm and sandwich layers, RMSNorm and (1 + w) RMSNorm,
+SwiGLU and GeGLU, q/k/v biases, per-head q/k norms, a query scale, an attention soft-cap, sliding windows and
+a second rotary table, with quantized projections (a fused one may hold parts of different formats, as
+mixed-format files store v wider than q and k); float32 activations and KV. Float weights (the reference
+path), another KV dtype, MLA attention or tensor-parallel shards run the module path; `unsupported(model)`
+says why.
 """
 
 from __future__ import annotations
@@ -17,29 +18,33 @@ from __future__ import annotations
 import torch
 
 from ..kernels import native
-from ..kernels.decode_step import DecodeStack, LayerWeights, StackShape
+from ..kernels.decode_step import ACTIVATIONS, DecodeStack, LayerWeights, StackShape
 from .attention import GQAttention
+from .norm import RMSNorm, RMSNormPlusOne
 from .quant_bias import BiasedQuantLinear
 from .quant_linear import QuantLinear
 
 MAX_TOKENS = 64  # decode rows per native step (its scratch grows with rows x heads x keys)
 
 
-def _single(linear, kinds=(QuantLinear,)) -> bool:
-    return type(linear) in kinds and len(linear.parts) == 1
+def _quantized(linear, max_parts: int, kinds=(QuantLinear,)) -> bool:
+    return type(linear) in kinds and 1 <= len(linear.parts) <= max_parts
+
+
+def _norms(layer) -> list:
+    return [m for name, m in layer.named_modules() if name.endswith("norm")]
 
 
 def _layer_reason(layer) -> str | None:
     attn, mlp = layer.self_attn, layer.mlp
-    if type(attn) is not GQAttention or hasattr(attn, "q_norm"):
-        return "its attention is not plain grouped-query attention"
-    if not (_single(attn.qkv_proj, (QuantLinear, BiasedQuantLinear)) and _single(attn.o_proj)):
-        return "its attention projections are not single-format quantized weights"
-    if not (_single(mlp.gate_up_proj) and _single(mlp.down_proj)):
-        return "its MLP projections are not single-format quantized weights"
-    norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
-    if any(w.dtype != torch.float32 for w in norms):
-        return "its norm weights are not float32"
+    if type(attn) is not GQAttention:
+        return "its attention is not grouped-query attention"
+    if not (_quantized(attn.qkv_proj, 3, (QuantLinear, BiasedQuantLinear)) and _quantized(attn.o_proj, 1)):
+        return "its attention projections are not quantized weights"
+    if not (_quantized(mlp.gate_up_proj, 2) and _quantized(mlp.down_proj, 1)):
+        return "its MLP projections are not quantized weights"
+    if any(type(m) not in (RMSNorm, RMSNormPlusOne) or m.weight.dtype != torch.float32 for m in _norms(layer)):
+        return "its norms are not float32 RMSNorms"
     return None
 
 
@@ -50,8 +55,8 @@ def unsupported(model) -> str | None:
         return "it is not a decoder of model/llama.py"
     if native.library() is None:
         return "the native kernels are not built"
-    if (family.block, family.norm, family.activation) != ("pre_norm", "rms", "silu"):
-        return f"the {family.name} block (norm {family.norm}, {family.activation}, {family.block}) is not covered"
+    if family.activation not in ACTIVATIONS:
+        return f"the activation {family.activation} is not covered"
     if model.dtype != torch.float32 or model.device.type != "cpu":
         return "it does not run in float32 on the CPU"
     if config.rotary_dim > min(config.head_dim, 1024):
@@ -63,34 +68,52 @@ def unsupported(model) -> str | None:
     return None
 
 
+def _scale(norm) -> torch.Tensor | None:
+    """The factor a norm multiplies x / rms(x) by, as float32: w, or (1 + w) for Gemma's (computed as the
+    module computes it)."""
+    if norm is None:
+        return None
+    w = norm.weight.detach().float()
+    return (1.0 + w if isinstance(norm, RMSNormPlusOne) else w).contiguous()
+
+
+def _layer_weights(layer, storage, index: int, rope: int) -> LayerWeights:
+    attn, mlp = layer.self_attn, layer.mlp
+    sandwich = hasattr(layer, "pre_feedforward_layernorm")
+    bias = getattr(attn.qkv_proj, "bias", None)
+    return LayerWeights(
+        attn_norm=_scale(layer.input_layernorm),
+        attn_out_norm=_scale(layer.post_attention_layernorm) if sandwich else None,
+        mlp_norm=_scale(layer.pre_feedforward_layernorm if sandwich else layer.post_attention_layernorm),
+        mlp_out_norm=_scale(layer.post_feedforward_layernorm) if sandwich else None,
+        q_norm=_scale(getattr(attn, "q_norm", None)),
+        k_norm=_scale(getattr(attn, "k_norm", None)),
+        qkv=list(attn.qkv_proj.parts),
+        gate_up=list(mlp.gate_up_proj.parts),
+        o=attn.o_proj.parts[0],
+        down=mlp.down_proj.parts[0],
+        qkv_bias=None if bias is None else bias.detach().float().contiguous(),
+        k_cache=storage.k[index],
+        v_cache=storage.v[index],
+        window=attn.spec.window,
+        rope=rope,
+    )
+
+
 def build_stack(model, storage) -> DecodeStack | None:
     """The native step over this model and KV storage, or None when either is not covered."""
     if unsupported(model) is not None or storage.dtype != torch.float32 or storage.device.type != "cpu":
         return None
     c = model.config
     local = getattr(model, "rotary_local", None) is not None
-    layers = []
-    for i, layer in enumerate(model.model.layers):
-        attn, mlp = layer.self_attn, layer.mlp
-        layers.append(
-            LayerWeights(
-                layer.input_layernorm.weight.detach().contiguous(),
-                layer.post_attention_layernorm.weight.detach().contiguous(),
-                attn.qkv_proj.parts[0],
-                attn.o_proj.parts[0],
-                mlp.gate_up_proj.parts[0],
-                mlp.down_proj.parts[0],
-                attn.qkv_proj.bias.detach().float().contiguous() if hasattr(attn.qkv_proj, "bias") else None,
-                storage.k[i],
-                storage.v[i],
-                attn.spec.window,
-                1 if local and c.layer_kind(i) == "sliding" else 0,
-            )
-        )
+    layers = [
+        _layer_weights(layer, storage, i, 1 if local and c.layer_kind(i) == "sliding" else 0)
+        for i, layer in enumerate(model.model.layers)
+    ]
     scale = c.query_scale if c.query_scale is not None else c.head_dim**-0.5
     shape = StackShape(
         c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size, c.rotary_dim,
-        c.rms_norm_eps, scale, c.attn_softcap,
+        model.family.activation, c.rms_norm_eps, scale, c.attn_softcap,
     )  # fmt: skip
     tables = [model.rotary] + ([model.rotary_local] if local else [])
     return DecodeStack(native.library(), shape, layers, [t.inv_freq.float().contiguous() for t in tables])

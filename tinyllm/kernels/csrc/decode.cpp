@@ -1,9 +1,11 @@
-// One decode step of a stack of pre-norm decoder layers in a single native call: for N new tokens (one per
-// sequence) each layer runs RMSNorm -> q/k/v projection (+ bias) -> rotary -> store k, v at the token's slot ->
-// attention over the sequence's stored keys (scale, soft-cap, sliding window) -> o projection + residual ->
-// RMSNorm -> gate/up projection -> SiLU(gate) * up -> down projection + residual. The projections are the
-// quantized matmuls of qmatmul.cpp; everything is float32. Python hands the layers' weights and KV pointers
-// once (tinyllm/model/fused_decode.py) and per step the slots, the rotary tables and a scratch buffer.
+// One decode step of a stack of decoder layers in a single native call: for N new tokens (one per sequence)
+// each layer runs RMSNorm -> q/k/v projection (+ bias) -> per-head q/k RMSNorm (optional) -> rotary -> store
+// k, v at the token's slot -> attention over the sequence's stored keys (scale, soft-cap, sliding window) ->
+// o projection (-> RMSNorm, sandwich layers) + residual -> RMSNorm -> gate/up projection -> SiLU or tanh-GELU
+// of the gate times up -> down projection (-> RMSNorm) + residual. The projections are the quantized matmuls
+// of qmatmul.cpp (a fused projection may be several weights of different formats); everything is float32.
+// Python hands the layers' weights and KV pointers once (tinyllm/model/fused_decode.py; a (1 + w) norm
+// arrives as its effective weight) and per step the positions, the slots and a scratch buffer.
 #include "blocks.h"
 #include "pool.h"
 #include "vmath.h"
@@ -24,10 +26,20 @@ struct QW {  // a weight kept as GGUF blocks: [n, k]
     int64_t stride, n, k;
 };
 
+struct Proj {  // a projection whose output rows are the parts' rows in order
+    QW part[3];
+    int64_t count;
+};
+
 struct LayerArgs {
-    const float* attn_norm;  // [C]
-    const float* mlp_norm;   // [C]
-    QW qkv, o, gate_up, down;
+    const float* attn_norm;      // [C] before attention
+    const float* attn_out_norm;  // [C] on attention's output (sandwich layers) or null
+    const float* mlp_norm;       // [C] before the MLP
+    const float* mlp_out_norm;   // [C] on the MLP's output (sandwich layers) or null
+    const float* q_norm;         // [D] per query head before rotation, or null
+    const float* k_norm;         // [D] per key head, or null
+    Proj qkv, gate_up;
+    QW o, down;
     const float* qkv_bias;  // [(H + 2 Hkv) D] or null
     float* k_cache;         // [slots, Hkv * D] of this layer
     float* v_cache;
@@ -37,6 +49,7 @@ struct LayerArgs {
 
 struct ModelArgs {
     int64_t num_layers, hidden, heads, kv_heads, head_dim, inter, rotary_dim;
+    int64_t activation;          // 0: SiLU, 1: GELU with the tanh approximation
     double eps, scale, softcap;  // softcap 0 = none
     const LayerArgs* layers;
     const float* inv_freq[2];  // [R/2] per rotary table (model/rope.py: scaling already applied)
@@ -120,6 +133,19 @@ static void rms_norm(const float* x, const float* w, int64_t n, int64_t c, doubl
 
 static void matmul(const QW& w, const float* x, int64_t m, float* y, int threads) {
     tl_qmatmul((int)w.fmt, x, m, w.k, w.data, w.n, w.stride, y, threads);
+}
+
+// y [m, sum of the parts' rows] = x @ [part 0; part 1; ...]^T; several parts go through `part` [m, rows].
+static void matmul(const Proj& p, const float* x, int64_t m, float* y, float* part, int threads) {
+    if (p.count == 1) return matmul(p.part[0], x, m, y, threads);
+    int64_t width = 0, at = 0;
+    for (int64_t i = 0; i < p.count; ++i) width += p.part[i].n;
+    for (int64_t i = 0; i < p.count; ++i) {
+        const QW& w = p.part[i];
+        matmul(w, x, m, part, threads);
+        for (int64_t r = 0; r < m; ++r) std::copy(part + r * w.n, part + (r + 1) * w.n, y + r * width + at);
+        at += w.n;
+    }
 }
 
 // Rotate the first R dims of each q and k head of each token by its position's angles (pair i, i + R/2:
@@ -263,8 +289,42 @@ static void silu_mul(const float* gu, int64_t n, int64_t inter, float* act) {
     }
 }
 
+// act[i] = gelu(gate[i]) * up[i] with gelu(g) = g / 2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), tanh(y) written
+// as (1 - e^-2|y|) / (1 + e^-2|y|) with y's sign.
+static void gelu_mul(const float* gu, int64_t n, int64_t inter, float* act) {
+    const float c = 0.7978845608028654f, k = 0.044715f;
+    for (int64_t r = 0; r < n; ++r) {
+        const float* g = gu + r * 2 * inter;
+        const float* u = g + inter;
+        float* a = act + r * inter;
+        int64_t i = 0;
+#ifdef TL_AVX2
+        const __m256 one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f), sign = _mm256_set1_ps(-0.0f);
+        for (; i + 8 <= inter; i += 8) {
+            const __m256 gv = _mm256_loadu_ps(g + i);
+            const __m256 y = _mm256_mul_ps(_mm256_set1_ps(c),
+                                           _mm256_add_ps(gv, _mm256_mul_ps(_mm256_set1_ps(k), _mm256_mul_ps(gv, _mm256_mul_ps(gv, gv)))));
+            const __m256 e = exp8(_mm256_mul_ps(_mm256_set1_ps(-2.0f), _mm256_andnot_ps(sign, y)));
+            const __m256 t = _mm256_or_ps(_mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e)), _mm256_and_ps(sign, y));
+            const __m256 gelu = _mm256_mul_ps(_mm256_mul_ps(half, gv), _mm256_add_ps(one, t));
+            _mm256_storeu_ps(a + i, _mm256_mul_ps(gelu, _mm256_loadu_ps(u + i)));
+        }
+#endif
+        for (; i < inter; ++i) a[i] = 0.5f * g[i] * (1.0f + std::tanh(c * (g[i] + k * g[i] * g[i] * g[i]))) * u[i];
+    }
+}
+
 static void add_into(float* x, const float* y, int64_t count) {
     for (int64_t i = 0; i < count; ++i) x[i] += y[i];
+}
+
+// Per-head RMSNorm of the q heads (w_q) and k heads (w_k) of each token's q/k/v row, in place.
+static void qk_norm(const ModelArgs& md, const LayerArgs& L, int64_t n, float* qkv) {
+    const int64_t D = md.head_dim, width = (md.heads + 2 * md.kv_heads) * D;
+    for (int64_t i = 0; i < n; ++i) {
+        rms_norm(qkv + i * width, L.q_norm, md.heads, D, md.eps, qkv + i * width);
+        rms_norm(qkv + i * width + md.heads * D, L.k_norm, md.kv_heads, D, md.eps, qkv + i * width + md.heads * D);
+    }
 }
 
 static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& st, float* x) {
@@ -277,15 +337,17 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
     float* tmp = attn + N * H * D;   // [N, C]
     float* gu = tmp + N * C;         // [N, 2I]
     float* act = gu + N * 2 * I;     // [N, I]
-    float* scores = act + N * I;     // [N * H, smax]
+    float* part = act + N * I;       // [N, max(width, 2I)]: one part of a projection stored in several
+    float* scores = part + N * std::max(width, 2 * I);  // [N * H, smax]
 
     Clock clock{st.timings};
     rms_norm(x, L.attn_norm, N, C, md.eps, h);
     clock.mark(Clock::OTHER);
-    matmul(L.qkv, h, N, qkv, threads);
+    matmul(L.qkv, h, N, qkv, part, threads);
     clock.mark(Clock::MATMUL);
     if (L.qkv_bias)
         for (int64_t i = 0; i < N; ++i) add_into(qkv + i * width, L.qkv_bias, width);
+    if (L.q_norm) qk_norm(md, L, N, qkv);
     rope_store(md, L, st, qkv);
     clock.mark(Clock::OTHER);
     // a chunk per token when that leaves a few per thread (each key row read once), else per kv head, else
@@ -297,16 +359,18 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
     clock.mark(Clock::ATTENTION);
     matmul(L.o, attn, N, tmp, threads);
     clock.mark(Clock::MATMUL);
+    if (L.attn_out_norm) rms_norm(tmp, L.attn_out_norm, N, C, md.eps, tmp);
     add_into(x, tmp, N * C);
 
     rms_norm(x, L.mlp_norm, N, C, md.eps, h);
     clock.mark(Clock::OTHER);
-    matmul(L.gate_up, h, N, gu, threads);
+    matmul(L.gate_up, h, N, gu, part, threads);
     clock.mark(Clock::MATMUL);
-    silu_mul(gu, N, I, act);
+    (md.activation == 1 ? gelu_mul : silu_mul)(gu, N, I, act);
     clock.mark(Clock::OTHER);
     matmul(L.down, act, N, tmp, threads);
     clock.mark(Clock::MATMUL);
+    if (L.mlp_out_norm) rms_norm(tmp, L.mlp_out_norm, N, C, md.eps, tmp);
     add_into(x, tmp, N * C);
     clock.mark(Clock::OTHER);
 }
@@ -318,7 +382,8 @@ extern "C" {
 // Floats of scratch one step of n tokens over at most smax keys needs.
 int64_t tl_decode_scratch_floats(const tl::ModelArgs* md, int64_t n, int64_t smax) {
     const int64_t width = (md->heads + 2 * md->kv_heads) * md->head_dim;
-    return n * (2 * md->hidden + width + md->heads * md->head_dim + 3 * md->inter + md->heads * smax);
+    return n * (2 * md->hidden + width + md->heads * md->head_dim + 3 * md->inter + std::max(width, 2 * md->inter) +
+                md->heads * smax);
 }
 
 // x [n, hidden]: the tokens' embeddings in, the last layer's output (before the final norm) out.
