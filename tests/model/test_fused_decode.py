@@ -214,3 +214,31 @@ def test_portable_build_equals_the_module_path(monkeypatch):
         test_one_step_equals_the_module_path("window", 1)
     finally:
         native.reset()
+
+
+@pytest.mark.slow
+def test_default_model_decode_logits_equal_the_dequantized_model(monkeypatch):
+    """The engine's native decode steps on the default model's blocks against a full forward of the same
+    weights dequantized (the reference path), at every generated position of the reference prompts."""
+    from test_llama_vs_transformers import PROMPTS
+
+    import tinyllm.engine.runner as runner
+
+    native, ref = LLM(weights="native"), LLM(weights="dequantized")
+    seen = []  # (position, logits [V]) of each native decode step
+
+    def recording(model, stack, ids, positions, *args):
+        logits = decode_logits(model, stack, ids, positions, *args)
+        seen.append((int(positions[0]), logits[0].clone()))
+        return logits
+
+    monkeypatch.setattr(runner, "decode_logits", recording)
+    for text in PROMPTS:
+        seen.clear()
+        gen = native.generate(text, max_tokens=24, temperature=0, ignore_eos=True)
+        ids = gen.prompt_ids + gen.ids
+        assert len(seen) == 23  # every token after the first came from a native step
+        with torch.inference_mode():
+            full = ref.model(torch.tensor([ids]))[0]  # [T, V]
+        for position, logits in seen:
+            assert (logits - full[position]).abs().max() <= 1e-4
