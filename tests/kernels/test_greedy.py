@@ -36,9 +36,18 @@ def rows_of(kind: str, v: int, seed: int) -> torch.Tensor:
     return x
 
 
+@pytest.fixture(params=[1, 2])
+def threads(request):
+    """Rows spread over the kernels' threads (torch's count)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("kind", ["plain", "wide", "narrow", "masked", "ties"])
 @pytest.mark.parametrize("v", [1, 7, 8, 49, 4096 + 3])
-def test_equals_the_torch_computation(kind, v):
+def test_equals_the_torch_computation(kind, v, threads):
     rows = rows_of(kind, v, seed=v)
     tokens, logprobs, entropies = greedy_rows(rows)
     ref_tokens, ref_logprobs, ref_entropies = torch_greedy(rows)
@@ -55,11 +64,12 @@ def test_one_sure_token_and_a_uniform_row():
 
 
 @pytest.mark.parametrize("bad", [float("nan"), "all-inf"])
-def test_nan_or_no_finite_value_names_the_row(bad):
-    rows = torch.zeros(3, 20)
-    if bad == "all-inf":
-        rows[1] = float("-inf")
-    else:
-        rows[1, 17] = bad
+def test_nan_or_no_finite_value_names_the_first_such_row(bad, threads):
+    rows = torch.zeros(9, 20)
+    for r in (6, 1):
+        if bad == "all-inf":
+            rows[r] = float("-inf")
+        else:
+            rows[r, 17] = bad
     with pytest.raises(ValueError, match="row 1 "):
         greedy_rows(rows)

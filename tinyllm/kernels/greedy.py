@@ -1,11 +1,12 @@
 """A plain greedy draw (token, its log-probability, the entropy) over rows of float32 logits in one native
-call (csrc/greedy.cpp): two passes over each row where the torch ops take seven."""
+call (csrc/greedy.cpp): two passes over each row where the torch ops take seven, rows spread over threads."""
 
 from __future__ import annotations
 
 import torch
 
 from . import native
+from .threads import kernel_threads
 
 
 def greedy_rows(logits: torch.Tensor) -> tuple[list[int], list[float], list[float]] | None:
@@ -18,7 +19,8 @@ def greedy_rows(logits: torch.Tensor) -> tuple[list[int], list[float], list[floa
     b, v = rows.shape
     tokens = torch.empty(b, dtype=torch.long)
     out = torch.empty(2, b, dtype=torch.float64)  # logprobs, entropies
-    status = lib.tl_greedy_rows(rows.data_ptr(), b, v, tokens.data_ptr(), out[0].data_ptr(), out[1].data_ptr())
+    pointers = (tokens.data_ptr(), out[0].data_ptr(), out[1].data_ptr())
+    status = lib.tl_greedy_rows(rows.data_ptr(), b, v, *pointers, kernel_threads())
     if status != 0:
         raise ValueError(f"row {-1 - status} of the logits holds a NaN or no finite value")
     logprobs, entropies = out.tolist()

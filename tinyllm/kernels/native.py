@@ -106,7 +106,7 @@ def load(path: Path) -> ctypes.CDLL:
     lib.tl_decode_layers.restype = ctypes.c_int
     lib.tl_decode_scratch_floats.argtypes = [_PTR, _I64, _I64]
     lib.tl_decode_scratch_floats.restype = _I64
-    lib.tl_greedy_rows.argtypes = [_PTR, _I64, _I64, _PTR, _PTR, _PTR]
+    lib.tl_greedy_rows.argtypes = [_PTR, _I64, _I64, _PTR, _PTR, _PTR, ctypes.c_int]
     lib.tl_greedy_rows.restype = _I64
     return lib
 

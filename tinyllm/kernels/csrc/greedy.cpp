@@ -2,6 +2,7 @@
 // then S = sum e^(z - max) and T = sum e^(z - max) (max - z) in double. The token's log-probability is
 // -log S and the entropy log S + T / S: two non-negative terms, so nothing cancels. -inf logits count as
 // probability 0; a NaN, or a row without a finite value, is refused.
+#include "pool.h"
 #include "vmath.h"
 
 #include <cmath>
@@ -75,23 +76,37 @@ static void sums(const float* z, int64_t v, float m, double* s_out, double* t_ou
     *t_out = t;
 }
 
+struct GreedyJob {
+    const float* logits;
+    int64_t v;
+    int64_t* token;  // -1 marks a refused row
+    double *logprob, *entropy;
+};
+
+static void greedy_row(void* ctx, int64_t r) {
+    const GreedyJob& j = *static_cast<const GreedyJob*>(ctx);
+    const float* z = j.logits + r * j.v;
+    const int64_t at = first_max(z, j.v);
+    j.token[r] = at;
+    if (at < 0) return;
+    double s, t;
+    sums(z, j.v, z[at], &s, &t);
+    j.logprob[r] = -std::log(s);
+    j.entropy[r] = std::log(s) + t / s;
+}
+
 }  // namespace tl
 
 extern "C" {
 
-// For each of b rows of v logits: token[r], its log-probability and the entropy (nats) of softmax(row).
-// Returns 0, or -1 - r for the first row r holding a NaN or no finite value.
-int64_t tl_greedy_rows(const float* logits, int64_t b, int64_t v, int64_t* token, double* logprob, double* entropy) {
-    for (int64_t r = 0; r < b; ++r) {
-        const float* z = logits + r * v;
-        const int64_t at = tl::first_max(z, v);
-        if (at < 0) return -1 - r;
-        double s, t;
-        tl::sums(z, v, z[at], &s, &t);
-        token[r] = at;
-        logprob[r] = -std::log(s);
-        entropy[r] = std::log(s) + t / s;
-    }
+// For each of b rows of v logits: token[r], its log-probability and the entropy (nats) of softmax(row); rows
+// spread over the kernels' threads. Returns 0, or -1 - r for the first row r holding a NaN or no finite value.
+int64_t tl_greedy_rows(const float* logits, int64_t b, int64_t v, int64_t* token, double* logprob, double* entropy,
+                       int threads) {
+    tl::GreedyJob job{logits, v, token, logprob, entropy};
+    tl::pool().run(tl::greedy_row, &job, b, threads);
+    for (int64_t r = 0; r < b; ++r)
+        if (token[r] < 0) return -1 - r;
     return 0;
 }
 }
