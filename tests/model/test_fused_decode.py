@@ -79,15 +79,15 @@ def variant(name: str, seed: int = 0):
     return quantized
 
 
-def scattered_step(model, lengths: list[int], seed: int):
+def scattered_step(model, lengths: list[int], seed: int, num_blocks: int = 64):
     """Storage with random keys and values in blocks of 4 handed out in random order; one decode token per
     sequence at position lengths[i] - 1. -> (storage, StepInputs, key slots [N, Smax])."""
     c = model.config
     g = torch.Generator().manual_seed(seed)
-    storage = PagedStorage(c.num_layers, c.num_kv_heads, c.head_dim, num_blocks=64, block_size=4)
+    storage = PagedStorage(c.num_layers, c.num_kv_heads, c.head_dim, num_blocks=num_blocks, block_size=4)
     storage.k.copy_(torch.randn(storage.k.shape, generator=g))
     storage.v.copy_(torch.randn(storage.v.shape, generator=g))
-    blocks = random.Random(seed).sample(range(64), 64)
+    blocks = random.Random(seed).sample(range(num_blocks), num_blocks)
     smax = max(lengths)
     key_slots = torch.zeros(len(lengths), smax, dtype=torch.long)  # [N, Smax]
     for i, n in enumerate(lengths):
@@ -112,12 +112,13 @@ def threads(request):
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
-def test_one_step_equals_the_module_path(name, threads):
+def test_one_step_equals_the_module_path(name, threads, lengths=(1, 9, 23, 4, 16)):
+    """lengths: a first token, lengths across block edges and past the window."""
     model = variant(name)
     assert unsupported(model) is None
-    lengths = [1, 9, 23, 4, 16]  # a first token, lengths across block edges and past the window
-    storage, inputs, key_slots = scattered_step(model, lengths, seed=len(name))
-    ref_storage = PagedStorage(*storage.k.shape[:1], storage.n_kv_heads, storage.d_head, 64, 4)
+    num_blocks = max(64, sum((n + 3) // 4 for n in lengths))
+    storage, inputs, key_slots = scattered_step(model, list(lengths), seed=len(name), num_blocks=num_blocks)
+    ref_storage = PagedStorage(*storage.k.shape[:1], storage.n_kv_heads, storage.d_head, num_blocks, 4)
     ref_storage.k.copy_(storage.k)
     ref_storage.v.copy_(storage.v)
     rows = torch.arange(len(lengths))
@@ -129,6 +130,41 @@ def test_one_step_equals_the_module_path(name, threads):
     # the new keys and values were stored at their slots, as the module path stores them
     assert (storage.k - ref_storage.k).abs().max() <= 1e-5 * ref_storage.k.abs().max()
     assert (storage.v - ref_storage.v).abs().max() <= 1e-5 * ref_storage.v.abs().max()
+
+
+@pytest.mark.parametrize("name", ["llama-int8", "window", "scale-softcap", "head-dim-80", "gemma3"])
+def test_long_sequences_split_into_spans(name, threads):
+    """Keys are attended in spans of 64 joined afterwards: lengths at, just past and well past span edges, with
+    windows that start inside a span."""
+    test_one_step_equals_the_module_path(name, threads, lengths=(64, 65, 1, 130, 200, 129))
+
+
+def test_spans_do_not_depend_on_the_thread_count():
+    """Spans sit at fixed positions, so a step's logits are bit for bit the same however many threads run it;
+    alone and batched they differ only by the matmuls' summation order over a different number of rows."""
+    model = variant("window")
+    storage, inputs, key_slots = scattered_step(model, [150, 7, 70], seed=5, num_blocks=64)
+    before = torch.get_num_threads()
+    outs = {}
+    try:
+        for threads, rows in ((2, [0, 1, 2]), (1, [0, 1, 2]), (1, [0]), (2, [0])):
+            torch.set_num_threads(threads)
+            stack = build_stack(model, storage)
+            with torch.inference_mode():
+                out = decode_logits(
+                    model,
+                    stack,
+                    inputs.ids[0, rows],
+                    inputs.positions[rows],
+                    inputs.write_slots[rows],
+                    key_slots[rows],
+                    torch.arange(len(rows)),
+                )
+            outs[threads, len(rows)] = out[0]
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(outs[2, 3], outs[1, 3]) and torch.equal(outs[2, 1], outs[1, 1])
+    assert (outs[2, 3] - outs[2, 1]).abs().max() <= 1e-5 * outs[2, 1].abs().max()
 
 
 def test_chosen_rows_only():

@@ -176,6 +176,10 @@ static void rope_store(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
     }
 }
 
+// Keys per attention chunk. Spans sit at fixed positions (span r holds keys r * SPAN .. (r + 1) * SPAN - 1), so a
+// sequence's attention is the same arithmetic whatever else shares the step or however many threads run it.
+constexpr int64_t SPAN = 64;
+
 struct AttnJob {
     const ModelArgs* md;
     const LayerArgs* layer;
@@ -183,7 +187,8 @@ struct AttnJob {
     const float* qkv;
     float* out;       // [N, H * D]
     float* scores;    // [N * H, smax]
-    int64_t group;    // query heads per chunk: all that share a kv head, or 1 when chunks would be too few
+    float* partial;   // [N * H, spans, D + 2]: a span's unnormalised output, its max score, its sum of e^(s - max)
+    int64_t spans;    // ceil(smax / SPAN)
 };
 
 // out[d] = sum_s p[s] * v_s[d] for the visible keys, 64 columns at a time held in registers over the keys.
@@ -239,35 +244,69 @@ static int64_t key_scores(const float* q, const float* k_cache, const int64_t* s
     return s;
 }
 
-// One token and `group` consecutive query heads (all of one kv head or more, or a single head): softmax(scale *
-// q . k_s) over the visible keys, times v_s. Each key and value row is read once per chunk.
-static void attend_chunk(void* ctx, int64_t c) {
+// One token, one kv head and one span of keys, for each query head sharing that kv head: the scores scale * q . k_s
+// (soft-capped) over the span's visible keys, their max m, l = sum e^(score - m) and o = sum e^(score - m) v_s.
+// The span's key and value rows are read from memory once and stay in L1 for the group's other heads.
+static void attend_span(void* ctx, int64_t c) {
     const AttnJob& j = *static_cast<const AttnJob*>(ctx);
     const ModelArgs& md = *j.md;
     const StepArgs& st = *j.st;
-    const int64_t H = md.heads, D = md.head_dim, G = H / md.kv_heads, per_token = H / j.group;
-    const int64_t i = c / per_token, h0 = (c % per_token) * j.group;
-    const int64_t kv_row = md.kv_heads * D, len = st.positions[i] + 1;
-    const int64_t first = j.layer->window > 0 ? std::max<int64_t>(0, len - j.layer->window) : 0;
-    const float* q = j.qkv + i * (H + 2 * md.kv_heads) * D + h0 * D;
+    const int64_t H = md.heads, D = md.head_dim, KV = md.kv_heads, G = H / KV, R = j.spans;
+    const int64_t i = c / (KV * R), kvh = (c / R) % KV, r = c % R;
+    const int64_t kv_row = KV * D, len = st.positions[i] + 1;
+    const int64_t visible = j.layer->window > 0 ? std::max<int64_t>(0, len - j.layer->window) : 0;
+    const int64_t first = std::max(visible, r * SPAN), last = std::min(len, (r + 1) * SPAN);
+    float* part = j.partial + ((i * H + kvh * G) * R + r) * (D + 2);  // head g's at part + g * R * (D + 2)
+    if (first >= last) {
+        for (int64_t g = 0; g < G; ++g) part[g * R * (D + 2) + D + 1] = 0.0f;  // empty: l = 0
+        return;
+    }
+    const float* q = j.qkv + i * (H + 2 * KV) * D + kvh * G * D;
     const int64_t* slots = st.key_slots + i * st.smax;
-    float* p = j.scores + (i * H + h0) * st.smax;  // group rows of smax
     const float scale = (float)md.scale, cap = (float)md.softcap;
-    for (int64_t g = 0; g < j.group; ++g) {
-        float* pg = p + g * st.smax;
-        key_scores(q + g * D, j.layer->k_cache, slots, first, len, kv_row, ((h0 + g) / G) * D, D, pg);
+    for (int64_t g = 0; g < G; ++g) {
+        float* p = j.scores + (i * H + kvh * G + g) * st.smax + r * SPAN;
+        key_scores(q + g * D, j.layer->k_cache, slots, first, last, kv_row, kvh * D, D, p);
         float max = -INFINITY;
-        for (int64_t s = 0; s < len - first; ++s) {
-            float v = pg[s] * scale;
+        for (int64_t s = 0; s < last - first; ++s) {
+            float v = p[s] * scale;
             if (cap > 0.0f) v = std::tanh(v / cap) * cap;
-            pg[s] = v;
+            p[s] = v;
             max = std::max(max, v);
         }
-        const float inv = 1.0f / exp_shifted(pg, len - first, max);
-        float* out = j.out + i * H * D + (h0 + g) * D;
-        weighted_values(pg, first, len, slots, j.layer->v_cache, kv_row, ((h0 + g) / G) * D, D, out);
-        for (int64_t d = 0; d < D; ++d) out[d] *= inv;
+        float* o = part + g * R * (D + 2);
+        o[D + 1] = exp_shifted(p, last - first, max);
+        o[D] = max;
+        weighted_values(p, first, last, slots, j.layer->v_cache, kv_row, kvh * D, D, o);
     }
+}
+
+// One token and query head: its spans' outputs joined, out = sum_r e^(m_r - M) o_r / sum_r e^(m_r - M) l_r with
+// M the largest m_r. A single span gives o / l exactly.
+static void join_spans(void* ctx, int64_t c) {
+    const AttnJob& j = *static_cast<const AttnJob*>(ctx);
+    const int64_t D = j.md->head_dim, R = j.spans;
+    const float* part = j.partial + c * R * (D + 2);
+    float* out = j.out + c * D;
+    float max = -INFINITY;
+    for (int64_t r = 0; r < R; ++r)
+        if (part[r * (D + 2) + D + 1] > 0.0f) max = std::max(max, part[r * (D + 2) + D]);
+    float sum = 0.0f;
+    bool started = false;
+    for (int64_t r = 0; r < R; ++r) {
+        const float* o = part + r * (D + 2);
+        if (o[D + 1] == 0.0f) continue;
+        const float w = std::exp(o[D] - max);
+        sum += w * o[D + 1];
+        if (!started) {
+            for (int64_t d = 0; d < D; ++d) out[d] = w * o[d];
+            started = true;
+        } else {
+            axpy(out, w, o, D);
+        }
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t d = 0; d < D; ++d) out[d] *= inv;
 }
 
 // act[i] = silu(gate[i]) * up[i] = gate / (1 + e^-gate) * up, for each of n rows of [gate | up].
@@ -350,12 +389,12 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
     if (L.q_norm) qk_norm(md, L, N, qkv);
     rope_store(md, L, st, qkv);
     clock.mark(Clock::OTHER);
-    // a chunk per token when that leaves a few per thread (each key row read once), else per kv head, else
-    // per query head
-    const int64_t G = H / md.kv_heads;
-    const int64_t group = (H <= 256 && N >= 4 * threads) ? H : (N * md.kv_heads >= 4 * threads ? G : 1);
-    AttnJob job{&md, &L, &st, qkv, attn, scores, group};
-    pool().run(attend_chunk, &job, N * H / group, threads);
+    float* partial = scores + N * H * st.smax;  // [N * H, spans, D + 2]
+    const int64_t spans = (st.smax + SPAN - 1) / SPAN;
+    AttnJob job{&md, &L, &st, qkv, attn, scores, partial, spans};
+    pool().run(attend_span, &job, N * md.kv_heads * spans, threads);
+    // joining is light: helpers only when there is enough of it to pay for waking them
+    pool().run(join_spans, &job, N * H, N * H * spans * D >= (1 << 16) ? threads : 1);
     clock.mark(Clock::ATTENTION);
     matmul(L.o, attn, N, tmp, threads);
     clock.mark(Clock::MATMUL);
@@ -383,7 +422,7 @@ extern "C" {
 int64_t tl_decode_scratch_floats(const tl::ModelArgs* md, int64_t n, int64_t smax) {
     const int64_t width = (md->heads + 2 * md->kv_heads) * md->head_dim;
     return n * (2 * md->hidden + width + md->heads * md->head_dim + 3 * md->inter + std::max(width, 2 * md->inter) +
-                md->heads * smax);
+                md->heads * smax + md->heads * ((smax + tl::SPAN - 1) / tl::SPAN) * (md->head_dim + 2));
 }
 
 // x [n, hidden]: the tokens' embeddings in, the last layer's output (before the final norm) out.
