@@ -59,7 +59,7 @@ def unsupported(model) -> str | None:
         return f"the activation {family.activation} is not covered"
     if model.dtype != torch.float32 or model.device.type != "cpu":
         return "it does not run in float32 on the CPU"
-    if config.rotary_dim > min(config.head_dim, 1024):
+    if config.rotary_dim > config.head_dim:
         return f"rotary_dim {config.rotary_dim} exceeds the head"
     for layer in model.model.layers:
         reason = _layer_reason(layer)

@@ -149,19 +149,13 @@ static void matmul(const Proj& p, const float* x, int64_t m, float* y, float* pa
 }
 
 // Rotate the first R dims of each q and k head of each token by its position's angles (pair i, i + R/2:
-// (a, b) -> (a cos - b sin, b cos + a sin), angle = position * inv_freq[i] in float32 as model/rope.py), then
-// store k and v at the token's slot.
-static void rope_store(const ModelArgs& md, const LayerArgs& L, const StepArgs& st, float* qkv) {
+// (a, b) -> (a cos - b sin, b cos + a sin)), then store k and v at the token's slot.
+static void rope_store(const ModelArgs& md, const LayerArgs& L, const StepArgs& st, const float* trig, float* qkv) {
     const int64_t D = md.head_dim, half = md.rotary_dim / 2, width = (md.heads + 2 * md.kv_heads) * D;
     const int64_t kv_row = md.kv_heads * D;
-    float cs[512], sn[512];
     for (int64_t i = 0; i < st.n; ++i) {
-        const float pos = (float)st.positions[i];
-        for (int64_t j = 0; j < half; ++j) {
-            const float angle = pos * md.inv_freq[L.rope][j];
-            cs[j] = std::cos(angle);
-            sn[j] = std::sin(angle);
-        }
+        const float* cs = trig + (L.rope * st.n + i) * 2 * half;
+        const float* sn = cs + half;
         float* row = qkv + i * width;
         for (int64_t h = 0; h < md.heads + md.kv_heads; ++h) {
             float* v = row + h * D;
@@ -174,6 +168,22 @@ static void rope_store(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
         std::copy(row + md.heads * D, row + md.heads * D + kv_row, L.k_cache + st.write_slots[i] * kv_row);
         std::copy(row + md.heads * D + kv_row, row + width, L.v_cache + st.write_slots[i] * kv_row);
     }
+}
+
+// trig [tables, N, 2, R/2]: cos and sin of each token's angles (position * inv_freq[j], in float32 as
+// model/rope.py) per rotary table, made once per step for all the layers.
+static void rotary_angles(const ModelArgs& md, const StepArgs& st, float* trig) {
+    const int64_t half = md.rotary_dim / 2;
+    for (int64_t t = 0; t < 2 && md.inv_freq[t]; ++t)
+        for (int64_t i = 0; i < st.n; ++i) {
+            const float pos = (float)st.positions[i];
+            float* cs = trig + (t * st.n + i) * 2 * half;
+            for (int64_t j = 0; j < half; ++j) {
+                const float angle = pos * md.inv_freq[t][j];
+                cs[j] = std::cos(angle);
+                cs[half + j] = std::sin(angle);
+            }
+        }
 }
 
 // Keys per attention chunk. Spans sit at fixed positions (span r holds keys r * SPAN .. (r + 1) * SPAN - 1), so a
@@ -366,7 +376,7 @@ static void qk_norm(const ModelArgs& md, const LayerArgs& L, int64_t n, float* q
     }
 }
 
-static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& st, float* x) {
+static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& st, const float* trig, float* x) {
     const int64_t N = st.n, C = md.hidden, H = md.heads, D = md.head_dim, I = md.inter;
     const int64_t width = (H + 2 * md.kv_heads) * D;
     const int threads = (int)st.threads;
@@ -387,7 +397,7 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
     if (L.qkv_bias)
         for (int64_t i = 0; i < N; ++i) add_into(qkv + i * width, L.qkv_bias, width);
     if (L.q_norm) qk_norm(md, L, N, qkv);
-    rope_store(md, L, st, qkv);
+    rope_store(md, L, st, trig, qkv);
     clock.mark(Clock::OTHER);
     float* partial = scores + N * H * st.smax;  // [N * H, spans, D + 2]
     const int64_t spans = (st.smax + SPAN - 1) / SPAN;
@@ -422,14 +432,17 @@ extern "C" {
 int64_t tl_decode_scratch_floats(const tl::ModelArgs* md, int64_t n, int64_t smax) {
     const int64_t width = (md->heads + 2 * md->kv_heads) * md->head_dim;
     return n * (2 * md->hidden + width + md->heads * md->head_dim + 3 * md->inter + std::max(width, 2 * md->inter) +
-                md->heads * smax + md->heads * ((smax + tl::SPAN - 1) / tl::SPAN) * (md->head_dim + 2));
+                md->heads * smax + md->heads * ((smax + tl::SPAN - 1) / tl::SPAN) * (md->head_dim + 2) +
+                2 * md->rotary_dim);  // the last: rotary cos and sin per table
 }
 
 // x [n, hidden]: the tokens' embeddings in, the last layer's output (before the final norm) out.
-// Returns 0, or -1 when the rotary dims are more than the head's or 1024.
+// Returns 0, or -1 when the rotary dims are more than the head's.
 int tl_decode_layers(const tl::ModelArgs* md, const tl::StepArgs* st, float* x) {
-    if (md->rotary_dim > 1024 || md->rotary_dim > md->head_dim) return -1;
-    for (int64_t l = 0; l < md->num_layers; ++l) tl::layer_step(*md, md->layers[l], *st, x);
+    if (md->rotary_dim > md->head_dim) return -1;
+    float* trig = st->scratch + tl_decode_scratch_floats(md, st->n, st->smax) - 2 * st->n * md->rotary_dim;
+    tl::rotary_angles(*md, *st, trig);
+    for (int64_t l = 0; l < md->num_layers; ++l) tl::layer_step(*md, md->layers[l], *st, trig, x);
     return 0;
 }
 }
