@@ -199,6 +199,7 @@ struct AttnJob {
     float* scores;    // [N * H, smax]
     float* partial;   // [N * H, spans, D + 2]: a span's unnormalised output, its max score, its sum of e^(s - max)
     int64_t spans;    // ceil(smax / SPAN)
+    int64_t kv_each;  // kv heads per chunk: all of them (whole key rows read in order) or one
 };
 
 // out[d] = sum_s p[s] * v_s[d] for the visible keys, 64 columns at a time held in registers over the keys.
@@ -254,29 +255,31 @@ static int64_t key_scores(const float* q, const float* k_cache, const int64_t* s
     return s;
 }
 
-// One token, one kv head and one span of keys, for each query head sharing that kv head: the scores scale * q . k_s
-// (soft-capped) over the span's visible keys, their max m, l = sum e^(score - m) and o = sum e^(score - m) v_s.
-// The span's key and value rows are read from memory once and stay in L1 for the group's other heads.
+// One token, one span of keys and `kv_each` kv heads, for each query head sharing such a kv head: the scores
+// scale * q . k_s (soft-capped) over the span's visible keys, their max m, l = sum e^(score - m) and
+// o = sum e^(score - m) v_s. The span's key and value rows are read from memory once and stay in cache for the
+// group's other heads. Each query head's arithmetic is the same however chunks are cut.
 static void attend_span(void* ctx, int64_t c) {
     const AttnJob& j = *static_cast<const AttnJob*>(ctx);
     const ModelArgs& md = *j.md;
     const StepArgs& st = *j.st;
     const int64_t H = md.heads, D = md.head_dim, KV = md.kv_heads, G = H / KV, R = j.spans;
-    const int64_t i = c / (KV * R), kvh = (c / R) % KV, r = c % R;
+    const int64_t per_token = KV / j.kv_each;
+    const int64_t i = c / (per_token * R), kv0 = (c / R) % per_token * j.kv_each, r = c % R;
     const int64_t kv_row = KV * D, len = st.positions[i] + 1;
     const int64_t visible = j.layer->window > 0 ? std::max<int64_t>(0, len - j.layer->window) : 0;
     const int64_t first = std::max(visible, r * SPAN), last = std::min(len, (r + 1) * SPAN);
-    float* part = j.partial + ((i * H + kvh * G) * R + r) * (D + 2);  // head g's at part + g * R * (D + 2)
-    if (first >= last) {
-        for (int64_t g = 0; g < G; ++g) part[g * R * (D + 2) + D + 1] = 0.0f;  // empty: l = 0
-        return;
-    }
-    const float* q = j.qkv + i * (H + 2 * KV) * D + kvh * G * D;
+    const float* q = j.qkv + i * (H + 2 * KV) * D;
     const int64_t* slots = st.key_slots + i * st.smax;
     const float scale = (float)md.scale, cap = (float)md.softcap;
-    for (int64_t g = 0; g < G; ++g) {
-        float* p = j.scores + (i * H + kvh * G + g) * st.smax + r * SPAN;
-        key_scores(q + g * D, j.layer->k_cache, slots, first, last, kv_row, kvh * D, D, p);
+    for (int64_t h = kv0 * G; h < (kv0 + j.kv_each) * G; ++h) {
+        float* o = j.partial + ((i * H + h) * R + r) * (D + 2);
+        if (first >= last) {
+            o[D + 1] = 0.0f;  // empty: l = 0
+            continue;
+        }
+        float* p = j.scores + (i * H + h) * st.smax + r * SPAN;
+        key_scores(q + h * D, j.layer->k_cache, slots, first, last, kv_row, h / G * D, D, p);
         float max = -INFINITY;
         for (int64_t s = 0; s < last - first; ++s) {
             float v = p[s] * scale;
@@ -284,10 +287,9 @@ static void attend_span(void* ctx, int64_t c) {
             p[s] = v;
             max = std::max(max, v);
         }
-        float* o = part + g * R * (D + 2);
         o[D + 1] = exp_shifted(p, last - first, max);
         o[D] = max;
-        weighted_values(p, first, last, slots, j.layer->v_cache, kv_row, kvh * D, D, o);
+        weighted_values(p, first, last, slots, j.layer->v_cache, kv_row, h / G * D, D, o);
     }
 }
 
@@ -401,8 +403,10 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
     clock.mark(Clock::OTHER);
     float* partial = scores + N * H * st.smax;  // [N * H, spans, D + 2]
     const int64_t spans = (st.smax + SPAN - 1) / SPAN;
-    AttnJob job{&md, &L, &st, qkv, attn, scores, partial, spans};
-    pool().run(attend_span, &job, N * md.kv_heads * spans, threads);
+    // whole key rows per chunk when that still leaves a few chunks per thread, else a kv head's part of them
+    const int64_t kv_each = N * spans >= 4 * threads ? md.kv_heads : 1;
+    AttnJob job{&md, &L, &st, qkv, attn, scores, partial, spans, kv_each};
+    pool().run(attend_span, &job, N * (md.kv_heads / kv_each) * spans, threads);
     // joining is light: helpers only when there is enough of it to pay for waking them
     pool().run(join_spans, &job, N * H, N * H * spans * D >= (1 << 16) ? threads : 1);
     clock.mark(Clock::ATTENTION);
