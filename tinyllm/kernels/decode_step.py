@@ -60,6 +60,7 @@ class _Model(ctypes.Structure):
         ("softcap", _F64),
         ("layers", ctypes.c_void_p),
         ("inv_freq", ctypes.c_void_p * 2),
+        ("kv_type", _I64),
     ]
 
 
@@ -77,6 +78,7 @@ class _Step(ctypes.Structure):
 
 
 ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}
+KV_TYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # csrc/kv.h KvType
 
 
 @dataclass
@@ -95,7 +97,7 @@ class LayerWeights:
     o: QuantWeight  # [C, H D]
     down: QuantWeight  # [C, I]
     qkv_bias: torch.Tensor | None  # [(H + 2 Hkv) D]
-    k_cache: torch.Tensor  # [slots, Hkv, D] of this layer
+    k_cache: torch.Tensor  # [slots, Hkv, D] of this layer, float32, float16 or bfloat16
     v_cache: torch.Tensor
     window: int | None
     rope: int  # 0: the full layers' rotary table, 1: the sliding layers' own
@@ -113,6 +115,7 @@ class StackShape:
     eps: float
     scale: float
     softcap: float | None
+    kv_dtype: torch.dtype = torch.float32  # of the KV storage: a key of KV_TYPES
 
 
 def _qw(w: QuantWeight) -> _QW:
@@ -165,6 +168,7 @@ class DecodeStack:
             ACTIVATIONS[s.activation], s.eps, s.scale,
             s.softcap or 0.0, ctypes.addressof(self._layers),
             (ctypes.c_void_p * 2)(inv_freq[0].data_ptr(), inv_freq[-1].data_ptr()),
+            KV_TYPES[s.kv_dtype],
         )  # fmt: skip
         self._scratch = torch.empty(0)
         self.timings: torch.Tensor | None = None  # int64 [3]: ns in matmuls, attention, the rest, when set

@@ -29,7 +29,7 @@ from .qweight import QuantWeight
 from .threads import kernel_threads
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ["blocks.h", "pool.h", "tile.h", "vmath.h", "qmatmul.cpp", "decode.cpp", "greedy.cpp"]
+SOURCES = ["blocks.h", "kv.h", "pool.h", "tile.h", "vmath.h", "qmatmul.cpp", "decode.cpp", "greedy.cpp"]
 UNITS = ["qmatmul.cpp", "decode.cpp", "greedy.cpp"]  # compiled into one library
 FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-fPIC", "-shared", "-pthread"]
 LIB_NAME = "libtinyllm_kernels.so"
@@ -108,6 +108,8 @@ def load(path: Path) -> ctypes.CDLL:
     lib.tl_decode_scratch_floats.restype = _I64
     lib.tl_greedy_rows.argtypes = [_PTR, _I64, _I64, _PTR, _PTR, _PTR, ctypes.c_int]
     lib.tl_greedy_rows.restype = _I64
+    lib.tl_kv_round.argtypes = [_I64, _PTR, _I64, _PTR]
+    lib.tl_kv_round.restype = ctypes.c_int
     return lib
 
 

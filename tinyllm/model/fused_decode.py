@@ -8,9 +8,10 @@ tokens in one call; the embedding lookup and the head stay in Python (one call e
 It covers every family of model/family.py: pre-norm and sandwich layers, RMSNorm and (1 + w) RMSNorm,
 SwiGLU and GeGLU, q/k/v biases, per-head q/k norms, a query scale, an attention soft-cap, sliding windows and
 a second rotary table, with quantized projections (a fused one may hold parts of different formats, as
-mixed-format files store v wider than q and k); float32 activations and KV. Float weights (the reference
-path), another KV dtype, MLA attention or tensor-parallel shards run the module path; `unsupported(model)`
-says why.
+mixed-format files store v wider than q and k); float32 activations, and KV stored in float32, float16 or
+bfloat16 (rounded as torch rounds the module path's writes, widened exactly on reading). Float weights (the
+reference path), another KV dtype, MLA attention or tensor-parallel shards run the module path;
+`unsupported(model)` says why.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..kernels import native
-from ..kernels.decode_step import ACTIVATIONS, DecodeStack, LayerWeights, StackShape
+from ..kernels.decode_step import ACTIVATIONS, KV_TYPES, DecodeStack, LayerWeights, StackShape
 from .attention import GQAttention
 from .norm import RMSNorm, RMSNormPlusOne
 from .quant_bias import BiasedQuantLinear
@@ -102,7 +103,7 @@ def _layer_weights(layer, storage, index: int, rope: int) -> LayerWeights:
 
 def build_stack(model, storage) -> DecodeStack | None:
     """The native step over this model and KV storage, or None when either is not covered."""
-    if unsupported(model) is not None or storage.dtype != torch.float32 or storage.device.type != "cpu":
+    if unsupported(model) is not None or storage.dtype not in KV_TYPES or storage.device.type != "cpu":
         return None
     c = model.config
     local = getattr(model, "rotary_local", None) is not None
@@ -113,7 +114,7 @@ def build_stack(model, storage) -> DecodeStack | None:
     scale = c.query_scale if c.query_scale is not None else c.head_dim**-0.5
     shape = StackShape(
         c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size, c.rotary_dim,
-        model.family.activation, c.rms_norm_eps, scale, c.attn_softcap,
+        model.family.activation, c.rms_norm_eps, scale, c.attn_softcap, storage.dtype,
     )  # fmt: skip
     tables = [model.rotary] + ([model.rotary_local] if local else [])
     return DecodeStack(native.library(), shape, layers, [t.inv_freq.float().contiguous() for t in tables])

@@ -3,10 +3,12 @@
 // k, v at the token's slot -> attention over the sequence's stored keys (scale, soft-cap, sliding window) ->
 // o projection (-> RMSNorm, sandwich layers) + residual -> RMSNorm -> gate/up projection -> SiLU or tanh-GELU
 // of the gate times up -> down projection (-> RMSNorm) + residual. The projections are the quantized matmuls
-// of qmatmul.cpp (a fused projection may be several weights of different formats); everything is float32.
+// of qmatmul.cpp (a fused projection may be several weights of different formats); activations are float32,
+// the KV cache float32, float16 or bfloat16 (kv.h).
 // Python hands the layers' weights and KV pointers once (tinyllm/model/fused_decode.py; a (1 + w) norm
 // arrives as its effective weight) and per step the positions, the slots and a scratch buffer.
 #include "blocks.h"
+#include "kv.h"
 #include "pool.h"
 #include "vmath.h"
 
@@ -41,8 +43,8 @@ struct LayerArgs {
     Proj qkv, gate_up;
     QW o, down;
     const float* qkv_bias;  // [(H + 2 Hkv) D] or null
-    float* k_cache;         // [slots, Hkv * D] of this layer
-    float* v_cache;
+    void* k_cache;          // [slots, Hkv * D] of this layer, elements of ModelArgs::kv_type
+    void* v_cache;
     int64_t window;  // keys visible to a query, its own included; 0 = all
     int64_t rope;    // which rotary table: 0 or 1
 };
@@ -53,6 +55,7 @@ struct ModelArgs {
     double eps, scale, softcap;  // softcap 0 = none
     const LayerArgs* layers;
     const float* inv_freq[2];  // [R/2] per rotary table (model/rope.py: scaling already applied)
+    int64_t kv_type;           // KvType of the caches' elements (kv.h)
 };
 
 struct StepArgs {
@@ -79,29 +82,29 @@ struct Clock {
     }
 };
 
-static inline float dot(const float* a, const float* b, int64_t d) {
+template <class T> static inline float dot(const float* a, const T* b, int64_t d) {
     int64_t i = 0;
     float s = 0.0f;
 #ifdef TL_AVX2
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     for (; i + 16 <= d; i += 16) {
-        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), load8(b + i + 8), acc1);
     }
-    for (; i + 8 <= d; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    for (; i + 8 <= d; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8(b + i), acc0);
     s = hsum(_mm256_add_ps(acc0, acc1));
 #endif
-    for (; i < d; ++i) s += a[i] * b[i];
+    for (; i < d; ++i) s += a[i] * to_float(b[i]);
     return s;
 }
 
-static inline void axpy(float* y, float a, const float* x, int64_t d) {  // y += a * x
+template <class T> static inline void axpy(float* y, float a, const T* x, int64_t d) {  // y += a * x
     int64_t i = 0;
 #ifdef TL_AVX2
     const __m256 av = _mm256_set1_ps(a);
-    for (; i + 8 <= d; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i + 8 <= d; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, load8(x + i), _mm256_loadu_ps(y + i)));
 #endif
-    for (; i < d; ++i) y[i] += a * x[i];
+    for (; i < d; ++i) y[i] += a * to_float(x[i]);
 }
 
 // p[j] = e^(p[j] - max) in place; returns their sum.
@@ -150,6 +153,7 @@ static void matmul(const Proj& p, const float* x, int64_t m, float* y, float* pa
 
 // Rotate the first R dims of each q and k head of each token by its position's angles (pair i, i + R/2:
 // (a, b) -> (a cos - b sin, b cos + a sin)), then store k and v at the token's slot.
+template <class T>
 static void rope_store(const ModelArgs& md, const LayerArgs& L, const StepArgs& st, const float* trig, float* qkv) {
     const int64_t D = md.head_dim, half = md.rotary_dim / 2, width = (md.heads + 2 * md.kv_heads) * D;
     const int64_t kv_row = md.kv_heads * D;
@@ -165,8 +169,12 @@ static void rope_store(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
                 v[j + half] = b * cs[j] + a * sn[j];
             }
         }
-        std::copy(row + md.heads * D, row + md.heads * D + kv_row, L.k_cache + st.write_slots[i] * kv_row);
-        std::copy(row + md.heads * D + kv_row, row + width, L.v_cache + st.write_slots[i] * kv_row);
+        T* k = static_cast<T*>(L.k_cache) + st.write_slots[i] * kv_row;
+        T* v = static_cast<T*>(L.v_cache) + st.write_slots[i] * kv_row;
+        for (int64_t c = 0; c < kv_row; ++c) {
+            store(row[md.heads * D + c], k + c);
+            store(row[md.heads * D + kv_row + c], v + c);
+        }
     }
 }
 
@@ -203,7 +211,8 @@ struct AttnJob {
 };
 
 // out[d] = sum_s p[s] * v_s[d] for the visible keys, 64 columns at a time held in registers over the keys.
-static void weighted_values(const float* p, int64_t first, int64_t len, const int64_t* slots, const float* v_cache,
+template <class T>
+static void weighted_values(const float* p, int64_t first, int64_t len, const int64_t* slots, const T* v_cache,
                             int64_t kv_row, int64_t offset, int64_t D, float* out) {
     int64_t d0 = 0;
 #ifdef TL_AVX2
@@ -212,8 +221,8 @@ static void weighted_values(const float* p, int64_t first, int64_t len, const in
         for (int b = 0; b < 8; ++b) acc[b] = _mm256_setzero_ps();
         for (int64_t s = first; s < len; ++s) {
             const __m256 w = _mm256_set1_ps(p[s - first]);
-            const float* v = v_cache + slots[s] * kv_row + offset + d0;
-            for (int b = 0; b < 8; ++b) acc[b] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8 * b), acc[b]);
+            const T* v = v_cache + slots[s] * kv_row + offset + d0;
+            for (int b = 0; b < 8; ++b) acc[b] = _mm256_fmadd_ps(w, load8(v + 8 * b), acc[b]);
         }
         for (int b = 0; b < 8; ++b) _mm256_storeu_ps(out + d0 + 8 * b, acc[b]);
     }
@@ -225,12 +234,12 @@ static void weighted_values(const float* p, int64_t first, int64_t len, const in
 
 #ifdef TL_AVX2
 // out[j] = q . k_j for 8 keys (d a multiple of 8): eight accumulators, then one transposing reduction.
-static inline __m256 dot8(const float* q, const float* const* k, int64_t d) {
+template <class T> static inline __m256 dot8(const float* q, const T* const* k, int64_t d) {
     __m256 acc[8];
     for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
     for (int64_t i = 0; i < d; i += 8) {
         const __m256 qv = _mm256_loadu_ps(q + i);
-        for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[j] + i), acc[j]);
+        for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qv, load8(k[j] + i), acc[j]);
     }
     const __m256 t0 = _mm256_hadd_ps(acc[0], acc[1]), t1 = _mm256_hadd_ps(acc[2], acc[3]);
     const __m256 t2 = _mm256_hadd_ps(acc[4], acc[5]), t3 = _mm256_hadd_ps(acc[6], acc[7]);
@@ -240,13 +249,14 @@ static inline __m256 dot8(const float* q, const float* const* k, int64_t d) {
 #endif
 
 // p[s - first] = q . k_s for the visible keys; returns how many leading keys were done 8 at a time.
-static int64_t key_scores(const float* q, const float* k_cache, const int64_t* slots, int64_t first, int64_t len,
+template <class T>
+static int64_t key_scores(const float* q, const T* k_cache, const int64_t* slots, int64_t first, int64_t len,
                           int64_t kv_row, int64_t offset, int64_t D, float* p) {
     int64_t s = first;
 #ifdef TL_AVX2
     if (D % 8 == 0)
         for (; s + 8 <= len; s += 8) {
-            const float* k[8];
+            const T* k[8];
             for (int j = 0; j < 8; ++j) k[j] = k_cache + slots[s + j] * kv_row + offset;
             _mm256_storeu_ps(p + s - first, dot8(q, k, D));
         }
@@ -259,7 +269,7 @@ static int64_t key_scores(const float* q, const float* k_cache, const int64_t* s
 // scale * q . k_s (soft-capped) over the span's visible keys, their max m, l = sum e^(score - m) and
 // o = sum e^(score - m) v_s. The span's key and value rows are read from memory once and stay in cache for the
 // group's other heads. Each query head's arithmetic is the same however chunks are cut.
-static void attend_span(void* ctx, int64_t c) {
+template <class T> static void attend_span(void* ctx, int64_t c) {
     const AttnJob& j = *static_cast<const AttnJob*>(ctx);
     const ModelArgs& md = *j.md;
     const StepArgs& st = *j.st;
@@ -279,7 +289,7 @@ static void attend_span(void* ctx, int64_t c) {
             continue;
         }
         float* p = j.scores + (i * H + h) * st.smax + r * SPAN;
-        key_scores(q + h * D, j.layer->k_cache, slots, first, last, kv_row, h / G * D, D, p);
+        key_scores(q + h * D, static_cast<const T*>(j.layer->k_cache), slots, first, last, kv_row, h / G * D, D, p);
         float max = -INFINITY;
         for (int64_t s = 0; s < last - first; ++s) {
             float v = p[s] * scale;
@@ -289,7 +299,7 @@ static void attend_span(void* ctx, int64_t c) {
         }
         o[D + 1] = exp_shifted(p, last - first, max);
         o[D] = max;
-        weighted_values(p, first, last, slots, j.layer->v_cache, kv_row, h / G * D, D, o);
+        weighted_values(p, first, last, slots, static_cast<const T*>(j.layer->v_cache), kv_row, h / G * D, D, o);
     }
 }
 
@@ -399,14 +409,16 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
     if (L.qkv_bias)
         for (int64_t i = 0; i < N; ++i) add_into(qkv + i * width, L.qkv_bias, width);
     if (L.q_norm) qk_norm(md, L, N, qkv);
-    rope_store(md, L, st, trig, qkv);
+    (md.kv_type == KV_F16 ? rope_store<half_t> : md.kv_type == KV_BF16 ? rope_store<bf16_t> : rope_store<float>)(
+        md, L, st, trig, qkv);
     clock.mark(Clock::OTHER);
     float* partial = scores + N * H * st.smax;  // [N * H, spans, D + 2]
     const int64_t spans = (st.smax + SPAN - 1) / SPAN;
     // whole key rows per chunk when that still leaves a few chunks per thread, else a kv head's part of them
     const int64_t kv_each = N * spans >= 4 * threads ? md.kv_heads : 1;
     AttnJob job{&md, &L, &st, qkv, attn, scores, partial, spans, kv_each};
-    pool().run(attend_span, &job, N * (md.kv_heads / kv_each) * spans, threads);
+    pool().run(md.kv_type == KV_F16 ? attend_span<half_t> : md.kv_type == KV_BF16 ? attend_span<bf16_t> : attend_span<float>,
+               &job, N * (md.kv_heads / kv_each) * spans, threads);
     // joining is light: helpers only when there is enough of it to pay for waking them
     pool().run(join_spans, &job, N * H, N * H * spans * D >= (1 << 16) ? threads : 1);
     clock.mark(Clock::ATTENTION);
@@ -438,6 +450,20 @@ int64_t tl_decode_scratch_floats(const tl::ModelArgs* md, int64_t n, int64_t sma
     return n * (2 * md->hidden + width + md->heads * md->head_dim + 3 * md->inter + std::max(width, 2 * md->inter) +
                 md->heads * smax + md->heads * ((smax + tl::SPAN - 1) / tl::SPAN) * (md->head_dim + 2) +
                 2 * md->rotary_dim);  // the last: rotary cos and sin per table
+}
+
+// out[i] = x[i] rounded to the KV element type as the step stores keys and values (for tests against torch's
+// rounding). Returns 0, or -1 for an unknown type.
+int tl_kv_round(int64_t kv_type, const float* x, int64_t n, void* out) {
+    switch (kv_type) {
+        case tl::KV_F16:
+            for (int64_t i = 0; i < n; ++i) tl::store(x[i], static_cast<tl::half_t*>(out) + i);
+            return 0;
+        case tl::KV_BF16:
+            for (int64_t i = 0; i < n; ++i) tl::store(x[i], static_cast<tl::bf16_t*>(out) + i);
+            return 0;
+        default: return -1;
+    }
 }
 
 // x [n, hidden]: the tokens' embeddings in, the last layer's output (before the final norm) out.
