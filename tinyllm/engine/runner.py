@@ -64,7 +64,7 @@ class StepInputs:
     ids: torch.Tensor  # [1, N]
     positions: torch.Tensor  # [N]
     write_slots: torch.Tensor | slice  # [N] slots of the new keys, or one run of slots
-    layout: RaggedLayout
+    layout: RaggedLayout | NativeKeys
 
 
 def execute(model, storage: PagedStorage, inputs: StepInputs, rows: torch.Tensor) -> torch.Tensor:
@@ -90,23 +90,16 @@ class ModelRunner:
         with k drafts has k + 1 rows), and the prompt rows of requests that want prompt logprobs."""
         decodes = [c for c in step.chunks if c.num_tokens == 1]
         prefills = [c for c in step.chunks if c.num_tokens > 1]
+        chunks = decodes + prefills
+        native = self.fused is not None and self._native_step(step)
         ids, positions, slot_mapping, rows, sampling = [], [], [], [], []
         extra: list[tuple[ScheduledChunk, range, int]] = []  # prompt-logprob positions and their first row
-        layout = RaggedLayout(len(decodes), None, None, [])
-        if decodes:
-            layout.decode_slots, layout.decode_mask = self._decode_keys(decodes, tables)
+        layout = NativeKeys(self._native_keys(chunks, tables)) if native else self._layout(decodes, prefills, tables)
         # one decode whose blocks are consecutive: its new key goes to the slot after its keys, in place
-        in_place = not prefills and isinstance(layout.decode_slots, slice)
-        for c in decodes + prefills:
+        in_place = not native and not prefills and isinstance(layout.decode_slots, slice)
+        for c in chunks:
             table = tables[c.request.request_id]
             stop = c.start + c.num_tokens
-            if c.num_tokens > 1:
-                kv_slots = table.slot_range(stop) or table.slots(0, stop, self.device)  # [S] or a slice
-                layout.prefills.append(
-                    PrefillSlice(
-                        len(ids), c.num_tokens, kv_slots, offset_causal_mask(c.num_tokens, c.start, self.device)
-                    )
-                )
             wanted = missing_positions(c.request, c.start, stop)
             if wanted:
                 extra.append((c, wanted, len(ids) + wanted.start - c.start))
@@ -135,15 +128,12 @@ class ModelRunner:
         return sampling, logits[:num_sampled], prompt_rows  # [n, V]
 
     def forward(self, inputs: StepInputs, rows: torch.Tensor) -> torch.Tensor:
-        n = inputs.ids.shape[1]
-        if self.fused is None or inputs.layout.num_decode != n or n > FUSED_MAX_TOKENS:
+        if not isinstance(inputs.layout, NativeKeys):
             return execute(self.model, self.storage, inputs, rows)
         for src, dst in inputs.block_copies:
             self.storage.copy_block(src, dst)
-        keys = _as_tensor(inputs.layout.decode_slots)  # [Bd, Smax]
-        return decode_logits(
-            self.model, self.fused, inputs.ids[0], inputs.positions, _as_tensor(inputs.write_slots).view(-1), keys, rows
-        )
+        ids, write_slots = inputs.ids[0], _as_tensor(inputs.write_slots).view(-1)
+        return decode_logits(self.model, self.fused, ids, inputs.positions, write_slots, inputs.layout.slots, rows)
 
     def threads_for(self, num_tokens: int):
         """A step of a few rows on native kernels runs torch's own ops, all tiny, on one thread and the kernels
@@ -154,6 +144,39 @@ class ModelRunner:
         if self.native_matmuls and num_tokens <= SINGLE_THREAD_MAX_TOKENS:
             return torch_single_threaded()
         return contextlib.nullcontext()
+
+    @staticmethod
+    def _native_step(step: SchedulerOutput) -> bool:
+        """Whether the native step runs this step: at most FUSED_MAX_TOKENS tokens, each of them sampled, so
+        decodes and verified drafts. Prompts stay on the module path, whatever else shares their step, so a
+        prompt's keys and logits do not depend on its company (what seeded sampling alone == batched rests on)."""
+        return step.num_tokens <= FUSED_MAX_TOKENS and all(c.samples and c.sample_start == c.start for c in step.chunks)
+
+    def _layout(self, decodes, prefills, tables: dict[str, BlockTable]) -> RaggedLayout:
+        """The module path's view of the step: the decode rows' keys, then one slice per prefill chunk."""
+        layout = RaggedLayout(len(decodes), None, None, [])
+        if decodes:
+            layout.decode_slots, layout.decode_mask = self._decode_keys(decodes, tables)
+        row = len(decodes)
+        for c in prefills:
+            table = tables[c.request.request_id]
+            stop = c.start + c.num_tokens
+            kv_slots = table.slot_range(stop) or table.slots(0, stop, self.device)  # [S] or a slice
+            mask = offset_causal_mask(c.num_tokens, c.start, self.device)
+            layout.prefills.append(PrefillSlice(row, c.num_tokens, kv_slots, mask))
+            row += c.num_tokens
+        return layout
+
+    def _native_keys(self, chunks, tables: dict[str, BlockTable]) -> torch.Tensor:
+        """key_slots [N, Smax] of the native step: each token's row holds its sequence's slots from position 0
+        (it reads them up to its own position, so the tokens of a chunk of verified drafts share one row)."""
+        stops = [c.start + c.num_tokens for c in chunks]
+        slots = torch.zeros(sum(c.num_tokens for c in chunks), max(stops), dtype=torch.long)  # [N, Smax]
+        row = 0
+        for c, stop in zip(chunks, stops):
+            slots[row : row + c.num_tokens, :stop] = tables[c.request.request_id].slots(0, stop, self.device)
+            row += c.num_tokens
+        return slots
 
     def _decode_keys(self, decodes: list[ScheduledChunk], tables: dict[str, BlockTable]):
         """Slots of every decode query's keys, padded to the longest, and the mask of real keys. One decode
@@ -169,6 +192,13 @@ class ModelRunner:
         lengths = torch.tensor(ctx, device=self.device)  # [Bd]
         mask = (torch.arange(s_max, device=self.device) < lengths[:, None])[:, None, None]  # [Bd, 1, 1, Smax]
         return slots, mask
+
+
+@dataclass
+class NativeKeys:
+    """The native step's view of the step: every new token's sequence's key slots."""
+
+    slots: torch.Tensor  # [N, Smax]
 
 
 def _as_tensor(slots: torch.Tensor | slice) -> torch.Tensor:
