@@ -23,6 +23,7 @@ from tinyllm.loading.quantize import quantize_q4_1, quantize_q8_0
 from tinyllm.model.fused_decode import build_stack, decode_logits, unsupported
 from tinyllm.model.quant_linear import QuantLinear
 from tinyllm.model.ragged_attention import RaggedLayout
+from tinyllm.speculative.proposer import SpeculativeConfig
 
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no native kernels on this machine")
 
@@ -344,6 +345,26 @@ def test_speculative_equals_plain(llm):
     assert plain.ids == llm.generate(p, speculative="ngram", **greedy).ids
 
 
+def test_verified_drafts_run_natively_and_equal_the_module_path(llm):
+    """A chunk of drafts to verify runs through the native step (each token reading its sequence's keys up to
+    its own position) and gives the logits of the module path, and of plain decoding, within 1e-4."""
+    params = [SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, logprobs=2)] * 3
+    ps = [[40, 41, 42, 43] * 4 + [40], [7, 8, 9] * 5 + [7], prompts(1, seed=9)[0]]
+    spec = SpeculativeConfig(num_draft_tokens=4, min_ngram=1)
+    engine = lambda **kw: Engine(llm, block_size=8, num_blocks=128, max_num_seqs=3, **kw)  # noqa: E731
+    fused, sizes = engine(speculative=spec), []
+    native_run = fused.runner.fused.run
+    fused.runner.fused.run = lambda x, *args: (sizes.append(x.shape[0]), native_run(x, *args))[1]
+    ours = run(fused, ps, params)
+    ref = run(module_path(engine(speculative=spec)), ps, params)
+    plain = run(engine(), ps, params)
+    assert max(sizes) > len(ps)  # steps with drafts went native (a random model rejects them: rollbacks)
+    table = lambda g: [v for t in g.logprobs for v in (t.logprob, *(lp for _, lp in t.top))]  # noqa: E731
+    for a, b, c in zip(ours, ref, plain):
+        assert a.ids == b.ids == c.ids
+        assert table(a) == pytest.approx(table(b), abs=1e-4) and table(a) == pytest.approx(table(c), abs=1e-4)
+
+
 def test_portable_build_equals_the_module_path(monkeypatch):
     """The scalar path (what a CPU without AVX2 runs) through the same step."""
     monkeypatch.setenv("TINYLLM_NATIVE", "scalar")
@@ -381,3 +402,17 @@ def test_default_model_decode_logits_equal_the_dequantized_model(monkeypatch):
             full = ref.model(torch.tensor([ids]))[0]  # [T, V]
         for position, logits in seen:
             assert (logits - full[position]).abs().max() <= 1e-4
+
+
+@pytest.mark.slow
+def test_default_model_accepts_drafts_natively(default_model_path):
+    """The default model repeating a paragraph accepts most n-gram drafts; native verification == module path."""
+    llm = LLM(default_model_path)
+    text = "The quick brown fox jumps over the lazy dog near the river bank. " * 4
+    ps = [llm.tokenizer.encode(text, False)]
+    params = [SamplingParams(temperature=0, max_tokens=32, ignore_eos=True, logprobs=2)]
+    engine = lambda **kw: Engine(llm, block_size=16, num_blocks=64, speculative=SpeculativeConfig(), **kw)  # noqa: E731
+    ours, ref = run(engine(), ps, params)[0], run(module_path(engine()), ps, params)[0]
+    assert ours.stats["accepted"] > 16 and ours.ids == ref.ids
+    table = lambda g: [v for t in g.logprobs for v in (t.logprob, *(lp for _, lp in t.top))]  # noqa: E731
+    assert table(ours) == pytest.approx(table(ref), abs=1e-4)
