@@ -23,6 +23,7 @@ from tinyllm.loading.quantize import quantize_q4_1, quantize_q8_0
 from tinyllm.model.fused_decode import build_stack, decode_logits, unsupported
 from tinyllm.model.quant_linear import QuantLinear
 from tinyllm.model.ragged_attention import RaggedLayout
+from tinyllm.speculative.draft_model import DraftModelProposer, self_draft
 from tinyllm.speculative.proposer import SpeculativeConfig
 
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no native kernels on this machine")
@@ -363,6 +364,20 @@ def test_verified_drafts_run_natively_and_equal_the_module_path(llm):
     for a, b, c in zip(ours, ref, plain):
         assert a.ids == b.ids == c.ids
         assert table(a) == pytest.approx(table(b), abs=1e-4) and table(a) == pytest.approx(table(c), abs=1e-4)
+
+
+@pytest.mark.parametrize("layers", [None, 1])
+def test_a_draft_model_drafts_through_the_native_step(llm, layers):
+    """A draft model the native step covers drafts through it (a long feed in pieces of 64 tokens) and
+    proposes what its module path proposes, through rejections, rollbacks and acceptances."""
+    draft = llm.model if layers is None else self_draft(llm.model, layers)
+    native, module = DraftModelProposer(draft), DraftModelProposer(draft, native=False)
+    assert native.native is not None and module.native is None
+    ids = prompts(1, seed=11)[0] * 5  # > 64 tokens
+    for step in range(6):
+        got, want = native.propose(ids, 4), module.propose(ids, 4)
+        assert got == want
+        ids = ids + (got[:2] + [step + 100] if step % 2 else got)  # a rejection, then all accepted
 
 
 def test_portable_build_equals_the_module_path(monkeypatch):

@@ -10,8 +10,12 @@ import torch
 from torch import nn
 
 from ..cache.kv_cache import KVCache
+from ..cache.paged_cache import PagedStorage
 from ..errors import TinyLLMError
+from ..model.fused_decode import MAX_TOKENS, build_stack, decode_logits, unsupported
 from ..model.llama import LlamaForCausalLM
+
+BLOCK = 16  # slots per block of the native draft's storage (its slot p is position p)
 
 
 def self_draft(target: LlamaForCausalLM, num_layers: int) -> LlamaForCausalLM:
@@ -32,22 +36,63 @@ def self_draft(target: LlamaForCausalLM, num_layers: int) -> LlamaForCausalLM:
     return draft.eval()
 
 
+class NativeDraftCache:
+    """The draft's keys and values for the native decode step (model/fused_decode.py): a paged storage whose
+    slot p holds position p, fed up to MAX_TOKENS tokens per call, each reading the keys up to its own
+    position. A draft token then costs one native call instead of a module forward."""
+
+    def __init__(self, model, max_len: int):
+        c = model.config
+        blocks = -(-max_len // BLOCK)
+        self.storage = PagedStorage(c.num_layers, c.num_kv_heads, c.head_dim, blocks, BLOCK)  # pages on first use
+        self.stack = build_stack(model, self.storage)
+        self.length = 0
+
+    def feed(self, model, ids: list[int]) -> torch.Tensor:
+        """Store the keys of ids after the first `length` positions -> the logits after the last [V]."""
+        for start in range(0, len(ids), MAX_TOKENS):
+            part = ids[start : start + MAX_TOKENS]
+            n = len(part)
+            positions = torch.arange(self.length, self.length + n)  # [n], also their slots
+            keys = torch.arange(self.length + n).expand(n, -1)  # [n, S]: each reads up to its own position
+            last = torch.tensor([n - 1])
+            logits = decode_logits(model, self.stack, torch.tensor(part), positions, positions, keys, last)[0]
+            self.length += n
+        return logits
+
+    def truncate(self, length: int) -> None:
+        self.length = length
+
+
 class DraftModelProposer:
     """Keeps the draft's cache in step with the sequence: it feeds whatever it has not seen, then drafts
-    k tokens greedily (deterministic drafts, so verification reproduces plain sampling exactly)."""
+    k tokens greedily (deterministic drafts, so verification reproduces plain sampling exactly). A draft the
+    native decode step covers runs through it; any other through its module path and a KV cache."""
 
-    def __init__(self, model, max_len: int | None = None):
+    def __init__(self, model, max_len: int | None = None, native: bool = True):
+        """native=False: the module path even for a draft the native step covers (its reference in tests)."""
         c = model.config
         self.model = model
         self.max_len = max_len or c.max_position_embeddings
-        device = next(model.parameters()).device
-        self.cache = KVCache(c.num_layers, c.num_kv_heads, c.head_dim, self.max_len, device=device)
+        device = next(model.parameters(), torch.empty(0)).device
+        native = NativeDraftCache(model, self.max_len) if native and unsupported(model) is None else None
+        self.native = native if native is not None and native.stack is not None else None
+        self.cache = (
+            None if self.native else KVCache(c.num_layers, c.num_kv_heads, c.head_dim, self.max_len, device=device)
+        )
+        self.device = device
         self.seen: list[int] = []  # the tokens whose KV the draft cache holds, in order
 
     def rollback(self, num_tokens: int) -> None:
         num_tokens = min(num_tokens, len(self.seen))
-        self.cache.truncate(num_tokens)
+        (self.native or self.cache).truncate(num_tokens)
         del self.seen[num_tokens:]
+
+    def _feed(self, ids: list[int]) -> torch.Tensor:
+        """The draft's logits after ids [V], its cache holding them."""
+        if self.native is not None:
+            return self.native.feed(self.model, ids)
+        return self.model(torch.tensor([ids], device=self.device), cache=self.cache, last_only=True)[0, -1]
 
     @torch.inference_mode()
     def propose(self, ids: Sequence[int], k: int) -> list[int]:
@@ -57,14 +102,13 @@ class DraftModelProposer:
         k = min(k, self.max_len - len(ids))
         if k <= 0:
             return []
-        device = self.cache.device
         feed = ids[len(self.seen) :]
-        logits = self.model(torch.tensor([feed], device=device), cache=self.cache, last_only=True)[0, -1]
+        logits = self._feed(feed)
         self.seen += feed
         drafts = []
         for i in range(k):
             drafts.append(int(logits.argmax()))
             if i + 1 < k:
-                logits = self.model(torch.tensor([[drafts[-1]]], device=device), cache=self.cache)[0, -1]
+                logits = self._feed(drafts[-1:])
                 self.seen.append(drafts[-1])
         return drafts
