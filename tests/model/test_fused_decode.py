@@ -16,7 +16,7 @@ from helpers.tiny_models import quantized_copy, tiny_llama
 from tinyllm import LLM, SamplingParams
 from tinyllm.cache.paged_cache import PagedStorage
 from tinyllm.engine.engine import Engine
-from tinyllm.engine.runner import StepInputs, execute
+from tinyllm.engine.runner import NativeKeys, StepInputs, execute
 from tinyllm.kernels import native
 from tinyllm.kernels.decode_step import KV_TYPES
 from tinyllm.loading.quantize import quantize_q4_1, quantize_q8_0
@@ -325,6 +325,26 @@ def test_engine_runs_the_native_step_and_equals_the_module_path(llm, kv_dtype):
             continue
         table = lambda g: [v for t in g.logprobs for v in (t.logprob, *(lp for _, lp in t.top))]  # noqa: E731
         assert table(a) == pytest.approx(table(b), abs=1e-4)
+
+
+def test_mixed_steps_run_decodes_natively_and_prompts_on_the_module_path(llm):
+    """Prompts arriving while others decode: such a step runs two forwards (the decodes native, the prompt
+    chunks on the module path) and the generations equal the module path's and each prompt's alone."""
+    ps = prompts(8, seed=5)
+    params = [SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=2)] * 8
+    engine = lambda **kw: Engine(llm, block_size=8, num_blocks=128, max_num_batched_tokens=48, **kw)  # noqa: E731
+    fused, steps = engine(max_num_seqs=8), []
+    run_step, forward = fused.runner.run, fused.runner.forward
+    fused.runner.run = lambda *args: (steps.append([]), run_step(*args))[1]
+    fused.runner.forward = lambda inputs, rows: (steps[-1].append(type(inputs.layout)), forward(inputs, rows))[1]
+    ours = run(fused, ps, params)
+    ref = run(module_path(engine(max_num_seqs=8)), ps, params)
+    alone = [run(engine(), [p], params[:1])[0] for p in ps]
+    assert [NativeKeys, RaggedLayout] in steps  # a mixed step
+    table = lambda g: [v for t in g.logprobs for v in (t.logprob, *(lp for _, lp in t.top))]  # noqa: E731
+    for a, b, c in zip(ours, ref, alone):
+        assert a.ids == b.ids == c.ids
+        assert table(a) == pytest.approx(table(b), abs=1e-4) and table(a) == pytest.approx(table(c), abs=1e-4)
 
 
 def test_seeded_sampling_alone_batched_and_preempted(llm):

@@ -87,11 +87,29 @@ class ModelRunner:
         self, step: SchedulerOutput, tables: dict[str, BlockTable]
     ) -> tuple[list[ScheduledChunk], torch.Tensor, list[PromptRows]]:
         """Run the step; return the chunks that sample and their logits [n, V], in that order (a chunk
-        with k drafts has k + 1 rows), and the prompt rows of requests that want prompt logprobs."""
-        decodes = [c for c in step.chunks if c.num_tokens == 1]
-        prefills = [c for c in step.chunks if c.num_tokens > 1]
+        with k drafts has k + 1 rows), and the prompt rows of requests that want prompt logprobs.
+
+        Decodes and verified drafts (chunks whose every token is sampled) run through the native step when the
+        model has one and they are at most FUSED_MAX_TOKENS tokens; prompt chunks through the module path, in a
+        second forward when both kinds share the step. A token's path so depends on what it is, not on its
+        company (what seeded sampling alone == batched rests on), and decodes never pay the module path."""
+        sampled = [c for c in step.chunks if c.samples and c.sample_start == c.start]
+        if self.fused is None or not sampled or sum(c.num_tokens for c in sampled) > FUSED_MAX_TOKENS:
+            return self._run_part(step.chunks, tables, step.block_copies, native=False)
+        prompts = [c for c in step.chunks if not (c.samples and c.sample_start == c.start)]
+        out = self._run_part(sampled, tables, step.block_copies, native=True)
+        if not prompts:
+            return out
+        more = self._run_part(prompts, tables, [], native=False)
+        return out[0] + more[0], torch.cat([out[1], more[1]]), out[2] + more[2]
+
+    def _run_part(
+        self, chunks: list[ScheduledChunk], tables: dict[str, BlockTable], block_copies, native: bool
+    ) -> tuple[list[ScheduledChunk], torch.Tensor, list[PromptRows]]:
+        """One forward over these chunks, through the native step or the module path."""
+        decodes = [c for c in chunks if c.num_tokens == 1]
+        prefills = [c for c in chunks if c.num_tokens > 1]
         chunks = decodes + prefills
-        native = self.fused is not None and self._native_step(step)
         ids, positions, slot_mapping, rows, sampling = [], [], [], [], []
         extra: list[tuple[ScheduledChunk, range, int]] = []  # prompt-logprob positions and their first row
         layout = NativeKeys(self._native_keys(chunks, tables)) if native else self._layout(decodes, prefills, tables)
@@ -118,7 +136,7 @@ class ModelRunner:
         for _, wanted, first_row in extra:
             rows += range(first_row, first_row + len(wanted))
         x = torch.tensor([ids], device=self.device)  # [1, N]
-        inputs = StepInputs(step.block_copies, x, torch.cat(positions).to(self.device), write_slots, layout)
+        inputs = StepInputs(block_copies, x, torch.cat(positions).to(self.device), write_slots, layout)
         with self.threads_for(len(ids)):
             logits = self.forward(inputs, torch.tensor(rows, dtype=torch.long, device=self.device))  # [n, V]
         prompt_rows, at = [], num_sampled
@@ -144,13 +162,6 @@ class ModelRunner:
         if self.native_matmuls and num_tokens <= SINGLE_THREAD_MAX_TOKENS:
             return torch_single_threaded()
         return contextlib.nullcontext()
-
-    @staticmethod
-    def _native_step(step: SchedulerOutput) -> bool:
-        """Whether the native step runs this step: at most FUSED_MAX_TOKENS tokens, each of them sampled, so
-        decodes and verified drafts. Prompts stay on the module path, whatever else shares their step, so a
-        prompt's keys and logits do not depend on its company (what seeded sampling alone == batched rests on)."""
-        return step.num_tokens <= FUSED_MAX_TOKENS and all(c.samples and c.sample_start == c.start for c in step.chunks)
 
     def _layout(self, decodes, prefills, tables: dict[str, BlockTable]) -> RaggedLayout:
         """The module path's view of the step: the decode rows' keys, then one slice per prefill chunk."""
