@@ -103,6 +103,18 @@ def test_info_table_prints_every_field(tiny_gguf):
     info = json.loads(run("info", "--model", tiny_gguf, "--json").stdout)
     assert set(table) == set(info)  # lists of ids print too, not only lists of words
     assert table["family"] == "llama" and table["features"] == "none beyond a plain Llama decoder"
+    assert table["int8_activations"] == "none (float32 activations)"
+
+
+def test_int8_activations_flag(tmp_path):
+    path = str(tmp_path / "q.gguf")
+    write_gguf(random_tiny_llama(31), path, quant_types={"weight": "Q4_1"})
+    info = json.loads(run("info", "--model", path, "--weights", "native-int8", "--json").stdout)
+    assert info["int8_activations"] == ["Q4_1"]
+    r = run("generate", "the tin", "--model", path, "--weights", "native-int8", "--max-tokens", "4", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["usage"]["completion_tokens"] >= 1, r.stderr
+    r = run("generate", "hi", "--model", path, "--weights", "int8")
+    assert r.returncode == 2 and "native-int8" in r.stderr
 
 
 def test_chat_streams_replies(tiny_gguf):

@@ -19,8 +19,9 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--weights",
         default=None,
-        choices=["native", "dequantized"],
-        help="keep GGUF block formats as blocks (native, the default on the CPU) or expand them to float",
+        choices=["native", "native-int8", "dequantized"],
+        help="keep GGUF block formats as blocks (native, the default on the CPU) or expand them to float; "
+        "native-int8 also quantizes activations to 8 bits per 32 as llama.cpp does (faster, not exact)",
     )
     p.add_argument(
         "--quantize",
@@ -206,6 +207,8 @@ def cmd_info(args) -> int:
         for key, value in info.items():
             if key == "features" and not value:
                 value = ["none beyond a plain Llama decoder"]
+            if key == "int8_activations" and not value:
+                value = ["none (float32 activations)"]
             if isinstance(value, list):
                 value = ", ".join(map(str, value))
             print(f"{key:20s} {value}")

@@ -36,8 +36,9 @@ def _common_args(p) -> None:
     p.add_argument(
         "--weights",
         default=None,
-        choices=["native", "dequantized"],
-        help="our weights: GGUF blocks kept as blocks (native, default) or expanded to float",
+        choices=["native", "native-int8", "dequantized"],
+        help="our weights: GGUF blocks kept as blocks (native, default), the same with 8-bit activations "
+        "(native-int8), or expanded to float",
     )
     p.add_argument("--quantize", default=None, choices=["int8", "int4"], help="quantize a float model at load")
 

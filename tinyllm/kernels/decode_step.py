@@ -118,9 +118,13 @@ class StackShape:
     kv_dtype: torch.dtype = torch.float32  # of the KV storage: a key of KV_TYPES
 
 
+INT8_ACTIVATIONS = 256  # or'ed into a weight's type id: decode.cpp runs it with 8-bit activations (q8act.cpp)
+
+
 def _qw(w: QuantWeight) -> _QW:
     _, ptr, stride = _weight_args(w)[:3]
-    return _QW(FORMATS[w.fmt].ggml_type, ptr, stride, w.shape[0], w.shape[1])
+    fmt = FORMATS[w.fmt].ggml_type | (INT8_ACTIVATIONS if w.int8_activations else 0)
+    return _QW(fmt, ptr, stride, w.shape[0], w.shape[1])
 
 
 def _proj(parts: list[QuantWeight]) -> _Proj:

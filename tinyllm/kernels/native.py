@@ -29,8 +29,8 @@ from .qweight import QuantWeight
 from .threads import kernel_threads
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ["blocks.h", "kv.h", "pool.h", "tile.h", "vmath.h", "qmatmul.cpp", "decode.cpp", "greedy.cpp"]
-UNITS = ["qmatmul.cpp", "decode.cpp", "greedy.cpp"]  # compiled into one library
+SOURCES = ["blocks.h", "kv.h", "pool.h", "tile.h", "vmath.h", "qmatmul.cpp", "q8act.cpp", "decode.cpp", "greedy.cpp"]
+UNITS = ["qmatmul.cpp", "q8act.cpp", "decode.cpp", "greedy.cpp"]  # compiled into one library
 FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-fPIC", "-shared", "-pthread"]
 LIB_NAME = "libtinyllm_kernels.so"
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
@@ -101,7 +101,12 @@ def load(path: Path) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
     lib.tl_qmatmul.argtypes = [ctypes.c_int, _PTR, _I64, _I64, _PTR, _I64, _I64, _PTR, ctypes.c_int]
     lib.tl_dequantize.argtypes = [ctypes.c_int, _PTR, _I64, _I64, _I64, _PTR, ctypes.c_int]
+    lib.tl_qmatmul_q8.argtypes = lib.tl_qmatmul.argtypes
     lib.tl_qmatmul.restype = lib.tl_dequantize.restype = lib.tl_simd.restype = ctypes.c_int
+    lib.tl_qmatmul_q8.restype = lib.tl_q8_supported.restype = ctypes.c_int
+    lib.tl_q8_supported.argtypes = [ctypes.c_int]
+    lib.tl_quantize_q8.argtypes = [_PTR, _I64, _I64, _PTR, _PTR, _PTR]
+    lib.tl_quantize_q8.restype = None
     lib.tl_decode_layers.argtypes = [_PTR, _PTR, _PTR]
     lib.tl_decode_layers.restype = ctypes.c_int
     lib.tl_decode_scratch_floats.argtypes = [_PTR, _I64, _I64]
@@ -156,9 +161,21 @@ def _weight_args(w: QuantWeight) -> tuple:
 
 
 def matmul_into(lib, x: torch.Tensor, m: int, w: QuantWeight, y: torch.Tensor) -> None:
-    """y [M, N] = x [M, K] @ W^T; x and y float32 and contiguous."""
+    """y [M, N] = x [M, K] @ W^T; x and y float32 and contiguous (x quantized to 8 bits first where the
+    weight says int8_activations)."""
     fmt_id, ptr, stride = _weight_args(w)[:3]
-    lib.tl_qmatmul(fmt_id, x.data_ptr(), m, w.shape[1], ptr, w.shape[0], stride, y.data_ptr(), kernel_threads())
+    call = lib.tl_qmatmul_q8 if w.int8_activations else lib.tl_qmatmul
+    call(fmt_id, x.data_ptr(), m, w.shape[1], ptr, w.shape[0], stride, y.data_ptr(), kernel_threads())
+
+
+def quantize_activations(lib, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The native kernels' 8-bit quantization of x [M, K] (float32, contiguous): q [M, K], d and sum [M, K/32]."""
+    m, k = x.shape
+    q = torch.empty(m, k, dtype=torch.int8)
+    d = torch.empty(m, k // 32)
+    total = torch.empty(m, k // 32, dtype=torch.int32)
+    lib.tl_quantize_q8(x.data_ptr(), m, k, q.data_ptr(), d.data_ptr(), total.data_ptr())
+    return q, d, total
 
 
 def dequantize_rows(lib, w: QuantWeight, n0: int, n1: int, out: torch.Tensor | None = None) -> torch.Tensor:

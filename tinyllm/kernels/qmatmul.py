@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from . import native
+from .q8act import int8_linear
 from .qweight import QuantWeight
 from .reference import dequantize
 
@@ -33,12 +34,15 @@ def qmatmul(x: torch.Tensor, w: QuantWeight) -> torch.Tensor:
         raise ValueError(f"x has {x.shape[-1]} features, expected K={k} for a weight of shape {w.shape}")
     lib = native.library()
     if lib is None:
-        return F.linear(x.float(), dequantize(w)).to(x.dtype)
+        return (int8_linear(x, w) if w.int8_activations else F.linear(x.float(), dequantize(w))).to(x.dtype)
     if x.dtype is not torch.float32 or not x.is_contiguous():
         return qmatmul(x.float().contiguous(), w).to(x.dtype)
     m = x.numel() // k
     y = torch.empty(m, n)  # [M, N]; sizes as ints: building it from a torch.Size costs several times more
-    if m >= BLAS_MIN_M:
+    if w.int8_activations:  # every M: one arithmetic per row whatever the batch
+        if m > 0:
+            native.matmul_into(lib, x, m, w, y)
+    elif m >= BLAS_MIN_M:
         blas_matmul(lib, x.view(m, k), w, y)
     elif m > 0:
         native.matmul_into(lib, x, m, w, y)

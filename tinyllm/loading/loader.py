@@ -11,9 +11,10 @@ from torch import nn
 from ..config import ModelConfig
 from ..errors import TinyLLMError
 from ..kernels import dequantize
+from ..kernels.formats import INT8_ACTIVATION_FORMATS
 from ..model.llama import LlamaForCausalLM, rotary_tables
 from ..model.quant_bias import BiasedQuantLinear
-from ..model.quant_linear import QuantEmbedding, QuantLinear
+from ..model.quant_linear import QuantEmbedding, QuantLinear, quant_weights
 from ..text.tokenizer import Tokenizer
 from .default_model import default_model_path
 from .fusion import fuse
@@ -23,7 +24,8 @@ from .hf_config import config_from_hf
 from .hf_model import read_json, state_dict_from_hf
 from .quantize import QUANTIZE_MODES, quantize_state
 
-WEIGHT_MODES = ("native", "dequantized")
+WEIGHT_MODES = ("native", "native-int8", "dequantized")
+NATIVE_MODES = ("native", "native-int8")
 
 
 @dataclass
@@ -40,8 +42,10 @@ class LoadedModel:
 @dataclass(frozen=True)
 class WeightOptions:
     """How weights are held. weights: "native" keeps block formats as blocks (matmuls run on them),
-    "dequantized" expands them to float at load (the reference path); None picks native on the CPU and
-    dequantized elsewhere. quantize: "int8"/"int4" turns a float model's weights into blocks at load."""
+    "native-int8" does too and quantizes the activations to 8 bits per 32 for the 32-element block formats
+    (llama.cpp's arithmetic: faster, no longer equal to the reference), "dequantized" expands them to float at
+    load (the reference path); None picks native on the CPU and dequantized elsewhere. quantize: "int8"/"int4"
+    turns a float model's weights into blocks at load."""
 
     weights: str | None = None
     quantize: str | None = None
@@ -54,11 +58,26 @@ class WeightOptions:
 
     def native_on(self, device) -> bool:
         on_cpu = torch.device(device).type == "cpu"
-        if self.weights == "native" and not on_cpu:
+        if self.weights in NATIVE_MODES and not on_cpu:
             raise TinyLLMError(
-                f"weights='native' runs on the CPU only, got device {str(device)!r}; use weights='dequantized' there"
+                f"weights={self.weights!r} runs on the CPU only, got device {str(device)!r}; "
+                "use weights='dequantized' there"
             )
-        return self.weights == "native" or (self.weights is None and on_cpu)
+        return self.weights in NATIVE_MODES or (self.weights is None and on_cpu)
+
+
+def _int8_activations(model: nn.Module, options: WeightOptions, source: str) -> None:
+    """weights="native-int8": every weight in a 32-element block format multiplies 8-bit activations."""
+    if options.weights != "native-int8":
+        return
+    weights = [w for w in quant_weights(model) if w.fmt in INT8_ACTIVATION_FORMATS]
+    if not weights:
+        raise TinyLLMError(
+            f"weights='native-int8' needs weights in {', '.join(INT8_ACTIVATION_FORMATS)}, and {source!r} has none"
+            " (a float model can be quantized at load with quantize='int8' or 'int4')"
+        )
+    for w in weights:
+        w.int8_activations = True
 
 
 def _is_quantized(value) -> bool:
@@ -160,6 +179,7 @@ def _load_gguf(path: str, dtype, device, options: WeightOptions) -> LoadedModel:
     if options.quantize:
         types = _type_counts(state)
     model = build_model(config, state, device, path, dtype)
+    _int8_activations(model, options, path)
     return LoadedModel(path, "gguf", config, model, tokenizer, tokenizer.stop_ids, types)
 
 
@@ -182,6 +202,7 @@ def _load_hf(folder: str, dtype, device, options: WeightOptions) -> LoadedModel:
     if options.quantize:
         types = _type_counts(state)
     model = build_model(config, state, device, folder, dtype)
+    _int8_activations(model, options, folder)
     return LoadedModel(folder, "safetensors", config, model, tokenizer, _hf_eos_ids(folder, tokenizer), types)
 
 
@@ -192,7 +213,8 @@ def load(
     weights: str | None = None,
     quantize: str | None = None,
 ) -> LoadedModel:
-    """weights: "native" | "dequantized" | None (native on the CPU); quantize: None | "int8" | "int4"."""
+    """weights: "native" | "native-int8" | "dequantized" | None (native on the CPU); quantize: None | "int8" |
+    "int4"."""
     try:
         options = WeightOptions(weights, quantize)
     except ValueError as exc:

@@ -27,9 +27,10 @@ def add_serve_command(subparsers) -> None:
     p.add_argument(
         "--weights",
         default=None,
-        choices=["native", "dequantized"],
+        choices=["native", "native-int8", "dequantized"],
         help="keep GGUF block formats as blocks (native, the default on the CPU: least memory, fastest alone) or "
-        "expand them to float (faster when many requests are batched)",
+        "expand them to float (faster when many requests are batched); native-int8 also quantizes activations "
+        "to 8 bits per 32 as llama.cpp does (faster, not exact)",
     )
     p.add_argument("--quantize", default=None, choices=["int8", "int4"], help="quantize a float model at load")
     p.add_argument(

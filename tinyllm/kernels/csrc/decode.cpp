@@ -19,8 +19,12 @@
 
 extern "C" int tl_qmatmul(int fmt, const float* x, int64_t m, int64_t k, const uint8_t* data, int64_t n,
                           int64_t stride, float* y, int threads);
+extern "C" int tl_qmatmul_q8(int fmt, const float* x, int64_t m, int64_t k, const uint8_t* data, int64_t n,
+                             int64_t stride, float* y, int threads);
 
 namespace tl {
+
+constexpr int64_t INT8_ACTIVATIONS = 256;  // or'ed into QW::fmt: the activations go to 8 bits (q8act.cpp)
 
 struct QW {  // a weight kept as GGUF blocks: [n, k]
     int64_t fmt;
@@ -135,7 +139,10 @@ static void rms_norm(const float* x, const float* w, int64_t n, int64_t c, doubl
 }
 
 static void matmul(const QW& w, const float* x, int64_t m, float* y, int threads) {
-    tl_qmatmul((int)w.fmt, x, m, w.k, w.data, w.n, w.stride, y, threads);
+    if (w.fmt & INT8_ACTIVATIONS)
+        tl_qmatmul_q8((int)(w.fmt & 255), x, m, w.k, w.data, w.n, w.stride, y, threads);
+    else
+        tl_qmatmul((int)w.fmt, x, m, w.k, w.data, w.n, w.stride, y, threads);
 }
 
 // y [m, sum of the parts' rows] = x @ [part 0; part 1; ...]^T; several parts go through `part` [m, rows].
