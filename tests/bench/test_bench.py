@@ -48,6 +48,7 @@ def test_decode(folder, tmp_path):
     r = bench("decode", folder, tmp_path)
     modes = {row["mode"] for row in r["rows"]}
     assert {"none", "contiguous", "engine", "engine-f16"} <= modes
+    assert not modes & {"engine-int8", "engine-int8-f16"}  # float weights: the 8-bit modes are skipped
     assert ("reference" in modes) == HAS_REFERENCE
     for row in r["rows"]:
         assert row["new_tokens"] in (4, 8) and positive(row["wall_s"]) and positive(row["decode_tokens_per_s"])
@@ -69,10 +70,13 @@ def test_decode_and_load_beside_llamacpp(tmp_path):
         quant_types={"weight": "Q8_0"},
         pre="gpt-2",
     )
-    r = bench("decode", path, tmp_path / "d", "--no-reference", "--modes", "engine")
+    r = bench("decode", path, tmp_path / "d", "--no-reference", "--modes", "engine", "engine-int8")
     rows = {row["mode"]: row for row in r["rows"] if row["new_tokens"] == 8}
-    assert set(rows) == {"engine", "llama.cpp"} and positive(rows["llama.cpp"]["decode_tokens_per_s"])
-    assert positive(r["ratios"]["engine_over_llamacpp"]["8"])
+    assert set(rows) == {"engine", "engine-int8", "llama.cpp"} and positive(rows["llama.cpp"]["decode_tokens_per_s"])
+    assert positive(r["ratios"]["engine_over_llamacpp"]["8"]) and positive(
+        r["ratios"]["engine_int8_over_llamacpp"]["8"]
+    )
+    assert positive(r["prefill"]["ours_int8_tokens_per_s"])
     assert positive(r["prefill"]["llamacpp_tokens_per_s"]) and positive(r["prefill"]["ours_over_llamacpp"])
     r = bench("load", path, tmp_path / "l", "--no-reference")
     assert positive(r["load"]["llamacpp_s"]) and r["load"]["ours_rss_added"] is not None

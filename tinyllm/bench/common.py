@@ -12,7 +12,7 @@ import platform
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # ---- timing and statistics
 
@@ -200,6 +200,7 @@ class Models:
     load_s: float | None = None
     reference_load_s: float | None = None
     rss_added: int | None = None  # resident bytes our load added
+    others: dict = field(default_factory=dict)  # weights mode -> another LLM on the same file (or None: refused)
 
 
 def model_path(path: str | None) -> str:

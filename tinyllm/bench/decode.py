@@ -1,6 +1,7 @@
 """Greedy decode tokens/s of the reference loop with cache none vs contiguous, and of the engine (the product
-path: paged KV, float32 and float16), for growing numbers of new tokens, beside HF transformers' cached generate
-and llama.cpp at batch 1 on the same weights; and prefill tokens/s of a long prompt beside llama.cpp's.
+path: paged KV, float32 and float16; and with 8-bit activations, weights="native-int8", loaded beside), for
+growing numbers of new tokens, beside HF transformers' cached generate and llama.cpp at batch 1 on the same
+weights; and prefill tokens/s of a long prompt beside llama.cpp's.
 
 Writes decode.json and decode.png (time against new tokens for every mode)."""
 
@@ -18,7 +19,10 @@ MODES = [
     ("contiguous", dict(cache="contiguous")),
     ("engine", dict(cache="paged")),
     ("engine-f16", dict(cache="paged", kv_dtype="float16")),
+    ("engine-int8", dict(cache="paged")),  # the rows named engine-int8* run a second LLM, weights="native-int8"
+    ("engine-int8-f16", dict(cache="paged", kv_dtype="float16")),
 ]
+INT8 = "engine-int8"
 AIM_CACHED_OVER_NONE = 5.0  # at the longest run
 AIM_OVER_REFERENCE = 4.0  # contiguous vs HF generate, batch 1
 
@@ -87,9 +91,27 @@ def reference(ref, ids: list[int], n: int, pad: int) -> dict:
     }
 
 
+def int8_llm(models: common.Models):
+    """The same file with weights="native-int8", loaded once; None (and a note) where the model has no weight
+    in a format the mode covers."""
+    from ..errors import TinyLLMError
+    from ..llm import LLM
+
+    if "native-int8" not in models.others:
+        try:
+            models.others["native-int8"] = LLM(models.path, weights="native-int8")
+        except TinyLLMError as exc:
+            print(f"skipping the {INT8} modes: {exc}")
+            models.others["native-int8"] = None
+    return models.others["native-int8"]
+
+
 def runners(models: common.Models, ids: list[int], modes: list[str], peer=None) -> list[tuple[str, callable]]:
-    llm = models.llm
-    out = [(name, lambda n, o=options: ours(llm, ids, n, o)) for name, options in MODES if name in modes]
+    llm, out = models.llm, []
+    for name, options in MODES:
+        runs_on = int8_llm(models) if name.startswith(INT8) and name in modes else llm
+        if name in modes and runs_on is not None:
+            out.append((name, lambda n, o=options, m=runs_on: ours(m, ids, n, o)))
     if models.reference is not None:
         out.append(("reference", lambda n: reference(models.reference, ids, n, common.pad_id(llm))))
     if peer is not None:
@@ -146,6 +168,8 @@ def ratios(rows: list[dict], new_tokens: list[int]) -> dict:
         "engine_over_contiguous": {},
         "engine_f16_over_engine": {},
         "engine_over_llamacpp": {},
+        "engine_int8_over_engine": {},
+        "engine_int8_over_llamacpp": {},
     }
     for n in new_tokens:
         out["contiguous_over_none"][n] = common.ratio(rate.get(("contiguous", n)), rate.get(("none", n)))
@@ -153,6 +177,8 @@ def ratios(rows: list[dict], new_tokens: list[int]) -> dict:
         out["engine_over_contiguous"][n] = common.ratio(rate.get(("engine", n)), rate.get(("contiguous", n)))
         out["engine_f16_over_engine"][n] = common.ratio(rate.get(("engine-f16", n)), rate.get(("engine", n)))
         out["engine_over_llamacpp"][n] = common.ratio(rate.get(("engine", n)), rate.get(("llama.cpp", n)))
+        out["engine_int8_over_engine"][n] = common.ratio(rate.get((INT8, n)), rate.get(("engine", n)))
+        out["engine_int8_over_llamacpp"][n] = common.ratio(rate.get((INT8, n)), rate.get(("llama.cpp", n)))
     longest = max(new_tokens)
     cached = out["contiguous_over_none"][longest]
     vs_ref = out["contiguous_over_reference"][longest]
@@ -202,6 +228,7 @@ def report(result: dict) -> str:
     lines.append(
         f"prefill {pf['prompt_tokens']} tok (tok/s): ours {pf['ours_tokens_per_s']:.1f}  llama.cpp "
         f"{'-' if pf['llamacpp_tokens_per_s'] is None else format(pf['llamacpp_tokens_per_s'], '.1f')}"
+        + (f"  ours, 8-bit activations {pf['ours_int8_tokens_per_s']:.1f}" if "ours_int8_tokens_per_s" in pf else "")
     )
     for key, per_n in result["ratios"].items():
         if key != "aims":
@@ -221,5 +248,8 @@ def run(args, models: common.Models | None = None) -> dict:
     result.update(measure(models, args.prompt_tokens, args.new_tokens, args.repeats, args.seed, args.modes, peer))
     prompt = common.windows(common.corpus_ids(models.llm.tokenizer), [args.prefill_tokens], args.seed + 1)[0]
     result["prefill"] = llamacpp.prefill_pair(models.llm.model, peer, prompt, max(2, args.repeats))
+    if models.others.get("native-int8") is not None:  # its prefill beside the same peer figure
+        int8 = llamacpp.prefill_pair(models.others["native-int8"].model, None, prompt, max(2, args.repeats))
+        result["prefill"]["ours_int8_tokens_per_s"] = int8["ours_tokens_per_s"]
     llamacpp.close(peer)
     return common.save(args.out, "decode", result, draw(result), report)
