@@ -12,12 +12,13 @@ import torch
 
 from helpers.quant_blocks import random_blocks, weight
 from tinyllm.kernels import QuantWeight, dequantize, native, qmatmul
-from tinyllm.kernels.formats import FORMATS, INT8_ACTIVATION_FORMATS
+from tinyllm.kernels.formats import FORMATS
 from tinyllm.kernels.q8act import dequantize_activations, int8_linear, quantize_activations
 from tinyllm.kernels.threads import kernel_threads
 
 U = 2.0**-24
-MIN_CODES = {"Q4_1": (4, 20), "Q5_1": (4, 24)}  # bytes holding a block's codes, for formats with a minimum
+MIN_CODES = {"Q4_1": (4, 20), "Q5_1": (4, 24), "Q4_K": (16, 144), "Q5_K": (16, 176)}  # bytes holding a block's
+# codes, for the formats with a minimum
 
 
 @pytest.fixture(params=["native", "scalar", "fallback"])
@@ -105,10 +106,11 @@ def test_quantization_is_the_pytorch_form_bit_for_bit(build, monkeypatch):
         native.reset()
 
 
-@pytest.mark.parametrize("fmt", INT8_ACTIVATION_FORMATS)
+@pytest.mark.parametrize("fmt", list(FORMATS))
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 7, 64, 300])  # fours of activation rows, each remainder, prefill
 def test_matmul_within_bound_of_the_pytorch_form(path, fmt, m):
-    for n, k, every_code in [(37, 32, False), (5, 96, True), (19, 160, False)]:
+    block = FORMATS[fmt].block_size  # K: one block, an odd number of 32-element blocks, and more
+    for n, k, every_code in [(37, block, False), (5, 3 * block, True), (19, 5 * block, False)]:
         w = int8_weight(fmt, n, k, seed=m, every_code=every_code)
         x = torch.randn(m, k, generator=torch.Generator().manual_seed(n)) * 3
         y = qmatmul(x, w)
@@ -116,13 +118,14 @@ def test_matmul_within_bound_of_the_pytorch_form(path, fmt, m):
         assert_within_bound(y, x, w)
 
 
-@pytest.mark.parametrize("fmt", INT8_ACTIVATION_FORMATS)
+@pytest.mark.parametrize("fmt", list(FORMATS))
 def test_a_row_is_the_same_alone_batched_and_at_any_thread_count(fmt):
     """Every output is one chain of the same operations whatever M and the thread count are: bit for bit."""
     if native.library() is None:
         pytest.skip("no native kernels on this machine")
-    w = int8_weight(fmt, 203, 96, seed=1)
-    x = torch.randn(9, 96, generator=torch.Generator().manual_seed(2))
+    k = 3 * FORMATS[fmt].block_size
+    w = int8_weight(fmt, 203, k, seed=1)
+    x = torch.randn(9, k, generator=torch.Generator().manual_seed(2))
     before = torch.get_num_threads()
     try:
         outs = []
@@ -143,12 +146,6 @@ def test_non_finite_activations_give_nan_rows_only_where_they_reach(path):
     x[1, 40] = float("inf")
     y = qmatmul(x, w)
     assert bool(y[1].isnan().all()) and bool(y[[0, 2]].isfinite().all())
-
-
-def test_k_formats_refuse_int8_activations():
-    w = weight("Q4_K", 4, 256, seed=0)
-    with pytest.raises(ValueError, match="int8 activations run with Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 weights, not Q4_K"):
-        QuantWeight(w.data, "Q4_K", w.shape, int8_activations=True)
 
 
 def test_quantize_activations_names_a_bad_width():

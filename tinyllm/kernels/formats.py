@@ -30,7 +30,3 @@ FORMATS: dict[str, QuantFormat] = {
         QuantFormat("Q6_K", 256, 210, 14),
     ]
 }
-
-# Formats whose matmul can run with activations quantized to 8 bits per 32 (weights="native-int8", q8act.cpp):
-# the 32-element block formats. The K formats keep float32 activations in that mode.
-INT8_ACTIVATION_FORMATS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")

@@ -6,14 +6,14 @@ from dataclasses import dataclass
 
 import torch
 
-from .formats import FORMATS, INT8_ACTIVATION_FORMATS
+from .formats import FORMATS
 
 
 @dataclass
 class QuantWeight:
     """`data` is uint8 [N, row_bytes] in the file's block layout; it may be a zero-copy view of a read-only
     mmap, so nothing here ever writes to it. int8_activations: multiply it with the activations quantized to
-    8 bits per 32 elements (opt-in, llama.cpp's arithmetic; only INT8_ACTIVATION_FORMATS)."""
+    8 bits per 32 elements (opt-in, llama.cpp's arithmetic)."""
 
     data: torch.Tensor  # [N, K // block_size * type_size] uint8
     fmt: str  # a key of FORMATS
@@ -24,8 +24,6 @@ class QuantWeight:
         if self.fmt not in FORMATS:
             raise ValueError(f"unsupported quantization format {self.fmt!r}; supported: {', '.join(FORMATS)}")
         fmt = FORMATS[self.fmt]
-        if self.int8_activations and self.fmt not in INT8_ACTIVATION_FORMATS:
-            raise ValueError(f"int8 activations run with {', '.join(INT8_ACTIVATION_FORMATS)} weights, not {self.fmt}")
         if len(self.shape) != 2 or any(int(s) <= 0 for s in self.shape):
             raise ValueError(f"shape must be two positive sizes (N, K), got {self.shape}")
         self.shape = (int(self.shape[0]), int(self.shape[1]))

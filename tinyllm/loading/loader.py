@@ -11,7 +11,7 @@ from torch import nn
 from ..config import ModelConfig
 from ..errors import TinyLLMError
 from ..kernels import dequantize
-from ..kernels.formats import INT8_ACTIVATION_FORMATS
+from ..kernels.formats import FORMATS
 from ..model.llama import LlamaForCausalLM, rotary_tables
 from ..model.quant_bias import BiasedQuantLinear
 from ..model.quant_linear import QuantEmbedding, QuantLinear, quant_weights
@@ -42,7 +42,7 @@ class LoadedModel:
 @dataclass(frozen=True)
 class WeightOptions:
     """How weights are held. weights: "native" keeps block formats as blocks (matmuls run on them),
-    "native-int8" does too and quantizes the activations to 8 bits per 32 for the 32-element block formats
+    "native-int8" does too and quantizes the activations of their matmuls to 8 bits per 32
     (llama.cpp's arithmetic: faster, no longer equal to the reference), "dequantized" expands them to float at
     load (the reference path); None picks native on the CPU and dequantized elsewhere. quantize: "int8"/"int4"
     turns a float model's weights into blocks at load."""
@@ -67,13 +67,13 @@ class WeightOptions:
 
 
 def _int8_activations(model: nn.Module, options: WeightOptions, source: str) -> None:
-    """weights="native-int8": every weight in a 32-element block format multiplies 8-bit activations."""
+    """weights="native-int8": every weight kept as blocks multiplies 8-bit activations."""
     if options.weights != "native-int8":
         return
-    weights = [w for w in quant_weights(model) if w.fmt in INT8_ACTIVATION_FORMATS]
+    weights = quant_weights(model)
     if not weights:
         raise TinyLLMError(
-            f"weights='native-int8' needs weights in {', '.join(INT8_ACTIVATION_FORMATS)}, and {source!r} has none"
+            f"weights='native-int8' needs weights kept as blocks ({', '.join(FORMATS)}), and {source!r} has none"
             " (a float model can be quantized at load with quantize='int8' or 'int4')"
         )
     for w in weights:

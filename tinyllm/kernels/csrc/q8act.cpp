@@ -7,8 +7,8 @@
 // per block to a scalar of the same chain. Q4_0/Q5_0 keep their codes unsigned and take 8 or 16 * sum q_x
 // off lane 0, exactly. Every output is the same operations in the same order whatever M is and however many
 // threads run, so a token's row does not depend on the rows beside it.
-// Formats: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (32-element blocks). Others return -1: the caller runs them with
-// float32 activations.
+// Formats: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, and Q4_K, Q5_K, Q6_K by their 32-element sub-blocks (a sub-block's
+// scale times d_x; Q6_K has two scales per 32, one per half of the lanes).
 #include "blocks.h"
 #include "pool.h"
 #include "vmath.h"
@@ -68,20 +68,80 @@ static void quantize_row(const float* x, int64_t k, int8_t* q, float* d, int32_t
     }
 }
 
-template <int F> static constexpr bool has_min() { return F == Q4_1 || F == Q5_1; }
+template <int F> static constexpr bool has_min() { return F == Q4_1 || F == Q5_1 || F == Q4_K || F == Q5_K; }
+template <int F> static constexpr bool signed_codes() { return F == Q8_0 || F == Q6_K; }
 template <int F> static constexpr int offset() { return F == Q4_0 ? 8 : F == Q5_0 ? 16 : 0; }
-template <int F> static constexpr int codes_at() {  // byte offset of the quants in a block
+template <int F> static constexpr int subs() { return Traits<F>::block / 32; }  // 32-element sub-blocks per block
+template <int F> static constexpr int codes_at() {  // byte offset of the quants in a 32-element block
     return F == Q4_0 || F == Q8_0 ? 2 : F == Q4_1 ? 4 : F == Q5_0 ? 6 : 8;
 }
 
+// Sub-block `sub` of a block: its scale (two for Q6_K: elements 0..15 and 16..31) and the minimum's
+// multiplier m (the block adds m * sum of x; -dmin * mn for the K formats). Products of an fp16 and a
+// 6- or 8-bit scale are exact in float32, as in the reference.
+template <int F> static inline void sub_scales(const uint8_t* b, int sub, float* d0, float* d1, float* m) {
+    *m = 0.0f;
+    if constexpr (F == Q4_K || F == Q5_K) {
+        int sc, mn;
+        k_scale_min(b + 4, sub, &sc, &mn);
+        *d0 = *d1 = f16(b) * (float)sc;
+        *m = -(f16(b + 2) * (float)mn);
+    } else if constexpr (F == Q6_K) {
+        const int h = sub / 4, j = sub % 4;
+        const float d = f16(b + 208);
+        *d0 = d * (float)(int8_t)b[192 + h * 8 + j * 2];
+        *d1 = d * (float)(int8_t)b[192 + h * 8 + j * 2 + 1];
+    } else {
+        *d0 = *d1 = f16(b);
+        if constexpr (has_min<F>()) *m = f16(b + 2);
+    }
+}
+
 #ifdef TL_AVX2
-// The block's 32 codes as bytes in element order: unsigned (0..31) for Q4/Q5, signed for Q8_0.
-template <int F> static inline __m256i codes(const uint8_t* blk) {
+// The scales of a K block's sub-blocks as sub_scales gives them, eight at a time: Q4_K/Q5_K: ks[t] = d * sc_t,
+// ks[16 + t] = -(dmin * mn_t); Q6_K: ks[0..15] = d * its sixteen scales (ks[16 + t] = 0).
+template <int F> static inline void k_scales(const uint8_t* b, float* ks) {
+    if constexpr (F == Q6_K) {
+        const __m128i raw = _mm_loadu_si128((const __m128i*)(b + 192));
+        const __m256 d = _mm256_set1_ps(f16(b + 208));
+        _mm256_store_ps(ks, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw))));
+        _mm256_store_ps(ks + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(raw, 8)))));
+        _mm256_store_ps(ks + 16, _mm256_setzero_ps());
+    } else {
+        alignas(32) int32_t sc[8], mn[8];
+        for (int t = 0; t < 8; ++t) k_scale_min(b + 4, t, &sc[t], &mn[t]);
+        const __m256 d = _mm256_set1_ps(f16(b)), dmin = _mm256_set1_ps(f16(b + 2));
+        _mm256_store_ps(ks, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_load_si256((const __m256i*)sc))));
+        const __m256 m = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_load_si256((const __m256i*)mn)));
+        _mm256_store_ps(ks + 16, _mm256_xor_ps(m, _mm256_set1_ps(-0.0f)));  // exact negation, -0 included
+    }
+}
+
+// The sub-block's 32 codes as bytes in element order: unsigned (0..31) for Q4/Q5 and the K formats with a
+// minimum, signed for Q8_0 and Q6_K.
+template <int F> static inline __m256i codes(const uint8_t* blk, int sub) {
+    const __m256i low4 = _mm256_set1_epi8(15);
     if constexpr (F == Q8_0) {
         return _mm256_loadu_si256((const __m256i*)(blk + 2));
+    } else if constexpr (F == Q4_K || F == Q5_K) {
+        const __m256i qs = _mm256_loadu_si256((const __m256i*)(blk + (F == Q4_K ? 16 : 48) + (sub / 2) * 32));
+        __m256i c = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(4 * (sub & 1))), low4);
+        if constexpr (F == Q5_K) {  // bit `sub` of qh[l] is element l's fifth bit
+            const __m256i qh = _mm256_loadu_si256((const __m256i*)(blk + 16));
+            const __m256i bit = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(sub)), _mm256_set1_epi8(1));
+            c = _mm256_or_si256(c, _mm256_slli_epi16(bit, 4));
+        }
+        return c;
+    } else if constexpr (F == Q6_K) {
+        const int h = sub / 4, j = sub % 4;
+        const __m256i ql = _mm256_loadu_si256((const __m256i*)(blk + h * 64 + (j & 1) * 32));
+        const __m256i qh = _mm256_loadu_si256((const __m256i*)(blk + 128 + h * 32));
+        const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (j >> 1))), low4);
+        const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j)), _mm256_set1_epi8(3));
+        return _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
     } else {
         const __m128i raw = _mm_loadu_si128((const __m128i*)(blk + codes_at<F>()));
-        __m256i c = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(15));
+        __m256i c = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);
         if constexpr (F == Q5_0 || F == Q5_1) {  // bit e of qh is element e's fifth bit
             const __m256i spread = _mm256_shuffle_epi8(
                 _mm256_set1_epi32((int)u32(blk + (F == Q5_0 ? 2 : 4))),
@@ -97,12 +157,13 @@ template <int F> static inline __m256i codes(const uint8_t* blk) {
 
 // Eight int32 lanes summing to sum_e code_e * xq_e (minus offset * sum xq for Q4_0/Q5_0), exactly.
 template <int F> static inline __m256i lanes(__m256i c, __m256i x, int32_t xsum) {
-    const __m256i u = F == Q8_0 ? _mm256_sign_epi8(c, c) : c;  // unsigned codes: |c| meets x * sign c for Q8_0
-    const __m256i v = F == Q8_0 ? _mm256_sign_epi8(x, c) : x;
+    // Signed codes (Q8_0, Q6_K): |c| meets x * sign c.
+    const __m256i u = signed_codes<F>() ? _mm256_sign_epi8(c, c) : c;
+    const __m256i v = signed_codes<F>() ? _mm256_sign_epi8(x, c) : x;
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
     __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, v);  // the same sums in one instruction
 #else
-    // Pairs first: at most 2 * 128 * 127 = 32512 (Q8_0), 2 * 31 * 127 (Q5): no int16 saturation.
+    // Pairs first: at most 2 * 128 * 127 = 32512 (Q8_0), 2 * 32 * 127 (Q6_K): no int16 saturation.
     __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, v), _mm256_set1_epi16(1));
 #endif
     if constexpr (offset<F>() != 0) p = _mm256_sub_epi32(p, _mm256_setr_epi32(offset<F>() * xsum, 0, 0, 0, 0, 0, 0, 0));
@@ -110,10 +171,21 @@ template <int F> static inline __m256i lanes(__m256i c, __m256i x, int32_t xsum)
 }
 #endif
 
-// The block's 32 codes as ints in element order (unsigned for Q4/Q5, signed for Q8_0).
-template <int F> static inline void codes_scalar(const uint8_t* blk, int* c) {
+// The sub-block's 32 codes as ints in element order (signed for Q8_0 and Q6_K).
+template <int F> static inline void codes_scalar(const uint8_t* blk, int sub, int* c) {
     if constexpr (F == Q8_0) {
         for (int l = 0; l < 32; ++l) c[l] = (int8_t)blk[2 + l];
+    } else if constexpr (F == Q4_K || F == Q5_K) {
+        const uint8_t* qs = blk + (F == Q4_K ? 16 : 48) + (sub / 2) * 32;
+        for (int l = 0; l < 32; ++l) {
+            c[l] = (qs[l] >> (4 * (sub & 1))) & 15;
+            if (F == Q5_K) c[l] |= ((blk[16 + l] >> sub) & 1) << 4;
+        }
+    } else if constexpr (F == Q6_K) {
+        const int h = sub / 4, j = sub % 4;
+        const uint8_t* ql = blk + h * 64 + (j & 1) * 32;
+        const uint8_t* qh = blk + 128 + h * 32;
+        for (int l = 0; l < 32; ++l) c[l] = (((ql[l] >> (4 * (j >> 1))) & 15) | (((qh[l] >> (2 * j)) & 3) << 4)) - 32;
     } else {
         const uint8_t* qs = blk + codes_at<F>();
         const uint32_t qh = F == Q5_0 || F == Q5_1 ? u32(blk + (F == Q5_0 ? 2 : 4)) : 0;
@@ -135,15 +207,28 @@ template <int F, int MT> static void dot_tile(const uint8_t* row, const Q8Act& a
     __m256 acc[2][MT];
     float tail[2][MT] = {};
     for (int m = 0; m < MT; ++m) acc[0][m] = acc[1][m] = _mm256_setzero_ps();
-    auto block = [&](int64_t b, __m256* acc_, float* tail_) {
-        const uint8_t* blk = row + b * bytes;
-        const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(has_min<F>() ? (int)u32(blk) : (int)*(const uint16_t*)blk));
-        const float dw = _mm_cvtss_f32(dm), mw = _mm_cvtss_f32(_mm_movehdup_ps(dm));
-        const __m256i c = codes<F>(blk);
+    alignas(32) float ks[24];  // K formats: the scales of the current block (k_scales)
+    auto block = [&](int64_t b, __m256* acc_, float* tail_) {  // x block b: sub-block b % subs of a weight block
+        const uint8_t* blk = row + b / subs<F>() * bytes;
+        const int sub = (int)(b % subs<F>());
+        float dw, dw1, mw;
+        if constexpr (F == Q4_1 || F == Q5_1) {  // d and m converted together
+            const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)u32(blk)));
+            dw = dw1 = _mm_cvtss_f32(dm);
+            mw = _mm_cvtss_f32(_mm_movehdup_ps(dm));
+        } else if constexpr (subs<F>() > 1) {  // a K block's scales, all at its first sub-block, in vectors
+            if (sub == 0) k_scales<F>(blk, ks);
+            dw = ks[F == Q6_K ? 2 * sub : sub], dw1 = ks[F == Q6_K ? 2 * sub + 1 : sub], mw = ks[16 + sub];
+        } else {
+            sub_scales<F>(blk, sub, &dw, &dw1, &mw);
+        }
+        const __m256i c = codes<F>(blk, sub);
         for (int m = 0; m < MT; ++m) {
             const int64_t i = (x0 + m) * a.kb + b;
             const __m256i p = lanes<F>(c, _mm256_loadu_si256((const __m256i*)(a.q + i * 32)), a.sum[i]);
-            acc_[m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a.d[i]), _mm256_cvtepi32_ps(p), acc_[m]);
+            const __m256 dd = F == Q6_K ? _mm256_set_m128(_mm_set1_ps(dw1 * a.d[i]), _mm_set1_ps(dw * a.d[i]))
+                                        : _mm256_set1_ps(dw * a.d[i]);
+            acc_[m] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc_[m]);
             if constexpr (has_min<F>()) tail_[m] += mw * a.s[i];
         }
     };
@@ -159,17 +244,18 @@ template <int F, int MT> static void dot_tile(const uint8_t* row, const Q8Act& a
     float acc[MT][8] = {}, tail[MT] = {};
     int c[32];
     for (int64_t b = 0; b < a.kb; ++b) {
-        const uint8_t* blk = row + b * bytes;
-        const float dw = f16(blk), mw = has_min<F>() ? f16(blk + 2) : 0.0f;
-        codes_scalar<F>(blk, c);
+        const uint8_t* blk = row + b / subs<F>() * bytes;
+        const int sub = (int)(b % subs<F>());
+        float dw, dw1, mw;
+        sub_scales<F>(blk, sub, &dw, &dw1, &mw);
+        codes_scalar<F>(blk, sub, c);
         for (int m = 0; m < MT; ++m) {
             const int64_t i = (x0 + m) * a.kb + b;
             const int8_t* xq = a.q + i * 32;
             int32_t p[8] = {};
             for (int l = 0; l < 32; ++l) p[l / 4] += c[l] * xq[l];
             p[0] -= offset<F>() * a.sum[i];
-            const float dd = dw * a.d[i];
-            for (int j = 0; j < 8; ++j) acc[m][j] += dd * (float)p[j];
+            for (int j = 0; j < 8; ++j) acc[m][j] += ((j < 4 ? dw : dw1) * a.d[i]) * (float)p[j];
             if constexpr (has_min<F>()) tail[m] += mw * a.s[i];
         }
     }
@@ -244,6 +330,9 @@ int tl_qmatmul_q8(int fmt, const float* x, int64_t m, int64_t k, const uint8_t* 
         case Q5_0: chunk = q8_chunk<Q5_0>; break;
         case Q5_1: chunk = q8_chunk<Q5_1>; break;
         case Q8_0: chunk = q8_chunk<Q8_0>; break;
+        case Q4_K: chunk = q8_chunk<Q4_K>; break;
+        case Q5_K: chunk = q8_chunk<Q5_K>; break;
+        case Q6_K: chunk = q8_chunk<Q6_K>; break;
         default: return -1;
     }
     static thread_local Q8Buffers buf;
@@ -262,6 +351,10 @@ void tl_quantize_q8(const float* x, int64_t m, int64_t k, int8_t* q, float* d, i
 
 // 1 for the formats tl_qmatmul_q8 runs, else 0.
 int tl_q8_supported(int fmt) {
-    return fmt == tl::Q4_0 || fmt == tl::Q4_1 || fmt == tl::Q5_0 || fmt == tl::Q5_1 || fmt == tl::Q8_0;
+    switch (fmt) {
+        case tl::Q4_0: case tl::Q4_1: case tl::Q5_0: case tl::Q5_1: case tl::Q8_0: case tl::Q4_K: case tl::Q5_K:
+        case tl::Q6_K: return 1;
+        default: return 0;
+    }
 }
 }
