@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from ..kernels import torch_single_threaded
 from . import common, llamacpp
 
 QUICK = dict(new_tokens=[4, 8], prompt_tokens=16, repeats=1, prefill_tokens=32)
@@ -248,8 +249,9 @@ def run(args, models: common.Models | None = None) -> dict:
     result.update(measure(models, args.prompt_tokens, args.new_tokens, args.repeats, args.seed, args.modes, peer))
     prompt = common.windows(common.corpus_ids(models.llm.tokenizer), [args.prefill_tokens], args.seed + 1)[0]
     result["prefill"] = llamacpp.prefill_pair(models.llm.model, peer, prompt, max(2, args.repeats))
-    if models.others.get("native-int8") is not None:  # its prefill beside the same peer figure
-        int8 = llamacpp.prefill_pair(models.others["native-int8"].model, None, prompt, max(2, args.repeats))
+    if models.others.get("native-int8") is not None:  # its prefill beside the same peer figure, torch's own
+        with torch_single_threaded():  # ops on one thread as the engine runs them (ModelRunner.threads_for)
+            int8 = llamacpp.prefill_pair(models.others["native-int8"].model, None, prompt, max(2, args.repeats))
         result["prefill"]["ours_int8_tokens_per_s"] = int8["ours_tokens_per_s"]
     llamacpp.close(peer)
     return common.save(args.out, "decode", result, draw(result), report)

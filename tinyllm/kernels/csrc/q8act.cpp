@@ -26,7 +26,9 @@ struct Q8Act {  // an activation matrix quantized per 32 elements
     const float* d;       // [M, K / 32]
     const int32_t* sum;   // [M, K / 32]: sum of the block's q
     const float* s;       // [M, K / 32]: d * sum, as float32
-    int64_t kb;           // blocks per row
+    const float* dt;      // [K / 32, M]: d transposed (four rows' scales of a block in one load)
+    const float* st;      // [K / 32, M]: s transposed
+    int64_t kb, m;        // blocks per row, rows
 };
 
 // Quantizes one row of k floats (k a multiple of 32). A block holding a NaN or an infinity gets d = NaN and
@@ -205,7 +207,7 @@ template <int F, int MT> static void dot_tile(const uint8_t* row, const Q8Act& a
 #ifdef TL_AVX2
     // Even and odd blocks feed two chains per output (a row's chain of FMAs is otherwise the bound).
     __m256 acc[2][MT];
-    float tail[2][MT] = {};
+    alignas(16) float tail[2][MT] = {};
     for (int m = 0; m < MT; ++m) acc[0][m] = acc[1][m] = _mm256_setzero_ps();
     alignas(32) float ks[24];  // K formats: the scales of the current block (k_scales)
     auto block = [&](int64_t b, __m256* acc_, float* tail_) {  // x block b: sub-block b % subs of a weight block
@@ -223,13 +225,33 @@ template <int F, int MT> static void dot_tile(const uint8_t* row, const Q8Act& a
             sub_scales<F>(blk, sub, &dw, &dw1, &mw);
         }
         const __m256i c = codes<F>(blk, sub);
-        for (int m = 0; m < MT; ++m) {
-            const int64_t i = (x0 + m) * a.kb + b;
-            const __m256i p = lanes<F>(c, _mm256_loadu_si256((const __m256i*)(a.q + i * 32)), a.sum[i]);
-            const __m256 dd = F == Q6_K ? _mm256_set_m128(_mm_set1_ps(dw1 * a.d[i]), _mm_set1_ps(dw * a.d[i]))
-                                        : _mm256_set1_ps(dw * a.d[i]);
-            acc_[m] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc_[m]);
-            if constexpr (has_min<F>()) tail_[m] += mw * a.s[i];
+        if constexpr (MT >= 4 && F != Q6_K) {  // MT rows' d_w * d_x and tails in one operation each
+            __m256 dd8;
+            if constexpr (MT == 8)
+                dd8 = _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_loadu_ps(a.dt + b * a.m + x0));
+            else
+                dd8 = _mm256_castps128_ps256(_mm_mul_ps(_mm_set1_ps(dw), _mm_loadu_ps(a.dt + b * a.m + x0)));
+            for (int m = 0; m < MT; ++m) {
+                const int64_t i = (x0 + m) * a.kb + b;
+                const __m256i p = lanes<F>(c, _mm256_loadu_si256((const __m256i*)(a.q + i * 32)), a.sum[i]);
+                const __m256 dd = _mm256_permutevar8x32_ps(dd8, _mm256_set1_epi32(m));
+                acc_[m] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc_[m]);
+            }
+            if constexpr (has_min<F>()) {
+                for (int h = 0; h < MT; h += 4) {
+                    const __m128 s4 = _mm_loadu_ps(a.st + b * a.m + x0 + h);
+                    _mm_storeu_ps(tail_ + h, _mm_add_ps(_mm_loadu_ps(tail_ + h), _mm_mul_ps(_mm_set1_ps(mw), s4)));
+                }
+            }
+        } else {
+            for (int m = 0; m < MT; ++m) {
+                const int64_t i = (x0 + m) * a.kb + b;
+                const __m256i p = lanes<F>(c, _mm256_loadu_si256((const __m256i*)(a.q + i * 32)), a.sum[i]);
+                const __m256 dd = F == Q6_K ? _mm256_set_m128(_mm_set1_ps(dw1 * a.d[i]), _mm_set1_ps(dw * a.d[i]))
+                                            : _mm256_set1_ps(dw * a.d[i]);
+                acc_[m] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc_[m]);
+                if constexpr (has_min<F>()) tail_[m] += mw * a.s[i];
+            }
         }
     };
     int64_t b = 0;
@@ -280,12 +302,20 @@ template <int F, int MT> static void q8_rows(const Q8Job& j, int64_t m0, int64_t
 template <int F> static void q8_chunk(void* ctx, int64_t c) {
     const Q8Job& j = *static_cast<const Q8Job*>(ctx);
     const int64_t n0 = c * j.chunk, n1 = std::min(j.n, n0 + j.chunk);
-    for (int64_t m0 = 0; m0 < j.m; m0 += 4) {  // activation rows in fours
-        switch (std::min<int64_t>(4, j.m - m0)) {
-            case 4: q8_rows<F, 4>(j, m0, n0, n1); break;
-            case 3: q8_rows<F, 3>(j, m0, n0, n1); break;
-            case 2: q8_rows<F, 2>(j, m0, n0, n1); break;
-            default: q8_rows<F, 1>(j, m0, n0, n1); break;
+    // 32 weight rows (about 11 KB of Q4_1 at K = 576) stay in L1 while the activation rows pass in fours.
+    for (int64_t r0 = n0; r0 < n1; r0 += 32) {
+        const int64_t r1 = std::min(n1, r0 + 32);
+        int64_t m0 = 0;
+#if defined(__AVX512VL__)  // 32 vector registers: eights of activation rows (16 accumulators) fit
+        for (; m0 + 8 <= j.m; m0 += 8) q8_rows<F, 8>(j, m0, r0, r1);
+#endif
+        for (; m0 < j.m; m0 += 4) {
+            switch (std::min<int64_t>(4, j.m - m0)) {
+                case 4: q8_rows<F, 4>(j, m0, r0, r1); break;
+                case 3: q8_rows<F, 3>(j, m0, r0, r1); break;
+                case 2: q8_rows<F, 2>(j, m0, r0, r1); break;
+                default: q8_rows<F, 1>(j, m0, r0, r1); break;
+            }
         }
     }
 }
@@ -297,7 +327,7 @@ static int64_t q8_chunk_rows(int64_t n, int threads) {  // as qmatmul.cpp: multi
 
 struct Q8Buffers {  // per calling thread, grown as needed
     std::vector<int8_t> q;
-    std::vector<float> d, s;
+    std::vector<float> d, s, dt, st;
     std::vector<int32_t> sum;
 };
 
@@ -305,14 +335,19 @@ static Q8Act quantize(const float* x, int64_t m, int64_t k, Q8Buffers& buf) {
     const int64_t kb = k / 32;
     if ((int64_t)buf.q.size() < m * k) buf.q.resize(m * k);
     if ((int64_t)buf.d.size() < m * kb) {
-        buf.d.resize(m * kb);
-        buf.s.resize(m * kb);
+        for (auto* v : {&buf.d, &buf.s, &buf.dt, &buf.st}) v->resize(m * kb);
         buf.sum.resize(m * kb);
     }
     for (int64_t i = 0; i < m; ++i)
         quantize_row(x + i * k, k, buf.q.data() + i * k, buf.d.data() + i * kb, buf.sum.data() + i * kb,
                      buf.s.data() + i * kb);
-    return Q8Act{buf.q.data(), buf.d.data(), buf.sum.data(), buf.s.data(), kb};
+    if (m >= 4)
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t b = 0; b < kb; ++b) {
+                buf.dt[b * m + i] = buf.d[i * kb + b];
+                buf.st[b * m + i] = buf.s[i * kb + b];
+            }
+    return Q8Act{buf.q.data(), buf.d.data(), buf.sum.data(), buf.s.data(), buf.dt.data(), buf.st.data(), kb, m};
 }
 
 }  // namespace tl
