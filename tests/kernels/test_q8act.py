@@ -21,22 +21,6 @@ MIN_CODES = {"Q4_1": (4, 20), "Q5_1": (4, 24), "Q4_K": (16, 144), "Q5_K": (16, 1
 # codes, for the formats with a minimum
 
 
-@pytest.fixture(params=["native", "scalar", "fallback"])
-def path(request, monkeypatch):
-    """native: the kernels built for this CPU; scalar: the portable C++ path; fallback: the PyTorch form."""
-    env = {"native": None, "scalar": "scalar", "fallback": "0"}[request.param]
-    if env is not None:
-        monkeypatch.setenv("TINYLLM_NATIVE", env)
-    native.reset()
-    if env == "0":
-        with pytest.warns(RuntimeWarning):
-            native.library()
-    elif native.library() is None:
-        pytest.skip("no native kernels on this machine")
-    yield request.param
-    native.reset()
-
-
 def int8_weight(fmt: str, n: int, k: int, seed: int, every_code: bool = False) -> QuantWeight:
     """gguf's quantizer, or (every_code) random bytes where every code occurs, Q8_0's -128 included."""
     if every_code:

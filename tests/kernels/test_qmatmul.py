@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers.quant_blocks import weight
-from tinyllm.kernels import FORMATS, dequantize, native, qmatmul
+from tinyllm.kernels import FORMATS, dequantize, qmatmul
 from tinyllm.kernels.qmatmul import lookup_rows
 
 ALL = list(FORMATS)
@@ -30,29 +30,6 @@ def assert_within_summation_bound(y: torch.Tensor, x: torch.Tensor, w_dense: tor
     bound = 2 * gamma * (x.double().abs() @ w_dense.double().abs().T)  # [..., N]
     err = (y.double() - expected.double()).abs()
     assert bool((err <= bound).all()), f"max excess {(err - bound).max().item():.3g}"
-
-
-@pytest.fixture(params=["native", "scalar", "fallback"])
-def path(request, monkeypatch):
-    """native: the kernels built for this CPU; scalar: the portable C++ path; fallback: dequantize + F.linear."""
-    env = {"native": None, "scalar": "scalar", "fallback": "0"}[request.param]
-    if env is not None:
-        monkeypatch.setenv("TINYLLM_NATIVE", env)
-    native.reset()
-    with pytest.warns(RuntimeWarning) if env == "0" else _nothing():
-        lib = native.library()
-    if lib is None and env != "0":
-        pytest.skip("no native kernels on this machine")
-    yield request.param
-    native.reset()
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 @pytest.mark.parametrize("fmt", ALL)
