@@ -124,8 +124,36 @@ static inline __m256i high_bits(__m256i qh, int g) {
     return _mm256_and_si256(_mm256_cmpeq_epi32(_mm256_and_si256(qh, mask), mask), _mm256_set1_epi32(16));
 }
 
-// AVX2 decode of sub-block `sub` into w[0..3], w[i] holding elements 8i..8i+7.
-template <int F> static inline void decode32(const uint8_t* b, int sub, __m256* w) {
+// A K block's sub-block scales as the reference computes them (an fp16 times a 6- or 8-bit integer, exact in
+// float32), eight at a time: Q4_K/Q5_K: ks[t] = d * sc_t, ks[8 + t] = dmin * mn_t for t = 0..7 (k_scale_min
+// in lanes); Q6_K: ks[i] = d * scale_i for its sixteen scales (sub-block t uses 2t and 2t + 1). Other formats
+// have none. One call per block instead of scalar unpacking per sub-block.
+template <int F> static inline void k_scales(const uint8_t* b, float* ks) {
+    if constexpr (F == Q6_K) {
+        const __m128i raw = _mm_loadu_si128((const __m128i*)(b + 192));
+        const __m256 d = _mm256_set1_ps(f16(b + 208));
+        _mm256_storeu_ps(ks, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw))));
+        _mm256_storeu_ps(ks + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(raw, 8)))));
+    } else if constexpr (F == Q4_K || F == Q5_K) {
+        // With s the 12 bytes: t < 4: sc = s[t] & 63, mn = s[t + 4] & 63; t >= 4: sc = (s[t + 4] & 15) |
+        // (s[t - 4] >> 6) << 4, mn = s[t + 4] >> 4 | (s[t] >> 6) << 4.
+        const __m128i raw = _mm_loadu_si128((const __m128i*)(b + 4));  // the 12 bytes and 4 of the codes
+        const __m256i A = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(raw, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 0, 0, 0, 0, 0, 0, 0, 0)));
+        const __m256i B = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(raw, _mm_setr_epi8(4, 5, 6, 7, 0, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0)));
+        const __m256i C = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(raw, _mm_setr_epi8(0, 0, 0, 0, 4, 5, 6, 7, 0, 0, 0, 0, 0, 0, 0, 0)));
+        const __m256i six = _mm256_set1_epi32(63), four = _mm256_set1_epi32(15);
+        const __m256i sc_hi = _mm256_or_si256(_mm256_and_si256(A, four), _mm256_slli_epi32(_mm256_srli_epi32(B, 6), 4));
+        const __m256i mn_hi = _mm256_or_si256(_mm256_srli_epi32(A, 4), _mm256_slli_epi32(_mm256_srli_epi32(C, 6), 4));
+        const __m256i upper = _mm256_setr_epi32(0, 0, 0, 0, -1, -1, -1, -1);
+        const __m256i sc = _mm256_blendv_epi8(_mm256_and_si256(A, six), sc_hi, upper);
+        const __m256i mn = _mm256_blendv_epi8(_mm256_and_si256(B, six), mn_hi, upper);
+        _mm256_storeu_ps(ks, _mm256_mul_ps(_mm256_set1_ps(f16(b)), _mm256_cvtepi32_ps(sc)));
+        _mm256_storeu_ps(ks + 8, _mm256_mul_ps(_mm256_set1_ps(f16(b + 2)), _mm256_cvtepi32_ps(mn)));
+    }
+}
+
+// AVX2 decode of sub-block `sub` into w[0..3], w[i] holding elements 8i..8i+7; ks: the block's k_scales.
+template <int F> static inline void decode32(const uint8_t* b, int sub, __m256* w, const float* ks) {
     const __m256i low4 = _mm256_set1_epi32(15);
     if constexpr (F == Q4_0 || F == Q4_1 || F == Q5_0 || F == Q5_1) {
         constexpr bool has_min = F == Q4_1 || F == Q5_1, five = F == Q5_0 || F == Q5_1;
@@ -152,9 +180,7 @@ template <int F> static inline void decode32(const uint8_t* b, int sub, __m256* 
         for (int g = 0; g < 4; ++g)
             w[g] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(b + 2 + 8 * g)))), d);
     } else if constexpr (F == Q4_K || F == Q5_K) {
-        int sc, mn;
-        k_scale_min(b + 4, sub, &sc, &mn);
-        const __m256 dl = _mm256_set1_ps(f16(b) * (float)sc), nml = _mm256_set1_ps(-(f16(b + 2) * (float)mn));
+        const __m256 dl = _mm256_set1_ps(ks[sub]), nml = _mm256_set1_ps(-ks[8 + sub]);
         const uint8_t* qs = b + (F == Q4_K ? 16 : 48) + (sub / 2) * 32;
         const __m128i shift = _mm_cvtsi32_si128(4 * (sub & 1));
         for (int g = 0; g < 4; ++g) {
@@ -169,9 +195,7 @@ template <int F> static inline void decode32(const uint8_t* b, int sub, __m256* 
         const int h = sub / 4, j = sub % 4;
         const uint8_t* ql = b + h * 64 + (j & 1) * 32;
         const uint8_t* qh = b + 128 + h * 32;
-        const float d = f16(b + 208);
-        const __m256 d0 = _mm256_set1_ps(d * (float)(int8_t)b[192 + h * 8 + j * 2]);
-        const __m256 d1 = _mm256_set1_ps(d * (float)(int8_t)b[192 + h * 8 + j * 2 + 1]);
+        const __m256 d0 = _mm256_set1_ps(ks[2 * sub]), d1 = _mm256_set1_ps(ks[2 * sub + 1]);
         const __m128i sl = _mm_cvtsi32_si128(4 * (j >> 1)), sh = _mm_cvtsi32_si128(2 * j);
         for (int g = 0; g < 4; ++g) {
             const __m256i lo = _mm256_and_si256(_mm256_srl_epi32(bytes8(ql + 8 * g), sl), low4);

@@ -100,25 +100,6 @@ template <int F> static inline void sub_scales(const uint8_t* b, int sub, float*
 }
 
 #ifdef TL_AVX2
-// The scales of a K block's sub-blocks as sub_scales gives them, eight at a time: Q4_K/Q5_K: ks[t] = d * sc_t,
-// ks[16 + t] = -(dmin * mn_t); Q6_K: ks[0..15] = d * its sixteen scales (ks[16 + t] = 0).
-template <int F> static inline void k_scales(const uint8_t* b, float* ks) {
-    if constexpr (F == Q6_K) {
-        const __m128i raw = _mm_loadu_si128((const __m128i*)(b + 192));
-        const __m256 d = _mm256_set1_ps(f16(b + 208));
-        _mm256_store_ps(ks, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw))));
-        _mm256_store_ps(ks + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(raw, 8)))));
-        _mm256_store_ps(ks + 16, _mm256_setzero_ps());
-    } else {
-        alignas(32) int32_t sc[8], mn[8];
-        for (int t = 0; t < 8; ++t) k_scale_min(b + 4, t, &sc[t], &mn[t]);
-        const __m256 d = _mm256_set1_ps(f16(b)), dmin = _mm256_set1_ps(f16(b + 2));
-        _mm256_store_ps(ks, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_load_si256((const __m256i*)sc))));
-        const __m256 m = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_load_si256((const __m256i*)mn)));
-        _mm256_store_ps(ks + 16, _mm256_xor_ps(m, _mm256_set1_ps(-0.0f)));  // exact negation, -0 included
-    }
-}
-
 // The sub-block's 32 codes as bytes in element order: unsigned (0..31) for Q4/Q5 and the K formats with a
 // minimum, signed for Q8_0 and Q6_K.
 template <int F> static inline __m256i codes(const uint8_t* blk, int sub) {
@@ -209,7 +190,7 @@ template <int F, int MT> static void dot_tile(const uint8_t* row, const Q8Act& a
     __m256 acc[2][MT];
     alignas(16) float tail[2][MT] = {};
     for (int m = 0; m < MT; ++m) acc[0][m] = acc[1][m] = _mm256_setzero_ps();
-    alignas(32) float ks[24];  // K formats: the scales of the current block (k_scales)
+    alignas(32) float ks[16];  // K formats: the scales of the current block (k_scales, blocks.h)
     auto block = [&](int64_t b, __m256* acc_, float* tail_) {  // x block b: sub-block b % subs of a weight block
         const uint8_t* blk = row + b / subs<F>() * bytes;
         const int sub = (int)(b % subs<F>());
@@ -220,7 +201,8 @@ template <int F, int MT> static void dot_tile(const uint8_t* row, const Q8Act& a
             mw = _mm_cvtss_f32(_mm_movehdup_ps(dm));
         } else if constexpr (subs<F>() > 1) {  // a K block's scales, all at its first sub-block, in vectors
             if (sub == 0) k_scales<F>(blk, ks);
-            dw = ks[F == Q6_K ? 2 * sub : sub], dw1 = ks[F == Q6_K ? 2 * sub + 1 : sub], mw = ks[16 + sub];
+            dw = ks[F == Q6_K ? 2 * sub : sub], dw1 = ks[F == Q6_K ? 2 * sub + 1 : sub];
+            mw = F == Q6_K ? 0.0f : -ks[8 + sub];
         } else {
             sub_scales<F>(blk, sub, &dw, &dw1, &mw);
         }

@@ -34,16 +34,21 @@ template <int F> static void decode_rows(const Weight& w, int64_t n0, int64_t n1
     for (int64_t n = n0; n < n1; ++n) {
         const uint8_t* row = w.data + n * w.stride;
         float* o = out + (n - n0) * ld;
-        for (int64_t b = 0; b < num_blocks; ++b)
+        for (int64_t b = 0; b < num_blocks; ++b) {
+#ifdef TL_AVX2
+            alignas(32) float ks[16];
+            k_scales<F>(row + b * T::bytes, ks);
+#endif
             for (int s = 0; s < T::block / 32; ++s, o += 32) {
 #ifdef TL_AVX2
                 __m256 v[4];
-                decode32<F>(row + b * T::bytes, s, v);
+                decode32<F>(row + b * T::bytes, s, v, ks);
                 for (int g = 0; g < 4; ++g) _mm256_storeu_ps(o + 8 * g, v[g]);
 #else
                 decode32_scalar<F>(row + b * T::bytes, s, o);
 #endif
             }
+        }
     }
 }
 
@@ -54,9 +59,11 @@ template <int F> static float dot_row(const uint8_t* row, int64_t num_blocks, co
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t b = 0; b < num_blocks; ++b) {
         const uint8_t* blk = row + b * T::bytes;
+        alignas(32) float ks[16];
+        k_scales<F>(blk, ks);
         for (int s = 0; s < T::block / 32; ++s, x += 32) {
             __m256 v[4];
-            decode32<F>(blk, s, v);
+            decode32<F>(blk, s, v, ks);
             for (int g = 0; g < 4; ++g) acc[g] = _mm256_fmadd_ps(v[g], _mm256_loadu_ps(x + 8 * g), acc[g]);
         }
     }
@@ -83,14 +90,17 @@ static void dot_row_m(const uint8_t* row, int64_t num_blocks, const float* x, in
     __m256 acc[MT][A];
     for (int m = 0; m < MT; ++m)
         for (int a = 0; a < A; ++a) acc[m][a] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < num_blocks; ++b)
+    for (int64_t b = 0; b < num_blocks; ++b) {
+        alignas(32) float ks[16];
+        k_scales<F>(row + b * T::bytes, ks);
         for (int s = 0; s < T::block / 32; ++s, x += 32) {
             __m256 v[4];
-            decode32<F>(row + b * T::bytes, s, v);
+            decode32<F>(row + b * T::bytes, s, v, ks);
             for (int m = 0; m < MT; ++m)
                 for (int g = 0; g < 4; ++g)
                     acc[m][g % A] = _mm256_fmadd_ps(v[g], _mm256_loadu_ps(x + m * k + 8 * g), acc[m][g % A]);
         }
+    }
     for (int m = 0; m < MT; ++m) y[m * ldy] = hsum(A == 1 ? acc[m][0] : _mm256_add_ps(acc[m][0], acc[m][A - 1]));
 #else
     float acc[MT][8] = {};
