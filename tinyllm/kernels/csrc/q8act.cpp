@@ -50,18 +50,18 @@ static void quantize_row(const float* x, int64_t k, int8_t* q, float* d, int32_t
             std::fill(q, q + 32, (int8_t)0);
         } else {
 #ifdef TL_AVX2
-        const __m256 vid = _mm256_set1_ps(id);
-        __m256i v[4];
-        for (int g = 0; g < 4; ++g) v[g] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * g), vid));  // RNE
-        const __m256i w16 = _mm256_packs_epi32(v[0], v[1]), z16 = _mm256_packs_epi32(v[2], v[3]);
-        const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w16, z16), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256((__m256i*)q, bytes);
-        for (int l = 0; l < 32; ++l) total += q[l];
+            const __m256 vid = _mm256_set1_ps(id);
+            __m256i v[4];
+            for (int g = 0; g < 4; ++g) v[g] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * g), vid));  // RNE
+            const __m256i w16 = _mm256_packs_epi32(v[0], v[1]), z16 = _mm256_packs_epi32(v[2], v[3]);
+            const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w16, z16), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256((__m256i*)q, bytes);
+            for (int l = 0; l < 32; ++l) total += q[l];
 #else
-        for (int l = 0; l < 32; ++l) {
-            q[l] = (int8_t)(int)std::nearbyint(x[l] * id);
-            total += q[l];
-        }
+            for (int l = 0; l < 32; ++l) {
+                q[l] = (int8_t)(int)std::nearbyint(x[l] * id);
+                total += q[l];
+            }
 #endif
         }
         d[b] = db;
