@@ -124,6 +124,28 @@ def test_a_row_is_the_same_alone_batched_and_at_any_thread_count(fmt):
         torch.set_num_threads(before)
 
 
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_the_builds_give_the_same_bits(fmt, monkeypatch):
+    """The AVX-512, AVX2 and portable builds run the same operations per output: equal bit for bit."""
+    k = 3 * FORMATS[fmt].block_size
+    w = int8_weight(fmt, 37, k, seed=4, every_code=True)
+    x = torch.randn(13, k, generator=torch.Generator().manual_seed(5)) * 2
+    outs = {}
+    for build in ("native", "avx2", "scalar"):
+        if build == "avx2" and "avx2" not in native.cpu_features().split():
+            continue
+        monkeypatch.setenv("TINYLLM_NATIVE", "1" if build == "native" else build)
+        native.reset()
+        if native.library() is None:
+            pytest.skip("no native kernels on this machine")
+        outs[build] = (qmatmul(x, w), qmatmul(x[4:5], w))
+    native.reset()
+    first = outs.pop("native")
+    for build, (y, row) in outs.items():
+        assert torch.equal(y, first[0]), build
+        assert torch.equal(row, first[1]), build
+
+
 def test_non_finite_activations_give_nan_rows_only_where_they_reach(path):
     w = int8_weight("Q4_1", 8, 64, seed=3)
     x = torch.randn(3, 64)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from .formats import FORMATS
-from .native import _weight_args
+from .native import _weight_args, library, packed
 from .qweight import QuantWeight
 from .threads import kernel_threads
 
@@ -123,6 +123,8 @@ INT8_ACTIVATIONS = 256  # or'ed into a weight's type id: decode.cpp runs it with
 
 def _qw(w: QuantWeight) -> _QW:
     _, ptr, stride = _weight_args(w)[:3]
+    if w.int8_activations:
+        ptr = packed(library(), w).data_ptr()
     fmt = FORMATS[w.fmt].ggml_type | (INT8_ACTIVATIONS if w.int8_activations else 0)
     return _QW(fmt, ptr, stride, w.shape[0], w.shape[1])
 

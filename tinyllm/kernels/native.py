@@ -6,8 +6,8 @@ compiled by the machine's compiler (`$CXX`, else g++, c++ or clang++) with `-O3 
 `~/.cache/tinyllm/kernels/<hash>/`, keyed by the sources, the compiler's version, the flags and the CPU's
 features. A build goes into a temporary folder renamed into place, so two processes building at once both end
 with a whole library. Without a compiler, after a failed build, or with TINYLLM_NATIVE=0, `library()` is None
-and one warning says why. TINYLLM_NATIVE=scalar builds the portable path (what a CPU without AVX2 runs) so
-that it can be tested on any machine.
+and one warning says why. TINYLLM_NATIVE=scalar builds the portable path (what a CPU without AVX2 runs) and
+TINYLLM_NATIVE=avx2 the AVX2 path on a CPU with AVX-512, so that each can be tested on one machine.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from .qweight import QuantWeight
 from .threads import kernel_threads
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ["blocks.h", "kv.h", "pool.h", "tile.h", "vmath.h", "qmatmul.cpp", "q8act.cpp", "decode.cpp", "greedy.cpp"]
-UNITS = ["qmatmul.cpp", "q8act.cpp", "decode.cpp", "greedy.cpp"]  # compiled into one library
+SOURCES = ["blocks.h", "kv.h", "pool.h", "q8act.h", "tile.h", "vmath.h"]
+UNITS = ["qmatmul.cpp", "q8act.cpp", "q8pack.cpp", "decode.cpp", "greedy.cpp"]  # compiled into one library
+SOURCES += UNITS
 FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-fPIC", "-shared", "-pthread"]
 LIB_NAME = "libtinyllm_kernels.so"
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
@@ -51,7 +52,8 @@ def find_compiler() -> str | None:
 
 
 def flags() -> list[str]:
-    return FLAGS + (["-DTL_SCALAR"] if os.environ.get("TINYLLM_NATIVE") == "scalar" else [])
+    extra = {"scalar": ["-DTL_SCALAR"], "avx2": ["-mno-avx512f"]}.get(os.environ.get("TINYLLM_NATIVE", ""), [])
+    return FLAGS + extra
 
 
 def cpu_features() -> str:
@@ -101,7 +103,11 @@ def load(path: Path) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
     lib.tl_qmatmul.argtypes = [ctypes.c_int, _PTR, _I64, _I64, _PTR, _I64, _I64, _PTR, ctypes.c_int]
     lib.tl_dequantize.argtypes = [ctypes.c_int, _PTR, _I64, _I64, _I64, _PTR, ctypes.c_int]
-    lib.tl_qmatmul_q8.argtypes = lib.tl_qmatmul.argtypes
+    lib.tl_qmatmul_q8.argtypes = [ctypes.c_int, _PTR, _I64, _I64, _PTR, _I64, _PTR, ctypes.c_int]
+    lib.tl_q8_packed_bytes.argtypes = [ctypes.c_int, _I64, _I64]
+    lib.tl_q8_packed_bytes.restype = _I64
+    lib.tl_q8_pack.argtypes = [ctypes.c_int, _PTR, _I64, _I64, _I64, _PTR, ctypes.c_int]
+    lib.tl_q8_pack.restype = ctypes.c_int
     lib.tl_qmatmul.restype = lib.tl_dequantize.restype = lib.tl_simd.restype = ctypes.c_int
     lib.tl_qmatmul_q8.restype = lib.tl_q8_supported.restype = ctypes.c_int
     lib.tl_q8_supported.argtypes = [ctypes.c_int]
@@ -160,12 +166,31 @@ def _weight_args(w: QuantWeight) -> tuple:
     return args
 
 
+def packed(lib, w: QuantWeight) -> torch.Tensor:
+    """The weight rewritten for the 8-bit-activation kernel (csrc/q8act.h: rows in groups of 16, codes
+    interleaved so that a vector lane is one output), made at the first call and kept on the weight."""
+    got = w.__dict__.get("_q8_packed")
+    if got is None or got[0] is not w.data:
+        fmt_id, ptr, stride = _weight_args(w)[:3]
+        n, k = w.shape
+        out = torch.empty(lib.tl_q8_packed_bytes(fmt_id, n, k), dtype=torch.uint8)
+        if lib.tl_q8_pack(fmt_id, ptr, n, k, stride, out.data_ptr(), kernel_threads()) != 0:
+            raise ValueError(f"no 8-bit-activation kernel for {w.fmt}")
+        got = w.__dict__["_q8_packed"] = (w.data, out)
+    return got[1]
+
+
 def matmul_into(lib, x: torch.Tensor, m: int, w: QuantWeight, y: torch.Tensor) -> None:
     """y [M, N] = x [M, K] @ W^T; x and y float32 and contiguous (x quantized to 8 bits first where the
     weight says int8_activations)."""
+    n, k = w.shape
+    if w.int8_activations:
+        lib.tl_qmatmul_q8(
+            w.format.ggml_type, x.data_ptr(), m, k, packed(lib, w).data_ptr(), n, y.data_ptr(), kernel_threads()
+        )
+        return
     fmt_id, ptr, stride = _weight_args(w)[:3]
-    call = lib.tl_qmatmul_q8 if w.int8_activations else lib.tl_qmatmul
-    call(fmt_id, x.data_ptr(), m, w.shape[1], ptr, w.shape[0], stride, y.data_ptr(), kernel_threads())
+    lib.tl_qmatmul(fmt_id, x.data_ptr(), m, k, ptr, n, stride, y.data_ptr(), kernel_threads())
 
 
 def quantize_activations(lib, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -10,7 +10,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..errors import TinyLLMError
-from ..kernels import dequantize
+from ..kernels import dequantize, native
 from ..kernels.formats import FORMATS
 from ..model.llama import LlamaForCausalLM, rotary_tables
 from ..model.quant_bias import BiasedQuantLinear
@@ -76,8 +76,11 @@ def _int8_activations(model: nn.Module, options: WeightOptions, source: str) -> 
             f"weights='native-int8' needs weights kept as blocks ({', '.join(FORMATS)}), and {source!r} has none"
             " (a float model can be quantized at load with quantize='int8' or 'int4')"
         )
+    lib = native.library()
     for w in weights:
         w.int8_activations = True
+        if lib is not None:
+            native.packed(lib, w)  # at load rather than in the first step
 
 
 def _is_quantized(value) -> bool:

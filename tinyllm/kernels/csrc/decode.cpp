@@ -9,6 +9,7 @@
 // arrives as its effective weight) and per step the positions, the slots and a scratch buffer.
 #include "blocks.h"
 #include "kv.h"
+#include "q8act.h"
 #include "pool.h"
 #include "vmath.h"
 
@@ -19,12 +20,10 @@
 
 extern "C" int tl_qmatmul(int fmt, const float* x, int64_t m, int64_t k, const uint8_t* data, int64_t n,
                           int64_t stride, float* y, int threads);
-extern "C" int tl_qmatmul_q8(int fmt, const float* x, int64_t m, int64_t k, const uint8_t* data, int64_t n,
-                             int64_t stride, float* y, int threads);
 
 namespace tl {
 
-constexpr int64_t INT8_ACTIVATIONS = 256;  // or'ed into QW::fmt: the activations go to 8 bits (q8act.cpp)
+constexpr int64_t INT8_ACTIVATIONS = 256;  // or'ed into QW::fmt: 8-bit activations, data packed (q8act.h)
 
 struct QW {  // a weight kept as GGUF blocks: [n, k]
     int64_t fmt;
@@ -138,21 +137,31 @@ static void rms_norm(const float* x, const float* w, int64_t n, int64_t c, doubl
     }
 }
 
-static void matmul(const QW& w, const float* x, int64_t m, float* y, int threads) {
+// `a`: x quantized to 8 bits (a projection's parts share it), or null where no part takes 8-bit activations.
+static void matmul(const QW& w, const float* x, const Q8Act* a, int64_t m, float* y, int threads) {
     if (w.fmt & INT8_ACTIVATIONS)
-        tl_qmatmul_q8((int)(w.fmt & 255), x, m, w.k, w.data, w.n, w.stride, y, threads);
+        q8_matmul((int)(w.fmt & 255), *a, w.data, w.n, y, threads);
     else
         tl_qmatmul((int)w.fmt, x, m, w.k, w.data, w.n, w.stride, y, threads);
+}
+
+static void matmul(const QW& w, const float* x, int64_t m, float* y, int threads) {
+    if (!(w.fmt & INT8_ACTIVATIONS)) return matmul(w, x, nullptr, m, y, threads);
+    const Q8Act a = q8_quantize(x, m, w.k, threads);
+    matmul(w, x, &a, m, y, threads);
 }
 
 // y [m, sum of the parts' rows] = x @ [part 0; part 1; ...]^T; several parts go through `part` [m, rows].
 static void matmul(const Proj& p, const float* x, int64_t m, float* y, float* part, int threads) {
     if (p.count == 1) return matmul(p.part[0], x, m, y, threads);
     int64_t width = 0, at = 0;
-    for (int64_t i = 0; i < p.count; ++i) width += p.part[i].n;
+    bool int8 = false;
+    for (int64_t i = 0; i < p.count; ++i) width += p.part[i].n, int8 |= (p.part[i].fmt & INT8_ACTIVATIONS) != 0;
+    Q8Act a{};
+    if (int8) a = q8_quantize(x, m, p.part[0].k, threads);
     for (int64_t i = 0; i < p.count; ++i) {
         const QW& w = p.part[i];
-        matmul(w, x, m, part, threads);
+        matmul(w, x, &a, m, part, threads);
         for (int64_t r = 0; r < m; ++r) std::copy(part + r * w.n, part + (r + 1) * w.n, y + r * width + at);
         at += w.n;
     }
