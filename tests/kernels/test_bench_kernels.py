@@ -16,5 +16,6 @@ def test_bench_kernels_quick(tmp_path):
     cells = {(r["fmt"], r["n"], r["k"], r["m"]) for r in result["rows"]}
     assert cells == {(fmt, n, k, m) for fmt, n, k, _ in SHAPES for m in result["options"]["m"]}
     for r in result["rows"]:
-        assert r["native_s"] > 0 and r["float32_linear_s"] > 0 and r["dequantize_linear_s"] > 0
+        assert r["native_s"] > 0 and r["native_int8_s"] > 0 and r["float32_linear_s"] > 0
+        assert r["dequantize_linear_s"] > 0
         assert r["weight_bytes"] == r["n"] * r["k"] // 32 * {"Q4_1": 20, "Q8_0": 34}[r["fmt"]]
