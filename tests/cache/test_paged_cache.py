@@ -1,5 +1,7 @@
 """PagedKVCache honours the KVCache contract: same returns as contiguous storage, rollback, copy-on-write."""
 
+import gc
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -9,7 +11,7 @@ from helpers.tiny_models import tiny_llama
 from tinyllm import KVCache
 from tinyllm.cache.block_pool import BlockPool
 from tinyllm.cache.block_table import blocks_for
-from tinyllm.cache.paged_cache import PagedKVCache, PagedStorage
+from tinyllm.cache.paged_cache import PagedKVCache, PagedStorage, lazy_zeros
 from tinyllm.reference import cache_dims
 
 
@@ -97,3 +99,16 @@ def test_paged_equals_contiguous_under_appends_and_rollbacks(ops):
         n = max(0, a.seq_len() - back)
         a.truncate(n), b.truncate(n)
         assert len(b.block_table) == blocks_for(n, 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_lazy_zeros_is_a_writable_zero_tensor_that_outlives_its_maker(dtype):
+    t = lazy_zeros((3, 1000, 48), dtype, "cpu")
+    assert t.shape == (3, 1000, 48) and t.dtype == dtype and t.is_contiguous()
+    assert not t.any()
+    layer = t[1]
+    del t
+    gc.collect()
+    layer[7] = 2.5  # the mapping lives as long as a view of it
+    assert layer[7].eq(2.5).all() and layer.sum().item() == 2.5 * 48
+    assert lazy_zeros((0, 4), dtype, "cpu").shape == (0, 4)

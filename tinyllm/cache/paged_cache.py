@@ -36,7 +36,10 @@ def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: str | torch.d
         raw = torch.from_numpy(np.zeros(shape, dtype=f"u{itemsize}"))  # calloc: untouched pages read as zero
         return raw.view(dtype)
     region = mmap.mmap(-1, nbytes)  # anonymous: zero pages, mapped on first write
-    region.madvise(mmap.MADV_HUGEPAGE)
+    try:
+        region.madvise(mmap.MADV_HUGEPAGE)
+    except OSError:  # a kernel without transparent huge pages: 4 KB pages then
+        pass
     return torch.frombuffer(region, dtype=torch.uint8).view(dtype).view(shape)
 
 
