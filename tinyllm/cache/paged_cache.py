@@ -13,8 +13,6 @@ A shared block is never written: the first write into it copies it (copy-on-writ
 
 from __future__ import annotations
 
-import mmap
-
 import numpy as np
 import torch
 
@@ -24,23 +22,13 @@ from .fill import LayerFill, check_dtype, check_positive
 
 
 def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: str | torch.device) -> torch.Tensor:
-    """Zeros whose pages the OS maps on first write on the CPU, so a large pool costs resident memory only
-    as it fills; torch.zeros elsewhere. Where the OS has transparent huge pages on request (Linux), the pool
-    asks for them: a first write into 4 KB pages cost ~15 us a page on a virtual machine (a 256-token
-    prefill's key writes: 0.74 ms a layer, against 0.06 ms with 2 MB pages)."""
+    """Zeros whose pages the OS maps on first write (calloc, through numpy) on the CPU, so a large pool
+    costs resident memory only as it fills; torch.zeros elsewhere."""
     if torch.device(device).type != "cpu":
         return torch.zeros(shape, dtype=dtype, device=device)
     itemsize = torch.empty(0, dtype=dtype).element_size()
-    nbytes = itemsize * int(np.prod(shape, dtype=np.int64))
-    if nbytes == 0 or not hasattr(mmap, "MADV_HUGEPAGE"):
-        raw = torch.from_numpy(np.zeros(shape, dtype=f"u{itemsize}"))  # calloc: untouched pages read as zero
-        return raw.view(dtype)
-    region = mmap.mmap(-1, nbytes)  # anonymous: zero pages, mapped on first write
-    try:
-        region.madvise(mmap.MADV_HUGEPAGE)
-    except OSError:  # a kernel without transparent huge pages: 4 KB pages then
-        pass
-    return torch.frombuffer(region, dtype=torch.uint8).view(dtype).view(shape)
+    raw = torch.from_numpy(np.zeros(shape, dtype=f"u{itemsize}"))  # calloc: untouched pages read as zero
+    return raw.view(dtype)
 
 
 class PagedStorage:
