@@ -30,11 +30,28 @@ static void quantize_row(const float* x, int64_t k, int8_t* q, float* d, int32_t
     for (int64_t b = 0; b < k / 32; ++b, x += 32, q += 32) {
         float amax = 0.0f;
         bool bad = false;
+#ifdef TL_AVX2
+        {
+            const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+            const __m256 largest = _mm256_set1_ps(3.4028234663852886e38f);
+            __m256 mx = _mm256_setzero_ps(), finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+            for (int g = 0; g < 4; ++g) {
+                const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + 8 * g), magnitude);
+                finite = _mm256_and_ps(finite, _mm256_cmp_ps(a, largest, _CMP_LE_OQ));  // false for NaN and inf
+                mx = _mm256_max_ps(mx, a);
+            }
+            bad = _mm256_movemask_ps(finite) != 0xFF;
+            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+        }
+#else
         for (int l = 0; l < 32; ++l) {
             const float a = std::fabs(x[l]);
             bad |= !(a <= 3.4028234663852886e38f);  // NaN or infinite
             amax = a > amax ? a : amax;
         }
+#endif
         float db = bad ? NAN : amax / 127.0f;
         if (db < 1.17549435e-38f) db = 0.0f;  // a subnormal d (1 / d might overflow): the block counts as zeros
         const float id = db != 0.0f && !bad ? 1.0f / db : 0.0f;
@@ -49,7 +66,11 @@ static void quantize_row(const float* x, int64_t k, int8_t* q, float* d, int32_t
             const __m256i w16 = _mm256_packs_epi32(v[0], v[1]), z16 = _mm256_packs_epi32(v[2], v[3]);
             const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w16, z16), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
             _mm256_storeu_si256((__m256i*)q, bytes);
-            for (int l = 0; l < 32; ++l) total += q[l], first += l < 16 ? q[l] : 0;
+            const __m256i lo = _mm256_add_epi32(v[0], v[1]), all = _mm256_add_epi32(lo, _mm256_add_epi32(v[2], v[3]));
+            alignas(32) int32_t t[2][8];
+            _mm256_store_si256((__m256i*)t[0], lo);
+            _mm256_store_si256((__m256i*)t[1], all);
+            for (int l = 0; l < 8; ++l) first += t[0][l], total += t[1][l];
 #else
             for (int l = 0; l < 32; ++l) {
                 q[l] = (int8_t)(int)std::nearbyint(x[l] * id);
