@@ -127,14 +127,13 @@ template <int F> inline void codes512(const uint8_t* c, __m512i* w) {
     }
 }
 
-// The exact sum over j in [j0, j0 + 4) of code * q for 16 outputs (x: the row's block of 32 q).
-inline __m512i dot4(const __m512i* w, const int8_t* x, int j0) {
-    int32_t xs[4];
-    std::memcpy(xs, x + 4 * j0, 16);
-    const __m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j0], _mm512_set1_epi32(xs[0]));
-    const __m512i b = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j0 + 1], _mm512_set1_epi32(xs[1]));
-    return _mm512_add_epi32(_mm512_dpbusd_epi32(a, w[j0 + 2], _mm512_set1_epi32(xs[2])),
-                            _mm512_dpbusd_epi32(b, w[j0 + 3], _mm512_set1_epi32(xs[3])));
+// start + the exact sum over j in [j0, j1) of code * q for 16 outputs (x: the row's block of 32 q): two
+// chains, each four bytes of x broadcast from memory.
+inline __m512i dot(const __m512i* w, const int8_t* x, int j0, int j1, __m512i start) {
+    __m512i c[2] = {start, _mm512_setzero_si512()};
+    for (int j = j0; j < j1; ++j)
+        c[(j - j0) & 1] = _mm512_dpbusd_epi32(c[(j - j0) & 1], w[j], _mm512_set1_epi32((int)u32((const uint8_t*)x + 4 * j)));
+    return _mm512_add_epi32(c[0], c[1]);
 }
 
 // One group of 16 weight rows against MT activation rows from x0: y[m * ldy + 0..15], lanes `keep`.
@@ -142,28 +141,30 @@ template <int F, int MT>
 void tile(const uint8_t* rec, const Q8Act& a, int64_t x0, float* y, int64_t ldy, __mmask16 keep) {
     using P = Packed<F>;
     constexpr int off = P::sign ? 128 : P::offset;
+    const int64_t kb = a.kb;
+    const int8_t* q = a.q + x0 * kb * 32;  // the tile's rows, block b of row m at m * kb + b
+    const float *d = a.d + x0 * kb, *s = a.s + x0 * kb;
+    const int32_t *sum = a.sum + x0 * kb, *half = a.half + x0 * kb;
     __m512 acc[MT];
     for (int m = 0; m < MT; ++m) acc[m] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < a.kb; ++b, rec += P::bytes) {
+    for (int64_t b = 0; b < kb; ++b, rec += P::bytes) {
         __m512i w[8];
         codes512<F>(rec + P::codes_at, w);
         const __m512 dw = scales16<F>(rec, 0);
 #pragma GCC unroll 8
         for (int m = 0; m < MT; ++m) {
-            const int64_t i = (x0 + m) * a.kb + b;
-            const int8_t* x = a.q + i * 32;
-            const __m512 dx = _mm512_set1_ps(a.d[i]);
+            const int64_t i = m * kb + b;
+            const int8_t* x = q + i * 32;
+            const __m512 dx = _mm512_set1_ps(d[i]);
             if constexpr (P::halves) {
-                const __m512i lo = _mm512_sub_epi32(dot4(w, x, 0), _mm512_set1_epi32(off * a.half[i]));
-                const __m512i hi = _mm512_sub_epi32(dot4(w, x, 4), _mm512_set1_epi32(off * (a.sum[i] - a.half[i])));
+                const __m512i lo = dot(w, x, 0, 4, _mm512_set1_epi32(-off * half[i]));
+                const __m512i hi = dot(w, x, 4, 8, _mm512_set1_epi32(-off * (sum[i] - half[i])));
                 acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), _mm512_mul_ps(dw, dx), acc[m]);
                 acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_mul_ps(scales16<F>(rec, 1), dx), acc[m]);
             } else {
-                __m512i s = _mm512_add_epi32(dot4(w, x, 0), dot4(w, x, 4));
-                if constexpr (off != 0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(off * a.sum[i]));
-                acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, dx), acc[m]);
-                if constexpr (P::min)
-                    acc[m] = _mm512_fmadd_ps(scales16<F>(rec, 1), _mm512_set1_ps(a.s[i]), acc[m]);
+                const __m512i t = dot(w, x, 0, 8, off != 0 ? _mm512_set1_epi32(-off * sum[i]) : _mm512_setzero_si512());
+                acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw, dx), acc[m]);
+                if constexpr (P::min) acc[m] = _mm512_fmadd_ps(scales16<F>(rec, 1), _mm512_set1_ps(s[i]), acc[m]);
             }
         }
     }
