@@ -20,8 +20,9 @@ from tinyllm.engine.runner import NativeKeys, StepInputs, execute
 from tinyllm.kernels import native
 from tinyllm.kernels.decode_step import KV_TYPES
 from tinyllm.loading.quantize import quantize_q4_1, quantize_q8_0
+from tinyllm.model import fused_decode
 from tinyllm.model.fused_decode import build_stack, decode_logits, unsupported
-from tinyllm.model.quant_linear import QuantLinear
+from tinyllm.model.quant_linear import QuantLinear, quant_weights
 from tinyllm.model.ragged_attention import RaggedLayout
 from tinyllm.speculative.draft_model import DraftModelProposer, self_draft
 from tinyllm.speculative.proposer import SpeculativeConfig
@@ -140,6 +141,33 @@ def test_long_sequences_split_into_spans(name, threads):
     """Keys are attended in spans of 64 joined afterwards: lengths at, just past and well past span edges, with
     windows that start inside a span."""
     test_one_step_equals_the_module_path(name, threads, lengths=(64, 65, 1, 130, 200, 129))
+
+
+def test_shared_key_rows_and_token_groups_change_no_bit(monkeypatch):
+    """A chunk's tokens sharing one row of key slots (key_rows), tokens run in groups of GROUP_TOKENS, and a
+    step whose attention runs in groups of tokens (a 230-token chunk over 4100 keys passes 2^20 floats of
+    partial results) give the bits of one row per token in one call. With 8-bit activations, whose matmuls
+    are the same arithmetic at any number of rows (float32 ones tile differently by rows)."""
+    model = variant("llama-int8")
+    for w in quant_weights(model):
+        w.int8_activations = True
+    lengths, chunk = [70, 3, 4100], 230
+    num_blocks = sum((n + 3) // 4 for n in lengths) + 8
+    storage, inputs, key_slots = scattered_step(model, lengths, seed=9, num_blocks=num_blocks)
+    # the last sequence's last `chunk` positions as one chunk, in position order
+    g = torch.Generator().manual_seed(3)
+    positions = torch.cat([inputs.positions[:2], torch.arange(lengths[2] - chunk, lengths[2])])
+    ids = torch.cat([inputs.ids[0, :2], torch.randint(0, model.config.vocab_size, (chunk,), generator=g)])
+    shared = torch.tensor([0, 1] + [2] * chunk)
+    write = key_slots[shared, positions]
+    rows = torch.arange(len(ids))
+    with torch.inference_mode():
+        stack = build_stack(model, storage)
+        one = decode_logits(model, stack, ids, positions, write, key_slots[shared], rows)
+        again = decode_logits(model, stack, ids, positions, write, key_slots, rows, shared)
+        monkeypatch.setattr(fused_decode, "GROUP_TOKENS", 7)
+        grouped = decode_logits(model, stack, ids, positions, write, key_slots, rows, shared)
+    assert torch.equal(one, again) and torch.equal(one, grouped)
 
 
 def test_spans_do_not_depend_on_the_thread_count():

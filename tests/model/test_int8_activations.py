@@ -90,6 +90,29 @@ def test_greedy_alone_equals_batched_bit_for_bit(llm):
         assert alone.ids == b.ids and table(alone) == table(b)
 
 
+def test_every_step_runs_the_native_step_and_prompt_chunking_changes_no_bit(llm):
+    """Prompt chunks run the native step too, a token's arithmetic the same in any chunk or step: prompts cut
+    into 5-token chunks or run whole beside others (one of 120 tokens) give the same ids and logprobs, bit for
+    bit, and prompt logprobs likewise."""
+    rng = random.Random(4)
+    ps = prompts(5, seed=4) + [[rng.randrange(3, 250) for _ in range(120)]]
+    params = [SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, logprobs=2, prompt_logprobs=1)] * 6
+    forwards = []
+    whole = Engine(llm, block_size=8, num_blocks=256, max_num_seqs=6, max_num_batched_tokens=512)
+
+    def forward(inputs, rows, run_forward=whole.runner.forward):
+        forwards.append(type(inputs.layout).__name__)
+        return run_forward(inputs, rows)
+
+    whole.runner.forward = forward
+    ours = run(whole, ps, params)
+    assert forwards and set(forwards) == {"NativeKeys"}
+    chunked = run(Engine(llm, block_size=8, num_blocks=256, max_num_seqs=6, max_num_batched_tokens=5), ps, params)
+    prompt_table = lambda g: [(t.token, t.logprob) for t in g.prompt_logprobs[1:]]  # noqa: E731
+    for a, b in zip(ours, chunked):
+        assert a.ids == b.ids and table(a) == table(b) and prompt_table(a) == prompt_table(b)
+
+
 def test_speculative_equals_plain_bit_for_bit(llm):
     p = [40, 41, 42, 43, 40, 41, 42, 43, 40, 41, 42]
     greedy = dict(temperature=0, max_tokens=16, ignore_eos=True, logprobs=2)

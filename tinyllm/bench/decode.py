@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 
-from ..kernels import torch_single_threaded
 from . import common, llamacpp
 
 QUICK = dict(new_tokens=[4, 8], prompt_tokens=16, repeats=1, prefill_tokens=32)
@@ -238,6 +237,26 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
+def engine_prefill(llm, ids: list[int], repeats: int) -> float:
+    """Fastest seconds for the engine to take the prompt in one step and sample its first token (with 8-bit
+    activations prompts run the engine's native step, not the module path that prefill_pair times). Each
+    repeat has a fresh engine, so no prefix is cached."""
+    from ..engine.engine import Engine
+    from ..sampling.params import SamplingParams
+
+    params = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
+    best = float("inf")
+    for r in range(repeats + 1):  # the first run sets up
+        engine = Engine(llm, max_num_batched_tokens=len(ids), kv_memory_bytes=64 << 20)
+        t0 = time.perf_counter()
+        engine.add_request(ids, params)
+        while engine.has_unfinished():
+            engine.step()
+        if r:
+            best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def run(args, models: common.Models | None = None) -> dict:
     if args.tensor_parallel_size:
         from . import parallel
@@ -249,9 +268,8 @@ def run(args, models: common.Models | None = None) -> dict:
     result.update(measure(models, args.prompt_tokens, args.new_tokens, args.repeats, args.seed, args.modes, peer))
     prompt = common.windows(common.corpus_ids(models.llm.tokenizer), [args.prefill_tokens], args.seed + 1)[0]
     result["prefill"] = llamacpp.prefill_pair(models.llm.model, peer, prompt, max(2, args.repeats))
-    if models.others.get("native-int8") is not None:  # its prefill beside the same peer figure, torch's own
-        with torch_single_threaded():  # ops on one thread as the engine runs them (ModelRunner.threads_for)
-            int8 = llamacpp.prefill_pair(models.others["native-int8"].model, None, prompt, max(2, args.repeats))
-        result["prefill"]["ours_int8_tokens_per_s"] = int8["ours_tokens_per_s"]
+    if models.others.get("native-int8") is not None:  # its prefill beside the same peer figure
+        int8 = engine_prefill(models.others["native-int8"], prompt, max(2, args.repeats))
+        result["prefill"]["ours_int8_tokens_per_s"] = len(prompt) / int8
     llamacpp.close(peer)
     return common.save(args.out, "decode", result, draw(result), report)

@@ -94,7 +94,11 @@ class ModelRunner:
         Decodes and verified drafts (chunks whose every token is sampled) run through the native step when the
         model has one and they are at most FUSED_MAX_TOKENS tokens; prompt chunks through the module path, in a
         second forward when both kinds share the step. A token's path so depends on what it is, not on its
-        company (what seeded sampling alone == batched rests on), and decodes never pay the module path."""
+        company (what seeded sampling alone == batched rests on), and decodes never pay the module path.
+        With 8-bit activations every chunk runs through the native step: its matmuls are the same arithmetic at
+        any number of rows, so the module path's BLAS brings nothing, and the torch ops around it cost more."""
+        if self.fused is not None and self.native_at_any_size:
+            return self._run_part(step.chunks, tables, step.block_copies, native=True)
         sampled = [c for c in step.chunks if c.samples and c.sample_start == c.start]
         if self.fused is None or not sampled or sum(c.num_tokens for c in sampled) > FUSED_MAX_TOKENS:
             return self._run_part(step.chunks, tables, step.block_copies, native=False)
@@ -114,7 +118,7 @@ class ModelRunner:
         chunks = decodes + prefills
         ids, positions, slot_mapping, rows, sampling = [], [], [], [], []
         extra: list[tuple[ScheduledChunk, range, int]] = []  # prompt-logprob positions and their first row
-        layout = NativeKeys(self._native_keys(chunks, tables)) if native else self._layout(decodes, prefills, tables)
+        layout = NativeKeys(*self._native_keys(chunks, tables)) if native else self._layout(decodes, prefills, tables)
         # one decode whose blocks are consecutive: its new key goes to the slot after its keys, in place
         in_place = not native and not prefills and isinstance(layout.decode_slots, slice)
         for c in chunks:
@@ -153,7 +157,8 @@ class ModelRunner:
         for src, dst in inputs.block_copies:
             self.storage.copy_block(src, dst)
         ids, write_slots = inputs.ids[0], _as_tensor(inputs.write_slots).view(-1)
-        return decode_logits(self.model, self.fused, ids, inputs.positions, write_slots, inputs.layout.slots, rows)
+        keys = inputs.layout
+        return decode_logits(self.model, self.fused, ids, inputs.positions, write_slots, keys.slots, rows, keys.rows)
 
     def threads_for(self, num_tokens: int):
         """A step of a few rows on native kernels runs torch's own ops, all tiny, on one thread and the kernels
@@ -182,16 +187,15 @@ class ModelRunner:
             row += c.num_tokens
         return layout
 
-    def _native_keys(self, chunks, tables: dict[str, BlockTable]) -> torch.Tensor:
-        """key_slots [N, Smax] of the native step: each token's row holds its sequence's slots from position 0
-        (it reads them up to its own position, so the tokens of a chunk of verified drafts share one row)."""
+    def _native_keys(self, chunks, tables: dict[str, BlockTable]) -> tuple[torch.Tensor, torch.Tensor]:
+        """key_slots [C, Smax] of the native step, one row per chunk holding its sequence's slots from position 0,
+        and key_rows [N]: each token's chunk (a token reads its row up to its own position)."""
         stops = [c.start + c.num_tokens for c in chunks]
-        slots = torch.zeros(sum(c.num_tokens for c in chunks), max(stops), dtype=torch.long)  # [N, Smax]
-        row = 0
-        for c, stop in zip(chunks, stops):
-            slots[row : row + c.num_tokens, :stop] = tables[c.request.request_id].slots(0, stop, self.device)
-            row += c.num_tokens
-        return slots
+        slots = torch.zeros(len(chunks), max(stops), dtype=torch.long)  # [C, Smax]
+        for i, (c, stop) in enumerate(zip(chunks, stops)):
+            slots[i, :stop] = tables[c.request.request_id].slots(0, stop, self.device)
+        rows = torch.repeat_interleave(torch.arange(len(chunks)), torch.tensor([c.num_tokens for c in chunks]))
+        return slots, rows  # [C, Smax], [N]
 
     def _decode_keys(self, decodes: list[ScheduledChunk], tables: dict[str, BlockTable]):
         """Slots of every decode query's keys, padded to the longest, and the mask of real keys. One decode
@@ -211,9 +215,10 @@ class ModelRunner:
 
 @dataclass
 class NativeKeys:
-    """The native step's view of the step: every new token's sequence's key slots."""
+    """The native step's view of the step: each chunk's sequence's key slots, and each new token's chunk."""
 
-    slots: torch.Tensor  # [N, Smax]
+    slots: torch.Tensor  # [C, Smax]
+    rows: torch.Tensor  # [N]
 
 
 def _as_tensor(slots: torch.Tensor | slice) -> torch.Tensor:

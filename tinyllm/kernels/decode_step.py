@@ -70,6 +70,7 @@ class _Step(ctypes.Structure):
         ("positions", ctypes.c_void_p),
         ("write_slots", ctypes.c_void_p),
         ("key_slots", ctypes.c_void_p),
+        ("key_rows", ctypes.c_void_p),
         ("smax", _I64),
         ("scratch", ctypes.c_void_p),
         ("threads", _I64),
@@ -179,11 +180,22 @@ class DecodeStack:
         self._scratch = torch.empty(0)
         self.timings: torch.Tensor | None = None  # int64 [3]: ns in matmuls, attention, the rest, when set
 
-    def run(self, x: torch.Tensor, positions: torch.Tensor, write_slots: torch.Tensor, key_slots: torch.Tensor):
+    def run(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        write_slots: torch.Tensor,
+        key_slots: torch.Tensor,
+        key_rows: torch.Tensor | None = None,
+    ):
         """x [N, C] float32 embeddings -> the last layer's output [N, C] (in place). positions, write_slots [N]
-        and key_slots [N, Smax] int64: token i sees the keys at key_slots[i, :positions[i] + 1]."""
+        and key_slots [R, Smax] int64: token i sees the keys at key_slots[key_rows[i], :positions[i] + 1]
+        (key_rows [N] int64; None: row i, R = N)."""
         n, smax = x.shape[0], key_slots.shape[1]
+        if key_rows is None and key_slots.shape[0] != n:
+            raise ValueError(f"key_slots has {key_slots.shape[0]} rows for {n} tokens and no key_rows")
         positions, write_slots, key_slots = (t.contiguous() for t in (positions, write_slots, key_slots))
+        key_rows = None if key_rows is None else key_rows.contiguous()
         need = self.lib.tl_decode_scratch_floats(ctypes.byref(self._model), n, smax)
         if self._scratch.numel() < need:
             self._scratch = torch.empty(need)
@@ -192,6 +204,7 @@ class DecodeStack:
             positions.data_ptr(),
             write_slots.data_ptr(),
             key_slots.data_ptr(),
+            None if key_rows is None else key_rows.data_ptr(),
             smax,
             self._scratch.data_ptr(),
             kernel_threads(),

@@ -25,7 +25,8 @@ from .norm import RMSNorm, RMSNormPlusOne
 from .quant_bias import BiasedQuantLinear
 from .quant_linear import QuantLinear
 
-MAX_TOKENS = 64  # decode rows per native step (its scratch grows with rows x heads x keys)
+MAX_TOKENS = 64  # decode rows per native step where prompts take the module path
+GROUP_TOKENS = 256  # tokens per native call: its scratch grows with them (~10 KB a token on the default model)
 
 
 def _quantized(linear, max_parts: int, kinds=(QuantLinear,)) -> bool:
@@ -128,9 +129,20 @@ def decode_logits(
     write_slots: torch.Tensor,
     key_slots: torch.Tensor,
     rows: torch.Tensor,
+    key_rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """ids, positions, write_slots [N] (one decode token per sequence), key_slots [N, Smax] (each token's
-    sequence's slots from position 0, padded) -> logits of the chosen rows [len(rows), V]."""
+    """ids, positions, write_slots [N], key_slots [R, Smax] (a sequence's slots from position 0, padded) and
+    key_rows [N] (token i's row of key_slots; None: row i) -> logits of the chosen rows [len(rows), V].
+
+    Tokens go through the layers GROUP_TOKENS at a time, in order, so the scratch stays bounded however many
+    a step holds (a token's keys are written before any later token reads them; its arithmetic is the same in
+    any group)."""
     x = model.embed(ids[None])[0].float().contiguous()  # [N, C]; a fresh tensor the step writes in place
-    stack.run(x, positions, write_slots, key_slots)
+    n = x.shape[0]
+    for a in range(0, n, GROUP_TOKENS):
+        b = min(n, a + GROUP_TOKENS)
+        if key_rows is None:
+            stack.run(x[a:b], positions[a:b], write_slots[a:b], key_slots[a:b])
+        else:
+            stack.run(x[a:b], positions[a:b], write_slots[a:b], key_slots, key_rows[a:b])
     return model.head(x[rows][None])[0]  # [len(rows), V]

@@ -65,7 +65,8 @@ struct StepArgs {
     int64_t n;                   // new tokens, one per sequence
     const int64_t* positions;    // [N]: token i sees its sequence's keys at positions 0..positions[i]
     const int64_t* write_slots;  // [N]
-    const int64_t* key_slots;    // [N, smax]: slots of positions 0..positions[i] of token i's sequence
+    const int64_t* key_slots;    // [rows, smax]: slots of positions 0.. of a sequence (padded)
+    const int64_t* key_rows;     // [N]: token i reads row key_rows[i] up to positions[i]; null: row i
     int64_t smax;
     float* scratch;  // floats: see tl_decode_scratch_floats()
     int64_t threads;
@@ -220,8 +221,8 @@ struct AttnJob {
     const StepArgs* st;
     const float* qkv;
     float* out;       // [N, H * D]
-    float* scores;    // [N * H, smax]
-    float* partial;   // [N * H, spans, D + 2]: a span's unnormalised output, its max score, its sum of e^(s - max)
+    int64_t i0;       // the first token of this group (attention runs over groups of tokens)
+    float* partial;   // [tokens * H, spans, D + 2]: a span's unnormalised output, its max score, its sum of e^(s - max)
     int64_t spans;    // ceil(smax / SPAN)
     int64_t kv_each;  // kv heads per chunk: all of them (whole key rows read in order) or one
 };
@@ -291,20 +292,20 @@ template <class T> static void attend_span(void* ctx, int64_t c) {
     const StepArgs& st = *j.st;
     const int64_t H = md.heads, D = md.head_dim, KV = md.kv_heads, G = H / KV, R = j.spans;
     const int64_t per_token = KV / j.kv_each;
-    const int64_t i = c / (per_token * R), kv0 = (c / R) % per_token * j.kv_each, r = c % R;
+    const int64_t t = c / (per_token * R), i = j.i0 + t, kv0 = (c / R) % per_token * j.kv_each, r = c % R;
     const int64_t kv_row = KV * D, len = st.positions[i] + 1;
     const int64_t visible = j.layer->window > 0 ? std::max<int64_t>(0, len - j.layer->window) : 0;
     const int64_t first = std::max(visible, r * SPAN), last = std::min(len, (r + 1) * SPAN);
     const float* q = j.qkv + i * (H + 2 * KV) * D;
-    const int64_t* slots = st.key_slots + i * st.smax;
+    const int64_t* slots = st.key_slots + (st.key_rows ? st.key_rows[i] : i) * st.smax;
     const float scale = (float)md.scale, cap = (float)md.softcap;
     for (int64_t h = kv0 * G; h < (kv0 + j.kv_each) * G; ++h) {
-        float* o = j.partial + ((i * H + h) * R + r) * (D + 2);
+        float* o = j.partial + ((t * H + h) * R + r) * (D + 2);
         if (first >= last) {
             o[D + 1] = 0.0f;  // empty: l = 0
             continue;
         }
-        float* p = j.scores + (i * H + h) * st.smax + r * SPAN;
+        alignas(32) float p[SPAN];
         key_scores(q + h * D, static_cast<const T*>(j.layer->k_cache), slots, first, last, kv_row, h / G * D, D, p);
         float max = -INFINITY;
         for (int64_t s = 0; s < last - first; ++s) {
@@ -404,6 +405,13 @@ static void qk_norm(const ModelArgs& md, const LayerArgs& L, int64_t n, float* q
     }
 }
 
+// Tokens whose attention runs at once: all of them unless their spans' partial results pass 2^20 floats. A
+// token's arithmetic is the same in any group.
+static int64_t attention_group(const ModelArgs& md, int64_t n, int64_t smax) {
+    const int64_t per_token = md.heads * ((smax + SPAN - 1) / SPAN) * (md.head_dim + 2);
+    return std::max<int64_t>(1, std::min<int64_t>(n, (int64_t(1) << 20) / per_token));
+}
+
 static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& st, const float* trig, float* x) {
     const int64_t N = st.n, C = md.hidden, H = md.heads, D = md.head_dim, I = md.inter;
     const int64_t width = (H + 2 * md.kv_heads) * D;
@@ -415,7 +423,7 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
     float* gu = tmp + N * C;         // [N, 2I]
     float* act = gu + N * 2 * I;     // [N, I]
     float* part = act + N * I;       // [N, max(width, 2I)]: one part of a projection stored in several
-    float* scores = part + N * std::max(width, 2 * I);  // [N * H, smax]
+    float* partial = part + N * std::max(width, 2 * I);  // [group * H, spans, D + 2]
 
     Clock clock{st.timings};
     rms_norm(x, L.attn_norm, N, C, md.eps, h);
@@ -428,15 +436,17 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
     (md.kv_type == KV_F16 ? rope_store<half_t> : md.kv_type == KV_BF16 ? rope_store<bf16_t> : rope_store<float>)(
         md, L, st, trig, qkv);
     clock.mark(Clock::OTHER);
-    float* partial = scores + N * H * st.smax;  // [N * H, spans, D + 2]
-    const int64_t spans = (st.smax + SPAN - 1) / SPAN;
-    // whole key rows per chunk when that still leaves a few chunks per thread, else a kv head's part of them
-    const int64_t kv_each = N * spans >= 4 * threads ? md.kv_heads : 1;
-    AttnJob job{&md, &L, &st, qkv, attn, scores, partial, spans, kv_each};
-    pool().run(md.kv_type == KV_F16 ? attend_span<half_t> : md.kv_type == KV_BF16 ? attend_span<bf16_t> : attend_span<float>,
-               &job, N * (md.kv_heads / kv_each) * spans, threads);
-    // joining is light: helpers only when there is enough of it to pay for waking them
-    pool().run(join_spans, &job, N * H, N * H * spans * D >= (1 << 16) ? threads : 1);
+    const int64_t spans = (st.smax + SPAN - 1) / SPAN, group = attention_group(md, N, st.smax);
+    for (int64_t i0 = 0; i0 < N; i0 += group) {  // tokens in groups: the spans' partial results stay bounded
+        const int64_t n = std::min(group, N - i0);
+        // whole key rows per chunk when that still leaves a few chunks per thread, else a kv head's part of them
+        const int64_t kv_each = n * spans >= 4 * threads ? md.kv_heads : 1;
+        AttnJob job{&md, &L, &st, qkv, attn + i0 * H * D, i0, partial, spans, kv_each};
+        pool().run(md.kv_type == KV_F16 ? attend_span<half_t> : md.kv_type == KV_BF16 ? attend_span<bf16_t> : attend_span<float>,
+                   &job, n * (md.kv_heads / kv_each) * spans, threads);
+        // joining is light: helpers only when there is enough of it to pay for waking them
+        pool().run(join_spans, &job, n * H, n * H * spans * D >= (1 << 16) ? threads : 1);
+    }
     clock.mark(Clock::ATTENTION);
     matmul(L.o, attn, N, tmp, threads);
     clock.mark(Clock::MATMUL);
@@ -463,9 +473,11 @@ extern "C" {
 // Floats of scratch one step of n tokens over at most smax keys needs.
 int64_t tl_decode_scratch_floats(const tl::ModelArgs* md, int64_t n, int64_t smax) {
     const int64_t width = (md->heads + 2 * md->kv_heads) * md->head_dim;
+    const int64_t partial = tl::attention_group(*md, n, smax) * md->heads * ((smax + tl::SPAN - 1) / tl::SPAN) *
+                            (md->head_dim + 2);
     return n * (2 * md->hidden + width + md->heads * md->head_dim + 3 * md->inter + std::max(width, 2 * md->inter) +
-                md->heads * smax + md->heads * ((smax + tl::SPAN - 1) / tl::SPAN) * (md->head_dim + 2) +
-                2 * md->rotary_dim);  // the last: rotary cos and sin per table
+                2 * md->rotary_dim) +  // the last: rotary cos and sin per table
+           partial;
 }
 
 // out[i] = x[i] rounded to the KV element type as the step stores keys and values (for tests against torch's
