@@ -105,6 +105,7 @@ def test_step_native(folder, tmp_path):
 def test_throughput(folder, tmp_path):
     r = bench("throughput", folder, tmp_path)
     assert [c["concurrency"] for c in r["closed"]] == [1, 3]
+    assert [c["kv_dtype"] for c in r["closed"]] == ["float32", "float32"]
     for run in r["closed"] + r["poisson"]:
         assert 3 <= run["output_tokens"] / run["requests"] <= 6  # outputs drawn from --output-range 3 6
         assert positive(run["output_tokens_per_s"]) and run["ttft_s"]["n"] == run["requests"]
@@ -115,6 +116,12 @@ def test_throughput(folder, tmp_path):
         hf = r["reference_static"][0]
         assert hf["batch_size"] == 2 and hf["output_tokens"] == r["closed"][1]["output_tokens"]
         assert positive(r["comparison"]["output_tokens_per_s_over_hf_batch_2"])
+
+
+def test_throughput_with_a_half_precision_kv_cache(folder, tmp_path):
+    r = bench("throughput", folder, tmp_path, "--kv-dtype", "float16", "--rates", "--hf-batch")
+    assert [c["kv_dtype"] for c in r["closed"]] == ["float16", "float16"]
+    assert all(positive(c["output_tokens_per_s"]) for c in r["closed"])
 
 
 def test_prefix(folder, tmp_path):

@@ -43,6 +43,7 @@ VARIANTS = {
     "partial-rotary": ("int8", dict(rope_dim=16)),
     "head-dim-64": ("int8", dict(head_dim=64)),  # values summed 64 columns at a time in registers
     "head-dim-80": ("int4", dict(head_dim=80, num_kv_heads=1)),  # and a tail of 16; 4 query heads per kv head
+    "three-per-kv": ("int8", dict(num_heads=6, head_dim=64)),  # 3 query heads per kv head, as SmolLM2's
     "scale-softcap": ("int8", dict(query_scale=0.07, attn_softcap=3.0, final_softcap=8.0)),
     "qwen3": ("int8", dict(family="qwen3")),  # per-head q/k norms
     "gemma2": (  # (1 + w) norms on both sides of each sub-layer, GeGLU, scaled embeddings
@@ -302,6 +303,28 @@ def test_chosen_rows_only():
             model, stack, inputs.ids[0], inputs.positions, inputs.write_slots, key_slots, torch.tensor([2, 0])
         )
     assert out.shape == (2, model.config.vocab_size)
+
+
+@pytest.mark.parametrize("name", ["llama-int8", "three-per-kv", "head-dim-80", "mha"])
+def test_heads_sharing_an_attention_pass_give_the_bits_of_one_head_a_pass(name, monkeypatch):
+    """The AVX-512 build runs up to three query heads of a kv head in one pass over the keys and values (each
+    loaded vector feeds every head's FMAs), the AVX2 build one: each head's arithmetic is the same, so the
+    logits are equal bit for bit (2, 3, 4 = 3 + 1 and 1 heads per kv head; spans of 64 keys and a tail)."""
+    if "avx2" not in native.cpu_features().split():
+        pytest.skip("no AVX2 on this CPU")
+    model = variant(name)
+    outs = []
+    for build in ("1", "avx2"):
+        monkeypatch.setenv("TINYLLM_NATIVE", build)
+        native.reset()
+        storage, inputs, key_slots = scattered_step(model, [150, 7, 70, 64], seed=6, num_blocks=128)
+        stack = build_stack(model, storage)
+        with torch.inference_mode():
+            rows = torch.arange(4)
+            args = inputs.ids[0], inputs.positions, inputs.write_slots, key_slots, rows
+            outs.append(decode_logits(model, stack, *args))
+    native.reset()
+    assert torch.equal(outs[0], outs[1])
 
 
 def test_models_it_does_not_cover_say_why():

@@ -48,6 +48,11 @@ def add_args(p) -> None:
     p.add_argument("--hf-requests", type=int, default=32, help="requests HF runs, the first of the workload")
     p.add_argument("--max-batched-tokens", type=int, default=256, help="engine token budget per step")
     p.add_argument("--kv-memory-mb", type=int, default=1024, help="engine KV pool size (default 1024 MiB)")
+    p.add_argument(
+        "--kv-dtype",
+        choices=["float32", "bfloat16", "float16"],
+        help="engine KV cache element type (default: the compute dtype)",
+    )
 
 
 def engine_for(llm, args, max_num_seqs: int):
@@ -59,6 +64,7 @@ def engine_for(llm, args, max_num_seqs: int):
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=args.max_batched_tokens,
         kv_memory_bytes=args.kv_memory_mb << 20,
+        kv_dtype=args.kv_dtype,
     )
 
 
@@ -69,7 +75,10 @@ def measure(models: common.Models, args) -> dict:
     drive_engine(engine_for(llm, args, 2), work[:2])  # first-call set-up
     closed = []
     for n in args.concurrency:
-        closed.append({"concurrency": n, **drive_engine(engine_for(llm, args, n), work[:n])})
+        engine = engine_for(llm, args, n)
+        kv_dtype = str(engine.storage.dtype).removeprefix("torch.")
+        closed.append({"concurrency": n, "kv_dtype": kv_dtype, **drive_engine(engine, work[:n])})
+        del engine
         _progress("engine", closed[-1])
     arrivals = []
     for rate in args.rates:

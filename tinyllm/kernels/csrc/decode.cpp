@@ -227,65 +227,119 @@ struct AttnJob {
     int64_t kv_each;  // kv heads per chunk: all of them (whole key rows read in order) or one
 };
 
-// out[d] = sum_s p[s] * v_s[d] for the visible keys, 64 columns at a time held in registers over the keys.
-template <class T>
+// Query heads sharing a kv head that one pass over the span's keys and values serves: each key or value vector
+// loaded feeds that many heads' FMAs. Three heads' accumulators (3 x 8 vectors) need AVX-512's 32 registers;
+// with AVX2's 16 a pass serves one head. A head's arithmetic is the same in either case.
+#if defined(TL_AVX2) && defined(__AVX512VL__)
+constexpr int PASS_HEADS = 3;
+#else
+constexpr int PASS_HEADS = 1;
+#endif
+
+// For NH heads n (p + n * SPAN their probabilities, out[n] their outputs): out[n][d] = sum_s p_n[s] v_s[d] over
+// the visible keys, 64 columns at a time held in registers over the keys.
+template <int NH, class T>
 static void weighted_values(const float* p, int64_t first, int64_t len, const int64_t* slots, const T* v_cache,
-                            int64_t kv_row, int64_t offset, int64_t D, float* out) {
+                            int64_t kv_row, int64_t offset, int64_t D, float* const* out) {
     int64_t d0 = 0;
 #ifdef TL_AVX2
     for (; d0 + 64 <= D; d0 += 64) {
-        __m256 acc[8];
-        for (int b = 0; b < 8; ++b) acc[b] = _mm256_setzero_ps();
+        __m256 acc[NH][8];
+        for (int n = 0; n < NH; ++n)
+            for (int b = 0; b < 8; ++b) acc[n][b] = _mm256_setzero_ps();
         for (int64_t s = first; s < len; ++s) {
-            const __m256 w = _mm256_set1_ps(p[s - first]);
+            __m256 w[NH];
+            for (int n = 0; n < NH; ++n) w[n] = _mm256_set1_ps(p[n * SPAN + s - first]);
             const T* v = v_cache + slots[s] * kv_row + offset + d0;
-            for (int b = 0; b < 8; ++b) acc[b] = _mm256_fmadd_ps(w, load8(v + 8 * b), acc[b]);
+            for (int b = 0; b < 8; ++b) {
+                const __m256 vb = load8(v + 8 * b);
+                for (int n = 0; n < NH; ++n) acc[n][b] = _mm256_fmadd_ps(w[n], vb, acc[n][b]);
+            }
         }
-        for (int b = 0; b < 8; ++b) _mm256_storeu_ps(out + d0 + 8 * b, acc[b]);
+        for (int n = 0; n < NH; ++n)
+            for (int b = 0; b < 8; ++b) _mm256_storeu_ps(out[n] + d0 + 8 * b, acc[n][b]);
     }
 #endif
-    std::fill(out + d0, out + D, 0.0f);
-    for (int64_t s = first; s < len; ++s)
-        axpy(out + d0, p[s - first], v_cache + slots[s] * kv_row + offset + d0, D - d0);
+    for (int n = 0; n < NH; ++n) {
+        std::fill(out[n] + d0, out[n] + D, 0.0f);
+        for (int64_t s = first; s < len; ++s)
+            axpy(out[n] + d0, p[n * SPAN + s - first], v_cache + slots[s] * kv_row + offset + d0, D - d0);
+    }
 }
 
 #ifdef TL_AVX2
-// out[j] = q . k_j for 8 keys (d a multiple of 8): eight accumulators, then one transposing reduction.
-template <class T> static inline __m256 dot8(const float* q, const T* const* k, int64_t d) {
-    __m256 acc[8];
-    for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+// out[n][j] = q_n . k_j for NH query heads (q_n = q + n * D) and 8 keys (d a multiple of 8): eight accumulators
+// per head, each key vector loaded once for all heads, then one transposing reduction per head.
+template <int NH, class T> static inline void dot8(const float* q, int64_t D, const T* const* k, int64_t d, __m256* out) {
+    __m256 acc[NH][8];
+    for (int n = 0; n < NH; ++n)
+        for (int j = 0; j < 8; ++j) acc[n][j] = _mm256_setzero_ps();
     for (int64_t i = 0; i < d; i += 8) {
-        const __m256 qv = _mm256_loadu_ps(q + i);
-        for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qv, load8(k[j] + i), acc[j]);
+        __m256 qv[NH];
+        for (int n = 0; n < NH; ++n) qv[n] = _mm256_loadu_ps(q + n * D + i);
+        for (int j = 0; j < 8; ++j) {
+            const __m256 kj = load8(k[j] + i);
+            for (int n = 0; n < NH; ++n) acc[n][j] = _mm256_fmadd_ps(qv[n], kj, acc[n][j]);
+        }
     }
-    const __m256 t0 = _mm256_hadd_ps(acc[0], acc[1]), t1 = _mm256_hadd_ps(acc[2], acc[3]);
-    const __m256 t2 = _mm256_hadd_ps(acc[4], acc[5]), t3 = _mm256_hadd_ps(acc[6], acc[7]);
-    const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+    for (int n = 0; n < NH; ++n) {
+        const __m256* a = acc[n];
+        const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+        const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+        const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+        out[n] = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+    }
 }
 #endif
 
-// p[s - first] = q . k_s for the visible keys; returns how many leading keys were done 8 at a time.
-template <class T>
-static int64_t key_scores(const float* q, const T* k_cache, const int64_t* slots, int64_t first, int64_t len,
-                          int64_t kv_row, int64_t offset, int64_t D, float* p) {
+// p[n * SPAN + s - first] = q_n . k_s for NH query heads (q_n = q + n * D) over the visible keys.
+template <int NH, class T>
+static void key_scores(const float* q, const T* k_cache, const int64_t* slots, int64_t first, int64_t len,
+                       int64_t kv_row, int64_t offset, int64_t D, float* p) {
     int64_t s = first;
 #ifdef TL_AVX2
     if (D % 8 == 0)
         for (; s + 8 <= len; s += 8) {
             const T* k[8];
             for (int j = 0; j < 8; ++j) k[j] = k_cache + slots[s + j] * kv_row + offset;
-            _mm256_storeu_ps(p + s - first, dot8(q, k, D));
+            __m256 out[NH];
+            dot8<NH>(q, D, k, D, out);
+            for (int n = 0; n < NH; ++n) _mm256_storeu_ps(p + n * SPAN + s - first, out[n]);
         }
 #endif
-    for (; s < len; ++s) p[s - first] = dot(q, k_cache + slots[s] * kv_row + offset, D);
-    return s;
+    for (; s < len; ++s)
+        for (int n = 0; n < NH; ++n) p[n * SPAN + s - first] = dot(q + n * D, k_cache + slots[s] * kv_row + offset, D);
 }
 
-// One token, one span of keys and `kv_each` kv heads, for each query head sharing such a kv head: the scores
-// scale * q . k_s (soft-capped) over the span's visible keys, their max m, l = sum e^(score - m) and
-// o = sum e^(score - m) v_s. The span's key and value rows are read from memory once and stay in cache for the
-// group's other heads. Each query head's arithmetic is the same however chunks are cut.
+// The span's part of attention for NH query heads h0.. sharing one kv head (its keys and values at `offset` in
+// a row): scores scale * q . k_s (soft-capped), their max m, l = sum e^(score - m) and o = sum e^(score - m) v_s,
+// written to the heads' partial results o_n (o_n[D] = m, o_n[D + 1] = l).
+template <int NH, class T>
+static void attend_heads(const AttnJob& j, const float* q, const int64_t* slots, int64_t first, int64_t last,
+                         int64_t offset, float* const* o) {
+    const ModelArgs& md = *j.md;
+    const int64_t D = md.head_dim, kv_row = md.kv_heads * D;
+    const float scale = (float)md.scale, cap = (float)md.softcap;
+    alignas(32) float p[NH * SPAN];
+    key_scores<NH>(q, static_cast<const T*>(j.layer->k_cache), slots, first, last, kv_row, offset, D, p);
+    for (int n = 0; n < NH; ++n) {
+        float* pn = p + n * SPAN;
+        float max = -INFINITY;
+        for (int64_t s = 0; s < last - first; ++s) {
+            float v = pn[s] * scale;
+            if (cap > 0.0f) v = std::tanh(v / cap) * cap;
+            pn[s] = v;
+            max = std::max(max, v);
+        }
+        o[n][D + 1] = exp_shifted(pn, last - first, max);
+        o[n][D] = max;
+    }
+    weighted_values<NH>(p, first, last, slots, static_cast<const T*>(j.layer->v_cache), kv_row, offset, D, o);
+}
+
+// One token, one span of keys and `kv_each` kv heads, for each query head sharing such a kv head: its partial
+// result over the span's visible keys (attend_heads), PASS_HEADS heads at a time. Each query head's arithmetic
+// is the same however chunks are cut and however many heads share a pass.
 template <class T> static void attend_span(void* ctx, int64_t c) {
     const AttnJob& j = *static_cast<const AttnJob*>(ctx);
     const ModelArgs& md = *j.md;
@@ -293,31 +347,24 @@ template <class T> static void attend_span(void* ctx, int64_t c) {
     const int64_t H = md.heads, D = md.head_dim, KV = md.kv_heads, G = H / KV, R = j.spans;
     const int64_t per_token = KV / j.kv_each;
     const int64_t t = c / (per_token * R), i = j.i0 + t, kv0 = (c / R) % per_token * j.kv_each, r = c % R;
-    const int64_t kv_row = KV * D, len = st.positions[i] + 1;
+    const int64_t len = st.positions[i] + 1;
     const int64_t visible = j.layer->window > 0 ? std::max<int64_t>(0, len - j.layer->window) : 0;
     const int64_t first = std::max(visible, r * SPAN), last = std::min(len, (r + 1) * SPAN);
     const float* q = j.qkv + i * (H + 2 * KV) * D;
     const int64_t* slots = st.key_slots + (st.key_rows ? st.key_rows[i] : i) * st.smax;
-    const float scale = (float)md.scale, cap = (float)md.softcap;
-    for (int64_t h = kv0 * G; h < (kv0 + j.kv_each) * G; ++h) {
-        float* o = j.partial + ((t * H + h) * R + r) * (D + 2);
-        if (first >= last) {
-            o[D + 1] = 0.0f;  // empty: l = 0
-            continue;
+    for (int64_t g = kv0; g < kv0 + j.kv_each; ++g)
+        for (int64_t h = g * G; h < (g + 1) * G; h += PASS_HEADS) {
+            const int64_t nh = std::min<int64_t>(PASS_HEADS, (g + 1) * G - h);
+            float* o[PASS_HEADS];
+            for (int64_t n = 0; n < nh; ++n) o[n] = j.partial + ((t * H + h + n) * R + r) * (D + 2);
+            if (first >= last) {
+                for (int64_t n = 0; n < nh; ++n) o[n][D + 1] = 0.0f;  // empty: l = 0
+                continue;
+            }
+            if (PASS_HEADS >= 3 && nh == 3) attend_heads<PASS_HEADS >= 3 ? 3 : 1, T>(j, q + h * D, slots, first, last, g * D, o);
+            else if (PASS_HEADS >= 2 && nh == 2) attend_heads<PASS_HEADS >= 2 ? 2 : 1, T>(j, q + h * D, slots, first, last, g * D, o);
+            else attend_heads<1, T>(j, q + h * D, slots, first, last, g * D, o);
         }
-        alignas(32) float p[SPAN];
-        key_scores(q + h * D, static_cast<const T*>(j.layer->k_cache), slots, first, last, kv_row, h / G * D, D, p);
-        float max = -INFINITY;
-        for (int64_t s = 0; s < last - first; ++s) {
-            float v = p[s] * scale;
-            if (cap > 0.0f) v = std::tanh(v / cap) * cap;
-            p[s] = v;
-            max = std::max(max, v);
-        }
-        o[D + 1] = exp_shifted(p, last - first, max);
-        o[D] = max;
-        weighted_values(p, first, last, slots, static_cast<const T*>(j.layer->v_cache), kv_row, h / G * D, D, o);
-    }
 }
 
 // One token and query head: its spans' outputs joined, out = sum_r e^(m_r - M) o_r / sum_r e^(m_r - M) l_r with
