@@ -145,10 +145,11 @@ def test_long_sequences_split_into_spans(name, threads):
 
 
 def test_shared_key_rows_and_token_groups_change_no_bit(monkeypatch):
-    """A chunk's tokens sharing one row of key slots (key_rows), tokens run in groups of GROUP_TOKENS, and a
-    step whose attention runs in groups of tokens (a 230-token chunk over 4100 keys passes 2^20 floats of
-    partial results) give the bits of one row per token in one call. With 8-bit activations, whose matmuls
-    are the same arithmetic at any number of rows (float32 ones tile differently by rows)."""
+    """A chunk's tokens sharing one row of key slots (key_rows), tokens run in groups of GROUP_TOKENS, a step
+    whose attention runs in groups of tokens (a 230-token chunk over 4100 keys passes 2^20 floats of partial
+    results), and row-wise work split over threads or not give the bits of one row per token in one call.
+    With 8-bit activations, whose matmuls are the same arithmetic at any number of rows (float32 ones tile
+    differently by rows)."""
     model = variant("llama-int8")
     for w in quant_weights(model):
         w.int8_activations = True
@@ -166,9 +167,15 @@ def test_shared_key_rows_and_token_groups_change_no_bit(monkeypatch):
         stack = build_stack(model, storage)
         one = decode_logits(model, stack, ids, positions, write, key_slots[shared], rows)
         again = decode_logits(model, stack, ids, positions, write, key_slots, rows, shared)
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)  # every row-wise step (norms, rotary, residuals) on one thread, not split
+        try:
+            alone = decode_logits(model, stack, ids, positions, write, key_slots, rows, shared)
+        finally:
+            torch.set_num_threads(before)
         monkeypatch.setattr(fused_decode, "GROUP_TOKENS", 7)
         grouped = decode_logits(model, stack, ids, positions, write, key_slots, rows, shared)
-    assert torch.equal(one, again) and torch.equal(one, grouped)
+    assert torch.equal(one, again) and torch.equal(one, grouped) and torch.equal(one, alone)
 
 
 def test_spans_do_not_depend_on_the_thread_count():

@@ -168,13 +168,14 @@ static void matmul(const Proj& p, const float* x, int64_t m, float* y, float* pa
     }
 }
 
-// Rotate the first R dims of each q and k head of each token by its position's angles (pair i, i + R/2:
-// (a, b) -> (a cos - b sin, b cos + a sin)), then store k and v at the token's slot.
+// Rotate the first R dims of each q and k head of tokens i0..i1 by their positions' angles (pair i, i + R/2:
+// (a, b) -> (a cos - b sin, b cos + a sin)), then store k and v at each token's slot.
 template <class T>
-static void rope_store(const ModelArgs& md, const LayerArgs& L, const StepArgs& st, const float* trig, float* qkv) {
+static void rope_store(const ModelArgs& md, const LayerArgs& L, const StepArgs& st, const float* trig, float* qkv,
+                       int64_t i0, int64_t i1) {
     const int64_t D = md.head_dim, half = md.rotary_dim / 2, width = (md.heads + 2 * md.kv_heads) * D;
     const int64_t kv_row = md.kv_heads * D;
-    for (int64_t i = 0; i < st.n; ++i) {
+    for (int64_t i = i0; i < i1; ++i) {
         const float* cs = trig + (L.rope * st.n + i) * 2 * half;
         const float* sn = cs + half;
         float* row = qkv + i * width;
@@ -260,6 +261,7 @@ static void weighted_values(const float* p, int64_t first, int64_t len, const in
             for (int b = 0; b < 8; ++b) _mm256_storeu_ps(out[n] + d0 + 8 * b, acc[n][b]);
     }
 #endif
+    if (d0 == D) return;
     for (int n = 0; n < NH; ++n) {
         std::fill(out[n] + d0, out[n] + D, 0.0f);
         for (int64_t s = first; s < len; ++s)
@@ -443,10 +445,10 @@ static void add_into(float* x, const float* y, int64_t count) {
     for (int64_t i = 0; i < count; ++i) x[i] += y[i];
 }
 
-// Per-head RMSNorm of the q heads (w_q) and k heads (w_k) of each token's q/k/v row, in place.
-static void qk_norm(const ModelArgs& md, const LayerArgs& L, int64_t n, float* qkv) {
+// Per-head RMSNorm of the q heads (w_q) and k heads (w_k) of tokens i0..i1's q/k/v rows, in place.
+static void qk_norm(const ModelArgs& md, const LayerArgs& L, int64_t i0, int64_t i1, float* qkv) {
     const int64_t D = md.head_dim, width = (md.heads + 2 * md.kv_heads) * D;
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = i0; i < i1; ++i) {
         rms_norm(qkv + i * width, L.q_norm, md.heads, D, md.eps, qkv + i * width);
         rms_norm(qkv + i * width + md.heads * D, L.k_norm, md.kv_heads, D, md.eps, qkv + i * width + md.heads * D);
     }
@@ -457,6 +459,23 @@ static void qk_norm(const ModelArgs& md, const LayerArgs& L, int64_t n, float* q
 static int64_t attention_group(const ModelArgs& md, int64_t n, int64_t smax) {
     const int64_t per_token = md.heads * ((smax + SPAN - 1) / SPAN) * (md.head_dim + 2);
     return std::max<int64_t>(1, std::min<int64_t>(n, (int64_t(1) << 20) / per_token));
+}
+
+// f(r0, r1) over rows 0..n in chunks on the pool's threads, or on the caller alone for a few rows (waking a
+// helper costs more than they do). Row-wise work only: a row's result does not depend on the split.
+constexpr int64_t ROWS_PER_TASK = 8;
+
+template <class F> static void for_rows(int64_t n, int threads, F&& f) {
+    if (threads <= 1 || n < 2 * ROWS_PER_TASK) return f(int64_t(0), n);
+    struct Ctx {
+        F* f;
+        int64_t n, chunks;
+    } ctx{&f, n, std::min<int64_t>(4 * threads, n / ROWS_PER_TASK)};
+    auto chunk = [](void* c, int64_t i) {
+        const Ctx& t = *static_cast<const Ctx*>(c);
+        (*t.f)(t.n * i / t.chunks, t.n * (i + 1) / t.chunks);
+    };
+    pool().run(chunk, &ctx, ctx.chunks, threads);
 }
 
 static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& st, const float* trig, float* x) {
@@ -473,15 +492,17 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
     float* partial = part + N * std::max(width, 2 * I);  // [group * H, spans, D + 2]
 
     Clock clock{st.timings};
-    rms_norm(x, L.attn_norm, N, C, md.eps, h);
+    for_rows(N, threads, [&](int64_t r0, int64_t r1) { rms_norm(x + r0 * C, L.attn_norm, r1 - r0, C, md.eps, h + r0 * C); });
     clock.mark(Clock::OTHER);
     matmul(L.qkv, h, N, qkv, part, threads);
     clock.mark(Clock::MATMUL);
-    if (L.qkv_bias)
-        for (int64_t i = 0; i < N; ++i) add_into(qkv + i * width, L.qkv_bias, width);
-    if (L.q_norm) qk_norm(md, L, N, qkv);
-    (md.kv_type == KV_F16 ? rope_store<half_t> : md.kv_type == KV_BF16 ? rope_store<bf16_t> : rope_store<float>)(
-        md, L, st, trig, qkv);
+    auto rope = md.kv_type == KV_F16 ? rope_store<half_t> : md.kv_type == KV_BF16 ? rope_store<bf16_t> : rope_store<float>;
+    for_rows(N, threads, [&](int64_t r0, int64_t r1) {
+        if (L.qkv_bias)
+            for (int64_t i = r0; i < r1; ++i) add_into(qkv + i * width, L.qkv_bias, width);
+        if (L.q_norm) qk_norm(md, L, r0, r1, qkv);
+        rope(md, L, st, trig, qkv, r0, r1);
+    });
     clock.mark(Clock::OTHER);
     const int64_t spans = (st.smax + SPAN - 1) / SPAN, group = attention_group(md, N, st.smax);
     for (int64_t i0 = 0; i0 < N; i0 += group) {  // tokens in groups: the spans' partial results stay bounded
@@ -497,19 +518,26 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
     clock.mark(Clock::ATTENTION);
     matmul(L.o, attn, N, tmp, threads);
     clock.mark(Clock::MATMUL);
-    if (L.attn_out_norm) rms_norm(tmp, L.attn_out_norm, N, C, md.eps, tmp);
-    add_into(x, tmp, N * C);
-
-    rms_norm(x, L.mlp_norm, N, C, md.eps, h);
+    for_rows(N, threads, [&](int64_t r0, int64_t r1) {  // the residual, then the MLP's norm, row by row
+        float *xr = x + r0 * C, *tr = tmp + r0 * C;
+        if (L.attn_out_norm) rms_norm(tr, L.attn_out_norm, r1 - r0, C, md.eps, tr);
+        add_into(xr, tr, (r1 - r0) * C);
+        rms_norm(xr, L.mlp_norm, r1 - r0, C, md.eps, h + r0 * C);
+    });
     clock.mark(Clock::OTHER);
     matmul(L.gate_up, h, N, gu, part, threads);
     clock.mark(Clock::MATMUL);
-    (md.activation == 1 ? gelu_mul : silu_mul)(gu, N, I, act);
+    for_rows(N, threads, [&](int64_t r0, int64_t r1) {
+        (md.activation == 1 ? gelu_mul : silu_mul)(gu + r0 * 2 * I, r1 - r0, I, act + r0 * I);
+    });
     clock.mark(Clock::OTHER);
     matmul(L.down, act, N, tmp, threads);
     clock.mark(Clock::MATMUL);
-    if (L.mlp_out_norm) rms_norm(tmp, L.mlp_out_norm, N, C, md.eps, tmp);
-    add_into(x, tmp, N * C);
+    for_rows(N, threads, [&](int64_t r0, int64_t r1) {
+        float *xr = x + r0 * C, *tr = tmp + r0 * C;
+        if (L.mlp_out_norm) rms_norm(tr, L.mlp_out_norm, r1 - r0, C, md.eps, tr);
+        add_into(xr, tr, (r1 - r0) * C);
+    });
     clock.mark(Clock::OTHER);
 }
 
