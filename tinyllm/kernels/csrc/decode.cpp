@@ -327,7 +327,21 @@ static void attend_heads(const AttnJob& j, const float* q, const int64_t* slots,
     for (int n = 0; n < NH; ++n) {
         float* pn = p + n * SPAN;
         float max = -INFINITY;
-        for (int64_t s = 0; s < last - first; ++s) {
+        int64_t s = 0;
+#ifdef TL_AVX2
+        if (cap <= 0.0f) {  // max(v, m) keeps m for a NaN v as std::max(m, v) does; a zero max's sign changes no e^
+            __m256 m8 = _mm256_set1_ps(-INFINITY);
+            for (; s + 8 <= last - first; s += 8) {
+                const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(pn + s), _mm256_set1_ps(scale));
+                _mm256_storeu_ps(pn + s, v);
+                m8 = _mm256_max_ps(v, m8);
+            }
+            alignas(32) float lanes[8];
+            _mm256_store_ps(lanes, m8);
+            for (float l : lanes) max = std::max(max, l);
+        }
+#endif
+        for (; s < last - first; ++s) {
             float v = pn[s] * scale;
             if (cap > 0.0f) v = std::tanh(v / cap) * cap;
             pn[s] = v;
