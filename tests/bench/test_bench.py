@@ -106,6 +106,7 @@ def test_throughput(folder, tmp_path):
     r = bench("throughput", folder, tmp_path)
     assert [c["concurrency"] for c in r["closed"]] == [1, 3]
     assert [c["kv_dtype"] for c in r["closed"]] == ["float32", "float32"]
+    assert [c["kv_pool_prefaulted"] for c in r["closed"]] == [True, True]
     for run in r["closed"] + r["poisson"]:
         assert 3 <= run["output_tokens"] / run["requests"] <= 6  # outputs drawn from --output-range 3 6
         assert positive(run["output_tokens_per_s"]) and run["ttft_s"]["n"] == run["requests"]
@@ -119,8 +120,9 @@ def test_throughput(folder, tmp_path):
 
 
 def test_throughput_with_a_half_precision_kv_cache(folder, tmp_path):
-    r = bench("throughput", folder, tmp_path, "--kv-dtype", "float16", "--rates", "--hf-batch")
+    r = bench("throughput", folder, tmp_path, "--kv-dtype", "float16", "--cold-pool", "--rates", "--hf-batch")
     assert [c["kv_dtype"] for c in r["closed"]] == ["float16", "float16"]
+    assert [c["kv_pool_prefaulted"] for c in r["closed"]] == [False, False]
     assert all(positive(c["output_tokens_per_s"]) for c in r["closed"])
 
 

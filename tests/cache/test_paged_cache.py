@@ -1,6 +1,7 @@
 """PagedKVCache honours the KVCache contract: same returns as contiguous storage, rollback, copy-on-write."""
 
 import gc
+import os
 
 import pytest
 import torch
@@ -112,3 +113,17 @@ def test_lazy_zeros_is_a_writable_zero_tensor_that_outlives_its_maker(dtype):
     layer[7] = 2.5  # the mapping lives as long as a view of it
     assert layer[7].eq(2.5).all() and layer.sum().item() == 2.5 * 48
     assert lazy_zeros((0, 4), dtype, "cpu").shape == (0, 4)
+
+
+def _resident_kb() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs /proc")
+def test_prefault_maps_a_fresh_pool_and_leaves_it_zero():
+    storage = PagedStorage(2, 2, 64, 512, 16)  # 2 x 16 MiB of lazily mapped zeros
+    before = _resident_kb()
+    storage.prefault()
+    assert _resident_kb() - before >= 0.9 * storage.nbytes() / 1024  # every page is now mapped
+    assert not storage.k.any() and not storage.v.any()

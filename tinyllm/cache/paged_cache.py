@@ -58,6 +58,12 @@ class PagedStorage:
     def device(self) -> torch.device:
         return self.k.device
 
+    def prefault(self) -> None:
+        """Write every page of a fresh pool once (zeros, what it reads as already: every slot is zeroed), so
+        that no later write faults."""
+        self.k.zero_()
+        self.v.zero_()
+
     def nbytes(self) -> int:
         return 2 * self.k.numel() * self.k.element_size()
 
@@ -176,6 +182,12 @@ class PagedKVCache(LayerFill):
     def release(self) -> None:
         """Give every block back to the pool."""
         self.truncate(0)
+
+    def prefault(self) -> None:
+        """Write every page of a fresh pool once (zeros, what it reads as already: every slot is zeroed), so
+        that no later write faults."""
+        self.k.zero_()
+        self.v.zero_()
 
     def nbytes(self) -> int:
         """Bytes of the storage this sequence can address: its blocks, 2 · L · blocks · P · Hkv · D · itemsize."""
