@@ -24,6 +24,7 @@ class GGUFFile:
     path: str
     metadata: dict[str, Any]
     tensors: dict[str, GGUFTensor]
+    mapping: np.memmap | None = None  # the whole file, read-only; the tensors' data view it
 
     @property
     def architecture(self) -> str:
@@ -85,7 +86,7 @@ def open_gguf(path: str | os.PathLike) -> GGUFFile:
         raise TinyLLMError(f"{path!r} is a damaged or truncated GGUF file ({type(exc).__name__}: {exc})") from None
     _check_extents(path, tensors)
     attach_views(mm, tensors)
-    return GGUFFile(path=path, metadata=metadata, tensors={t.name: t for t in tensors})
+    return GGUFFile(path=path, metadata=metadata, tensors={t.name: t for t in tensors}, mapping=mm)
 
 
 def _check_extents(path: str, tensors) -> None:

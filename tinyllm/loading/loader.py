@@ -23,6 +23,7 @@ from .gguf_model import config_from_gguf, state_dict_from_gguf
 from .hf_config import config_from_hf
 from .hf_model import read_json, state_dict_from_hf
 from .quantize import QUANTIZE_MODES, quantize_state
+from .residency import release_unread_pages
 
 WEIGHT_MODES = ("native", "native-int8", "dequantized")
 NATIVE_MODES = ("native", "native-int8")
@@ -183,6 +184,9 @@ def _load_gguf(path: str, dtype, device, options: WeightOptions) -> LoadedModel:
         types = _type_counts(state)
     model = build_model(config, state, device, path, dtype)
     _int8_activations(model, options, path)
+    del state
+    if g.mapping is not None:
+        release_unread_pages(g.mapping, model)
     return LoadedModel(path, "gguf", config, model, tokenizer, tokenizer.stop_ids, types)
 
 
