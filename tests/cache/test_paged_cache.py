@@ -122,7 +122,8 @@ def _resident_kb() -> int:
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs /proc")
 def test_prefault_maps_a_fresh_pool_and_leaves_it_zero():
-    storage = PagedStorage(2, 2, 64, 512, 16)  # 2 x 16 MiB of lazily mapped zeros
+    storage = PagedStorage(2, 2, 64, 2560, 16)  # 2 x 40 MiB of zeros: above malloc's largest mmap threshold,
+    # so fresh pages (a smaller pool may reuse freed heap memory that is resident already)
     before = _resident_kb()
     storage.prefault()
     assert _resident_kb() - before >= 0.9 * storage.nbytes() / 1024  # every page is now mapped
