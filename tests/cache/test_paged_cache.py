@@ -1,7 +1,10 @@
 """PagedKVCache honours the KVCache contract: same returns as contiguous storage, rollback, copy-on-write."""
 
+import ctypes
+import ctypes.util
 import gc
-import os
+import mmap
+import sys
 
 import pytest
 import torch
@@ -115,16 +118,21 @@ def test_lazy_zeros_is_a_writable_zero_tensor_that_outlives_its_maker(dtype):
     assert lazy_zeros((0, 4), dtype, "cpu").shape == (0, 4)
 
 
-def _resident_kb() -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+def resident_fraction(t: torch.Tensor) -> float:
+    """Share of the whole pages under t that are resident in memory (mincore)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    page = mmap.PAGESIZE
+    lo = -(-t.data_ptr() // page) * page
+    hi = (t.data_ptr() + t.numel() * t.element_size()) // page * page
+    vec = ctypes.create_string_buffer((hi - lo) // page)
+    assert libc.mincore(lo, hi - lo, vec) == 0, ctypes.get_errno()
+    return sum(b & 1 for b in vec.raw) / len(vec.raw)
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs /proc")
-def test_prefault_maps_a_fresh_pool_and_leaves_it_zero():
-    storage = PagedStorage(2, 2, 64, 2560, 16)  # 2 x 40 MiB of zeros: above malloc's largest mmap threshold,
-    # so fresh pages (a smaller pool may reuse freed heap memory that is resident already)
-    before = _resident_kb()
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore as Linux has it")
+def test_prefault_maps_every_page_of_the_pool_and_leaves_it_zero():
+    storage = PagedStorage(2, 2, 64, 2560, 16)  # 2 x 40 MiB of lazily mapped zeros
     storage.prefault()
-    assert _resident_kb() - before >= 0.9 * storage.nbytes() / 1024  # every page is now mapped
+    assert resident_fraction(storage.k) == 1.0 and resident_fraction(storage.v) == 1.0
     assert not storage.k.any() and not storage.v.any()
