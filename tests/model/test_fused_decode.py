@@ -144,14 +144,15 @@ def test_long_sequences_split_into_spans(name, threads):
     test_one_step_equals_the_module_path(name, threads, lengths=(64, 65, 1, 130, 200, 129))
 
 
-def test_shared_key_rows_and_token_groups_change_no_bit(monkeypatch):
+@pytest.mark.parametrize("name", ["llama-int8", "window", "scale-softcap", "head-dim-80", "three-per-kv"])
+def test_shared_key_rows_and_token_groups_change_no_bit(name, monkeypatch):
     """A chunk's tokens sharing one row of key slots (key_rows), tokens run in groups of GROUP_TOKENS, a step
     whose attention runs in groups of tokens (a 230-token chunk over 4100 keys passes 2^20 floats of partial
     results), and row-wise work split over threads or not give the bits of one row per token in one call (a
     token alone on its row streams its keys by whole rows, one sharing it attends head group by head group).
     With 8-bit activations, whose matmuls are the same arithmetic at any number of rows (float32 ones tile
-    differently by rows)."""
-    model = variant("llama-int8")
+    differently by rows). Sliding windows, soft caps, a 16-column tail and three heads a pass included."""
+    model = variant(name)
     for w in quant_weights(model):
         w.int8_activations = True
     lengths, chunk = [70, 3, 4100], 230
