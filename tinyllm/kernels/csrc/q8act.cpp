@@ -26,8 +26,13 @@ Pool& pool();
 
 // Quantizes one row of k floats (k a multiple of 32). A block holding a NaN or an infinity gets d = NaN and
 // q = 0, so its outputs are NaN; a block whose d would be subnormal (every |x| < 127 * 2^-126) counts as zeros.
-static void quantize_row(const float* x, int64_t k, int8_t* q, float* d, int32_t* sum, int32_t* half, float* s) {
-    for (int64_t b = 0; b < k / 32; ++b, x += 32, q += 32) {
+// Block b's results go to q + 32 * b * stride and d, sum, half, s [b * stride]: blocks of the rows interleave.
+static void quantize_row(const float* x, int64_t k, int64_t stride, int8_t* q0, float* d0, int32_t* sum0,
+                         int32_t* half0, float* s0) {
+    for (int64_t b = 0; b < k / 32; ++b, x += 32) {
+        int8_t* q = q0 + 32 * b * stride;
+        float *d = d0 + b * stride, *s = s0 + b * stride;
+        int32_t *sum = sum0 + b * stride, *half = half0 + b * stride;
         float amax = 0.0f;
         bool bad = false;
 #ifdef TL_AVX2
@@ -79,10 +84,10 @@ static void quantize_row(const float* x, int64_t k, int8_t* q, float* d, int32_t
             }
 #endif
         }
-        d[b] = db;
-        sum[b] = total;
-        half[b] = first;
-        s[b] = db * (float)total;
+        *d = db;
+        *sum = total;
+        *half = first;
+        *s = db * (float)total;
     }
 }
 
@@ -141,19 +146,19 @@ template <int F, int MT>
 void tile(const uint8_t* rec, const Q8Act& a, int64_t x0, float* y, int64_t ldy, __mmask16 keep) {
     using P = Packed<F>;
     constexpr int off = P::sign ? 128 : P::offset;
-    const int64_t kb = a.kb;
-    const int8_t* q = a.q + x0 * kb * 32;  // the tile's rows, block b of row m at m * kb + b
-    const float *d = a.d + x0 * kb, *s = a.s + x0 * kb;
-    const int32_t *sum = a.sum + x0 * kb, *half = a.half + x0 * kb;
+    const int64_t kb = a.kb, M = a.m;
+    const int8_t* q = a.q + x0 * 32;  // the tile's rows, block b of row m at b * M + m
+    const float *d = a.d + x0, *s = a.s + x0;
+    const int32_t *sum = a.sum + x0, *half = a.half + x0;
     __m512 acc[MT];
     for (int m = 0; m < MT; ++m) acc[m] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < kb; ++b, rec += P::bytes) {
+    for (int64_t b = 0; b < kb; ++b, rec += P::bytes, q += 32 * M, d += M, s += M, sum += M, half += M) {
         __m512i w[8];
         codes512<F>(rec + P::codes_at, w);
         const __m512 dw = scales16<F>(rec, 0);
 #pragma GCC unroll 8
         for (int m = 0; m < MT; ++m) {
-            const int64_t i = m * kb + b;
+            const int64_t i = m;  // this row at the current block
             const int8_t* x = q + i * 32;
             const __m512 dx = _mm512_set1_ps(d[i]);
             if constexpr (P::halves) {
@@ -217,7 +222,7 @@ void tile(const uint8_t* rec, const Q8Act& a, int64_t x0, float* y, int64_t ldy,
         __m256i lo[MT], hi[MT];
         int32_t xs[MT][8];
         for (int m = 0; m < MT; ++m) {
-            std::memcpy(xs[m], a.q + ((x0 + m) * a.kb + b) * 32, 32);
+            std::memcpy(xs[m], a.q + (b * a.m + x0 + m) * 32, 32);
             lo[m] = hi[m] = _mm256_setzero_si256();
         }
         for (int j = 0; j < 8; ++j) {
@@ -229,7 +234,7 @@ void tile(const uint8_t* rec, const Q8Act& a, int64_t x0, float* y, int64_t ldy,
         }
         const __m256 dw = scales8<F>(rec, 0, h);
         for (int m = 0; m < MT; ++m) {
-            const int64_t i = (x0 + m) * a.kb + b;
+            const int64_t i = b * a.m + x0 + m;
             const __m256 dx = _mm256_set1_ps(a.d[i]);
             if constexpr (P::halves) {
                 const __m256i l = _mm256_sub_epi32(lo[m], _mm256_set1_epi32(P::offset * a.half[i]));
@@ -280,7 +285,7 @@ template <int F> void group(const uint8_t* rec0, const Q8Act& a, float* y, int64
             for (int64_t b = 0; b < a.kb; ++b, rec += P::bytes) {
                 const uint8_t* c = rec + P::codes_at;
                 const float dw = scale1<F>(rec, 0, r), dw1 = P::scales > 1 ? scale1<F>(rec, 1, r) : 0.0f;
-                const int64_t i = m * a.kb + b;
+                const int64_t i = b * a.m + m;
                 const int8_t* x = a.q + i * 32;
                 int32_t lo = 0, hi = 0;
                 for (int e = 0; e < 32; ++e) {
@@ -334,8 +339,8 @@ void quantize_chunk(void* ctx, int64_t c) {
     const QuantJob& j = *static_cast<const QuantJob*>(ctx);
     const int64_t kb = j.k / 32, m = j.buf->d.size() / kb;
     for (int64_t i = c * j.rows; i < std::min(m, (c + 1) * j.rows); ++i)
-        quantize_row(j.x + i * j.k, j.k, j.buf->q.data() + i * j.k, j.buf->d.data() + i * kb,
-                     j.buf->sum.data() + i * kb, j.buf->half.data() + i * kb, j.buf->s.data() + i * kb);
+        quantize_row(j.x + i * j.k, j.k, m, j.buf->q.data() + i * 32, j.buf->d.data() + i, j.buf->sum.data() + i,
+                     j.buf->half.data() + i, j.buf->s.data() + i);
 }
 
 }  // namespace
@@ -383,9 +388,12 @@ int tl_qmatmul_q8(int fmt, const float* x, int64_t m, int64_t k, const uint8_t* 
 // The quantization tl_qmatmul_q8 applies to x [m, k]: q [m, k], d and sum [m, k / 32] (for tests).
 void tl_quantize_q8(const float* x, int64_t m, int64_t k, int8_t* q, float* d, int32_t* sum) {
     const tl::Q8Act a = tl::q8_quantize(x, m, k, 1);
-    std::copy(a.q, a.q + m * k, q);
-    std::copy(a.d, a.d + m * a.kb, d);
-    std::copy(a.sum, a.sum + m * a.kb, sum);
+    for (int64_t r = 0; r < m; ++r)
+        for (int64_t b = 0; b < a.kb; ++b) {
+            std::copy(a.q + (b * m + r) * 32, a.q + (b * m + r + 1) * 32, q + r * k + b * 32);
+            d[r * a.kb + b] = a.d[b * m + r];
+            sum[r * a.kb + b] = a.sum[b * m + r];
+        }
 }
 
 // 1 for the formats tl_qmatmul_q8 runs, else 0.

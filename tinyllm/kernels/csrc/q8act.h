@@ -36,12 +36,14 @@ template <int F> struct Packed {
     static constexpr int64_t bytes = codes_at + code_bytes;  // one record
 };
 
-struct Q8Act {            // an activation matrix quantized per 32 elements
-    const int8_t* q;      // [M, K]
-    const float* d;       // [M, K / 32]
-    const int32_t* sum;   // [M, K / 32]: sum of the block's q
-    const int32_t* half;  // [M, K / 32]: sum of its first 16 q (Q6_K's two scales)
-    const float* s;       // [M, K / 32]: d * sum, as float32
+// An activation matrix quantized per 32 elements, block-major: block b of row r at b * m + r, so the rows of a
+// kernel tile sit side by side at each block (one pointer and constant offsets, not one pointer a row).
+struct Q8Act {
+    const int8_t* q;      // [K / 32, M, 32]
+    const float* d;       // [K / 32, M]
+    const int32_t* sum;   // [K / 32, M]: sum of the block's q
+    const int32_t* half;  // [K / 32, M]: sum of its first 16 q (Q6_K's two scales)
+    const float* s;       // [K / 32, M]: d * sum, as float32
     int64_t kb, m;        // blocks per row, rows
 };
 
