@@ -149,7 +149,8 @@ def test_shared_key_rows_and_token_groups_change_no_bit(name, monkeypatch):
     """A chunk's tokens sharing one row of key slots (key_rows), tokens run in groups of GROUP_TOKENS, a step
     whose attention runs in groups of tokens (a 230-token chunk over 4100 keys passes 2^20 floats of partial
     results), and row-wise work split over threads or not give the bits of one row per token in one call (a
-    token alone on its row streams its keys by whole rows, one sharing it attends head group by head group).
+    token alone on its row streams its keys by whole rows, one sharing it attends head group by head group: all
+    its spans in one chunk, joined there, or, in a group of few such tokens, a chunk per span joined afterwards).
     With 8-bit activations, whose matmuls are the same arithmetic at any number of rows (float32 ones tile
     differently by rows). Sliding windows, soft caps, a 16-column tail and three heads a pass included."""
     model = variant(name)

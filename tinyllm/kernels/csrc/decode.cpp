@@ -227,6 +227,7 @@ struct AttnJob {
     float* partial;   // [tokens * H, spans, D + 2]: a span's unnormalised output, its max score, its sum of e^(s - max)
     int64_t spans;    // ceil(smax / SPAN)
     int64_t kv_each;  // kv heads per chunk: all of them (whole key rows read in order) or one
+    const int64_t* tokens;  // the job's tokens (offsets from i0)
 };
 
 // Query heads sharing a kv head that one pass over the span's keys and values serves: each key or value vector
@@ -390,14 +391,14 @@ static bool reads_alone(const StepArgs& st, int64_t i) {
 // key on one thread, 15 -> 12 on two, with keys and values in memory; keys in cache gain nothing).
 template <class T>
 static void attend_streaming(const AttnJob& j, const float* q, const int64_t* slots, int64_t first, int64_t last,
-                             int64_t kv0, int64_t t, int64_t r) {
+                             int64_t kv0, float* part, int64_t r) {
     const ModelArgs& md = *j.md;
     const int64_t H = md.heads, D = md.head_dim, KV = md.kv_heads, G = H / KV, R = j.spans, kv_row = KV * D;
     const int64_t h0 = kv0 * G, h1 = (kv0 + j.kv_each) * G;
     thread_local std::vector<float*> o;
     thread_local std::vector<float> scores;  // [heads, SPAN]
     o.resize(h1 - h0);
-    for (int64_t h = h0; h < h1; ++h) o[h - h0] = j.partial + ((t * H + h) * R + r) * (D + 2);
+    for (int64_t h = h0; h < h1; ++h) o[h - h0] = part + (h * R + r) * (D + 2);
     if (first >= last) {
         for (float* oh : o) oh[D + 1] = 0.0f;  // empty: l = 0
         return;
@@ -433,28 +434,26 @@ static void attend_streaming(const AttnJob& j, const float* q, const int64_t* sl
             values_heads(std::min<int64_t>(PASS_HEADS, (g + 1) * G - h), p + (h - h0) * SPAN, first, last, slots, vc, kv_row, g * D, D, o.data() + (h - h0));
 }
 
-// One token, one span of keys and `kv_each` kv heads, for each query head sharing such a kv head: its partial
-// result over the span's visible keys (attend_heads), PASS_HEADS heads at a time, or all of them at once for a
-// token that streams its keys (attend_streaming). Each query head's arithmetic is the same however chunks are
-// cut, however many heads share a pass and whichever of the two paths runs.
-template <class T> static void attend_span(void* ctx, int64_t c) {
-    const AttnJob& j = *static_cast<const AttnJob*>(ctx);
+// One token (i = j.i0 + t), span r and `kv_each` kv heads from kv0, for each query head sharing such a kv head:
+// its partial result over the span's visible keys at part + (h * R + r) * (D + 2) (attend_heads), PASS_HEADS
+// heads at a time, or all of them at once for a token that streams its keys (attend_streaming). Each query
+// head's arithmetic is the same however chunks are cut, however many heads share a pass and whichever of the
+// two paths runs.
+template <class T> static void attend_one(const AttnJob& j, int64_t t, int64_t kv0, int64_t r, float* part) {
     const ModelArgs& md = *j.md;
     const StepArgs& st = *j.st;
     const int64_t H = md.heads, D = md.head_dim, KV = md.kv_heads, G = H / KV, R = j.spans;
-    const int64_t per_token = KV / j.kv_each;
-    const int64_t t = c / (per_token * R), i = j.i0 + t, kv0 = (c / R) % per_token * j.kv_each, r = c % R;
-    const int64_t len = st.positions[i] + 1;
+    const int64_t i = j.i0 + t, len = st.positions[i] + 1;
     const int64_t visible = j.layer->window > 0 ? std::max<int64_t>(0, len - j.layer->window) : 0;
     const int64_t first = std::max(visible, r * SPAN), last = std::min(len, (r + 1) * SPAN);
     const float* q = j.qkv + i * (H + 2 * KV) * D;
     const int64_t* slots = st.key_slots + (st.key_rows ? st.key_rows[i] : i) * st.smax;
-    if (reads_alone(st, i)) return attend_streaming<T>(j, q, slots, first, last, kv0, t, r);
+    if (reads_alone(st, i)) return attend_streaming<T>(j, q, slots, first, last, kv0, part, r);
     for (int64_t g = kv0; g < kv0 + j.kv_each; ++g)
         for (int64_t h = g * G; h < (g + 1) * G; h += PASS_HEADS) {
             const int64_t nh = std::min<int64_t>(PASS_HEADS, (g + 1) * G - h);
             float* o[PASS_HEADS];
-            for (int64_t n = 0; n < nh; ++n) o[n] = j.partial + ((t * H + h + n) * R + r) * (D + 2);
+            for (int64_t n = 0; n < nh; ++n) o[n] = part + ((h + n) * R + r) * (D + 2);
             if (first >= last) {
                 for (int64_t n = 0; n < nh; ++n) o[n][D + 1] = 0.0f;  // empty: l = 0
                 continue;
@@ -465,13 +464,18 @@ template <class T> static void attend_span(void* ctx, int64_t c) {
         }
 }
 
+// Chunk c of the span jobs: token t = c / (chunks per token), its kv heads' part and span; the partial results go
+// to j.partial, joined afterwards by join_spans.
+template <class T> static void attend_span(void* ctx, int64_t c) {
+    const AttnJob& j = *static_cast<const AttnJob*>(ctx);
+    const int64_t H = j.md->heads, D = j.md->head_dim, R = j.spans, per_token = j.md->kv_heads / j.kv_each;
+    const int64_t t = j.tokens[c / (per_token * R)];
+    attend_one<T>(j, t, (c / R) % per_token * j.kv_each, c % R, j.partial + t * H * R * (D + 2));
+}
+
 // One token and query head: its spans' outputs joined, out = sum_r e^(m_r - M) o_r / sum_r e^(m_r - M) l_r with
 // M the largest m_r. A single span gives o / l exactly.
-static void join_spans(void* ctx, int64_t c) {
-    const AttnJob& j = *static_cast<const AttnJob*>(ctx);
-    const int64_t D = j.md->head_dim, R = j.spans;
-    const float* part = j.partial + c * R * (D + 2);
-    float* out = j.out + c * D;
+static void join(const float* part, int64_t R, int64_t D, float* out) {
     float max = -INFINITY;
     for (int64_t r = 0; r < R; ++r)
         if (part[r * (D + 2) + D + 1] > 0.0f) max = std::max(max, part[r * (D + 2) + D]);
@@ -491,6 +495,27 @@ static void join_spans(void* ctx, int64_t c) {
     }
     const float inv = 1.0f / sum;
     for (int64_t d = 0; d < D; ++d) out[d] *= inv;
+}
+
+// Chunk c: token j.tokens[c / H], head c % H.
+static void join_spans(void* ctx, int64_t c) {
+    const AttnJob& j = *static_cast<const AttnJob*>(ctx);
+    const int64_t H = j.md->heads, D = j.md->head_dim, R = j.spans, t = j.tokens[c / H], h = c % H;
+    join(j.partial + (t * H + h) * R * (D + 2), R, D, j.out + (t * H + h) * D);
+}
+
+// A token of a prompt chunk, whose keys other tokens of the step read too: chunk c is token j.tokens[c / per]
+// and kv heads (c % per) * kv_each.. of it, every span in turn into a buffer of this thread, then joined right
+// away. The same spans and the same join as the span jobs, so the same bits, without the round trip of the
+// partial results through memory or a second pass over the pool.
+template <class T> static void attend_token(void* ctx, int64_t c) {
+    const AttnJob& j = *static_cast<const AttnJob*>(ctx);
+    const int64_t H = j.md->heads, D = j.md->head_dim, R = j.spans, G = H / j.md->kv_heads;
+    const int64_t per = j.md->kv_heads / j.kv_each, t = j.tokens[c / per], kv0 = c % per * j.kv_each;
+    thread_local std::vector<float> buf;
+    if ((int64_t)buf.size() < H * R * (D + 2)) buf.resize(H * R * (D + 2));
+    for (int64_t r = 0; r < R; ++r) attend_one<T>(j, t, kv0, r, buf.data());
+    for (int64_t h = kv0 * G; h < (kv0 + j.kv_each) * G; ++h) join(buf.data() + h * R * (D + 2), R, D, j.out + (t * H + h) * D);
 }
 
 // act[i] = silu(gate[i]) * up[i] = gate / (1 + e^-gate) * up, for each of n rows of [gate | up].
@@ -574,6 +599,44 @@ template <class F> static void for_rows(int64_t n, int threads, F&& f) {
     pool().run(chunk, &ctx, ctx.chunks, threads);
 }
 
+// Attention of the step's N tokens (qkv [N, width] rotated, their keys and values stored) into attn [N, H * D].
+static void attention(const ModelArgs& md, const LayerArgs& L, const StepArgs& st, const float* qkv, float* attn,
+                      float* partial) {
+    const int64_t N = st.n, H = md.heads, D = md.head_dim;
+    const int threads = (int)st.threads;
+    const int64_t spans = (st.smax + SPAN - 1) / SPAN, group = attention_group(md, N, st.smax);
+    const auto attend = md.kv_type == KV_F16 ? attend_span<half_t> : md.kv_type == KV_BF16 ? attend_span<bf16_t> : attend_span<float>;
+    const auto attend_whole = md.kv_type == KV_F16 ? attend_token<half_t> : md.kv_type == KV_BF16 ? attend_token<bf16_t> : attend_token<float>;
+    thread_local std::vector<int64_t> whole, by_span;
+    for (int64_t i0 = 0; i0 < N; i0 += group) {  // tokens in groups: the spans' partial results stay bounded
+        const int64_t n = std::min(group, N - i0);
+        whole.clear();
+        by_span.clear();
+        for (int64_t t = 0; t < n; ++t) (reads_alone(st, i0 + t) ? by_span : whole).push_back(t);
+        if ((int64_t)whole.size() * md.kv_heads < 4 * threads) {  // too few chunks: spans spread the work
+            by_span.insert(by_span.end(), whole.begin(), whole.end());
+            whole.clear();
+        }
+        // Prompt tokens: a chunk per token (and kv head, for a few tokens), its spans joined in the chunk.
+        const int64_t nw = (int64_t)whole.size(), ns = (int64_t)by_span.size();
+        if (nw > 0) {
+            const int64_t kv_each = nw >= 4 * threads ? md.kv_heads : 1;
+            AttnJob job{&md, &L, &st, qkv, attn + i0 * H * D, i0, partial, spans, kv_each, whole.data()};
+            pool().run(attend_whole, &job, nw * (md.kv_heads / kv_each), threads);
+        }
+        // Decode tokens (and a few prompt tokens): a chunk per span, so that long contexts spread over the
+        // threads, then the spans joined. Whole key rows per chunk when that still leaves a few chunks per
+        // thread, else a kv head's part of them.
+        if (ns > 0) {
+            const int64_t kv_each = ns * spans >= 4 * threads ? md.kv_heads : 1;
+            AttnJob job{&md, &L, &st, qkv, attn + i0 * H * D, i0, partial, spans, kv_each, by_span.data()};
+            pool().run(attend, &job, ns * (md.kv_heads / kv_each) * spans, threads);
+            // joining is light: helpers only when there is enough of it to pay for waking them
+            pool().run(join_spans, &job, ns * H, ns * H * spans * D >= (1 << 16) ? threads : 1);
+        }
+    }
+}
+
 static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& st, const float* trig, float* x) {
     const int64_t N = st.n, C = md.hidden, H = md.heads, D = md.head_dim, I = md.inter;
     const int64_t width = (H + 2 * md.kv_heads) * D;
@@ -600,17 +663,7 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
         rope(md, L, st, trig, qkv, r0, r1);
     });
     clock.mark(Clock::OTHER);
-    const int64_t spans = (st.smax + SPAN - 1) / SPAN, group = attention_group(md, N, st.smax);
-    for (int64_t i0 = 0; i0 < N; i0 += group) {  // tokens in groups: the spans' partial results stay bounded
-        const int64_t n = std::min(group, N - i0);
-        // whole key rows per chunk when that still leaves a few chunks per thread, else a kv head's part of them
-        const int64_t kv_each = n * spans >= 4 * threads ? md.kv_heads : 1;
-        AttnJob job{&md, &L, &st, qkv, attn + i0 * H * D, i0, partial, spans, kv_each};
-        pool().run(md.kv_type == KV_F16 ? attend_span<half_t> : md.kv_type == KV_BF16 ? attend_span<bf16_t> : attend_span<float>,
-                   &job, n * (md.kv_heads / kv_each) * spans, threads);
-        // joining is light: helpers only when there is enough of it to pay for waking them
-        pool().run(join_spans, &job, n * H, n * H * spans * D >= (1 << 16) ? threads : 1);
-    }
+    attention(md, L, st, qkv, attn, partial);
     clock.mark(Clock::ATTENTION);
     matmul(L.o, attn, N, tmp, threads);
     clock.mark(Clock::MATMUL);
