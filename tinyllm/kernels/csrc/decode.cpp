@@ -255,7 +255,7 @@ static void weighted_values(const float* p, int64_t first, int64_t len, const in
             for (int n = 0; n < NH; ++n) w[n] = _mm256_set1_ps(p[n * SPAN + s - first]);
             const T* v = v_cache + slots[s] * kv_row + offset + d0;
             for (int b = 0; b < 8; ++b) {
-                const __m256 vb = load8(v + 8 * b);
+                const __m256 vb = in_register(load8(v + 8 * b));
                 for (int n = 0; n < NH; ++n) acc[n][b] = _mm256_fmadd_ps(w[n], vb, acc[n][b]);
             }
         }
@@ -282,7 +282,7 @@ template <int NH, class T> static inline void dot8(const float* q, int64_t D, co
         __m256 qv[NH];
         for (int n = 0; n < NH; ++n) qv[n] = _mm256_loadu_ps(q + n * D + i);
         for (int j = 0; j < 8; ++j) {
-            const __m256 kj = load8(k[j] + i);
+            const __m256 kj = in_register(load8(k[j] + i));
             for (int n = 0; n < NH; ++n) acc[n][j] = _mm256_fmadd_ps(qv[n], kj, acc[n][j]);
         }
     }
