@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers.quant_blocks import weight
-from tinyllm.kernels import FORMATS, dequantize, qmatmul
+from tinyllm.kernels import FORMATS, dequantize, native, qmatmul
 from tinyllm.kernels.qmatmul import lookup_rows
 
 ALL = list(FORMATS)
@@ -44,6 +44,34 @@ def test_qmatmul_within_summation_bound(path, fmt, m):
         y = qmatmul(x, w)
         assert y.shape == (m, n) and y.dtype == torch.float32
         assert_within_summation_bound(y, x, dequantize(w))
+
+
+@pytest.mark.parametrize("fmt", ALL)
+def test_a_row_is_the_same_bits_at_any_number_of_rows(path, fmt):
+    """The native kernels for one row, 2..7 rows (tiles of up to six, or three with AVX2's registers) and 8 or
+    more (the decoded-buffer register tile) sum every output in one order, so each row of a batch is the row
+    computed alone, bit for bit, at any thread count: what the native step's batch invariance rests on (it
+    calls the kernels at every M; the module path's BLAS above BLAS_MIN_M is not part of this)."""
+    if path == "fallback":
+        pytest.skip("F.linear makes no such promise")
+    lib = native.library()
+    block = FORMATS[fmt].block_size
+    before = torch.get_num_threads()
+    try:
+        for n, k in [(37, 2 * block), (70, 3 * block)]:
+            w = weight(fmt, n, k, seed=n)
+            x = torch.randn(64, k, generator=torch.Generator().manual_seed(k))
+            alone = torch.empty(64, n)
+            for i in range(64):
+                native.matmul_into(lib, x[i : i + 1].contiguous(), 1, w, alone[i : i + 1])
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                for m in (2, 3, 4, 5, 6, 7, 8, 9, 13, 64):
+                    y = torch.empty(m, n)
+                    native.matmul_into(lib, x[:m].contiguous(), m, w, y)
+                    assert torch.equal(y, alone[:m]), (n, k, threads, m)
+    finally:
+        torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])

@@ -1,8 +1,10 @@
 // y[M, N] = x[M, K] @ W[N, K]^T with W kept as GGUF blocks, dequantized on the fly with float32 activations.
 // M = 1: each 32-weight sub-block is decoded in registers and FMA'd with the activation row (four
 // accumulators). M = 2..7: one decode serves a tile of up to six activation rows. M >= TL_TILE_MIN_M: rows are
-// decoded once into a small buffer and a register tile runs over it (tile.h). Threads take chunks of output
-// rows. Large M is the caller's BLAS path on rows decoded by tl_dequantize.
+// decoded once into a small buffer and a register tile runs over it (tile.h). All three sum an output in one
+// order (four partial sums, joined the same way), so a row's result is the same bits at any M: rows are
+// batch-invariant, as the portable path's are. Threads take chunks of output rows. Large M on the module path
+// is the caller's BLAS on rows decoded by tl_dequantize.
 #include "blocks.h"
 #include "pool.h"
 #include "tile.h"
@@ -28,7 +30,9 @@ static inline float hsum(__m256 v) {
 }
 #endif
 
-template <int F> static void decode_rows(const Weight& w, int64_t n0, int64_t n1, float* out, int64_t ld) {
+// Weight rows n0..n1 as float32 rows of k at out (leading dim ld); SPLIT: in tile.h's split order.
+template <int F, bool SPLIT = false>
+static void decode_rows(const Weight& w, int64_t n0, int64_t n1, float* out, int64_t ld) {
     using T = Traits<F>;
     const int64_t num_blocks = w.k / T::block;
     for (int64_t n = n0; n < n1; ++n) {
@@ -43,7 +47,13 @@ template <int F> static void decode_rows(const Weight& w, int64_t n0, int64_t n1
 #ifdef TL_AVX2
                 __m256 v[4];
                 decode32<F>(row + b * T::bytes, s, v, ks);
-                for (int g = 0; g < 4; ++g) _mm256_storeu_ps(o + 8 * g, v[g]);
+                if constexpr (SPLIT) {
+                    const int64_t j = b * (T::block / 32) + s, q = w.k / 4;
+                    float* r = out + (n - n0) * ld;
+                    for (int g = 0; g < 4; ++g) _mm256_storeu_ps(r + g * q + 8 * j, v[g]);
+                } else {
+                    for (int g = 0; g < 4; ++g) _mm256_storeu_ps(o + 8 * g, v[g]);
+                }
 #else
                 decode32_scalar<F>(row + b * T::bytes, s, o);
 #endif
@@ -80,16 +90,24 @@ template <int F> static float dot_row(const uint8_t* row, int64_t num_blocks, co
 #endif
 }
 
+// Activation rows one decode of a weight row serves (dot_row_m): four accumulators each, in 32 (AVX-512VL) or
+// 16 (AVX2) vector registers beside the decoded sub-block.
+#if defined(TL_AVX2) && !defined(__AVX512VL__)
+constexpr int ROW_TILE = 3;
+#else
+constexpr int ROW_TILE = 6;
+#endif
+
 // One weight row against MT activation rows (x leading dim k, y leading dim ldy): each sub-block is decoded
-// once and used MT times; two accumulators per activation row split the FMA chains.
+// once and used MT times. Each output is summed as dot_row sums it (four accumulators, one per vector of a
+// sub-block, joined the same way), so a row's result does not depend on M.
 template <int F, int MT>
 static void dot_row_m(const uint8_t* row, int64_t num_blocks, const float* x, int64_t k, float* y, int64_t ldy) {
     using T = Traits<F>;
 #ifdef TL_AVX2
-    constexpr int A = MT > 6 ? 1 : 2;  // accumulators per activation row: enough chains, few enough registers
-    __m256 acc[MT][A];
+    __m256 acc[MT][4];
     for (int m = 0; m < MT; ++m)
-        for (int a = 0; a < A; ++a) acc[m][a] = _mm256_setzero_ps();
+        for (int g = 0; g < 4; ++g) acc[m][g] = _mm256_setzero_ps();
     for (int64_t b = 0; b < num_blocks; ++b) {
         alignas(32) float ks[16];
         k_scales<F>(row + b * T::bytes, ks);
@@ -97,11 +115,11 @@ static void dot_row_m(const uint8_t* row, int64_t num_blocks, const float* x, in
             __m256 v[4];
             decode32<F>(row + b * T::bytes, s, v, ks);
             for (int m = 0; m < MT; ++m)
-                for (int g = 0; g < 4; ++g)
-                    acc[m][g % A] = _mm256_fmadd_ps(v[g], _mm256_loadu_ps(x + m * k + 8 * g), acc[m][g % A]);
+                for (int g = 0; g < 4; ++g) acc[m][g] = _mm256_fmadd_ps(v[g], _mm256_loadu_ps(x + m * k + 8 * g), acc[m][g]);
         }
     }
-    for (int m = 0; m < MT; ++m) y[m * ldy] = hsum(A == 1 ? acc[m][0] : _mm256_add_ps(acc[m][0], acc[m][A - 1]));
+    for (int m = 0; m < MT; ++m)
+        y[m * ldy] = hsum(_mm256_add_ps(_mm256_add_ps(acc[m][0], acc[m][1]), _mm256_add_ps(acc[m][2], acc[m][3])));
 #else
     float acc[MT][8] = {};
     float v[32];
@@ -126,8 +144,8 @@ template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t
     }
 #ifdef TL_AVX2
     if (m >= TL_TILE_MIN_M) {
-        auto decode = [&w](int64_t r0, int64_t r1, float* out) { decode_rows<F>(w, r0, r1, out, w.k); };
-        tile_rows(decode, w.k, x, m, y, w.n, n0, n1);
+        auto decode = [&w](int64_t r0, int64_t r1, float* out) { decode_rows<F, true>(w, r0, r1, out, w.k); };
+        tile_rows(decode, w.k, x, m, y, w.n, n0, n1);  // x in split order (matmul)
         return;
     }
 #endif
@@ -136,11 +154,12 @@ template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t
         for (int64_t m0 = 0; m0 < m;) {
             const float* xm = x + m0 * w.k;
             float* ym = y + m0 * w.n + n;
-            const int64_t tile = m - m0 >= 6 ? 6 : std::min<int64_t>(4, m - m0);
+            const int64_t tile = std::min<int64_t>(ROW_TILE, m - m0);
             m0 += tile;
             switch (tile) {
-                case 6: dot_row_m<F, 6>(row, num_blocks, xm, w.k, ym, w.n); break;
-                case 4: dot_row_m<F, 4>(row, num_blocks, xm, w.k, ym, w.n); break;
+                case 6: dot_row_m<F, ROW_TILE >= 6 ? 6 : 1>(row, num_blocks, xm, w.k, ym, w.n); break;
+                case 5: dot_row_m<F, ROW_TILE >= 5 ? 5 : 1>(row, num_blocks, xm, w.k, ym, w.n); break;
+                case 4: dot_row_m<F, ROW_TILE >= 4 ? 4 : 1>(row, num_blocks, xm, w.k, ym, w.n); break;
                 case 3: dot_row_m<F, 3>(row, num_blocks, xm, w.k, ym, w.n); break;
                 case 2: dot_row_m<F, 2>(row, num_blocks, xm, w.k, ym, w.n); break;
                 default: dot_row_m<F, 1>(row, num_blocks, xm, w.k, ym, w.n); break;
@@ -180,6 +199,14 @@ template <int F> static void dequantize_chunk(void* ctx, int64_t c) {
 }
 
 template <int F> static void matmul(const Weight& w, const float* x, int64_t m, float* y, int threads) {
+#ifdef TL_AVX2
+    if (m >= TL_TILE_MIN_M) {  // the tile kernel reads the activations in split order (tile.h)
+        static thread_local std::vector<float> xs;
+        if ((int64_t)xs.size() < m * w.k) xs.resize(m * w.k);
+        for (int64_t i = 0; i < m; ++i) split(x + i * w.k, w.k, xs.data() + i * w.k);
+        x = xs.data();
+    }
+#endif
     Job job{&w, x, m, chunk_rows(w.n, threads), y};
     pool().run(matmul_chunk<F>, &job, (w.n + job.chunk - 1) / job.chunk, threads);
 }

@@ -1,8 +1,13 @@
-// Several activation rows (batched decode, speculative verification): a strip of weight rows is decoded once
-// into a small float32 buffer that stays in L1/L2, then a register tile of MR activation rows x NR weight rows
-// runs over it. Decoding costs once per weight per call instead of once per activation row, and each loaded
-// vector feeds several FMAs. Decoded values are the reference's bit for bit (blocks.h), so the result differs
-// from dequantize + F.linear only in the order of the K products' sum.
+// Several activation rows (batched decode, speculative verification, prompts): a strip of weight rows is
+// decoded once into a small float32 buffer that stays in L1/L2, then a register tile of MR activation rows x NR
+// weight rows runs over it. Decoding costs once per weight per call instead of once per activation row, and
+// each loaded vector feeds several FMAs. Decoded values are the reference's bit for bit (blocks.h).
+//
+// Every output is summed in the order of the one-row kernel (qmatmul.cpp): four 8-lane partial sums, sum g
+// taking elements 32 j + 8 g .. 32 j + 8 g + 7 for j = 0, 1, ... in turn, then hsum((p0 + p1) + (p2 + p3)).
+// So a row's result is the same bits at any M: rows are batch-invariant. To read each partial sum's elements
+// contiguously, the weight strip and the activations come in split order (`split`): element 32 j + 8 g + l at
+// g * k / 4 + 8 j + l.
 #pragma once
 #include "blocks.h"
 
@@ -12,7 +17,11 @@
 namespace tl {
 
 #ifdef TL_AVX2
+#ifdef __AVX512VL__
+constexpr int TILE_MR = 4, TILE_NR = 6;  // 24 accumulators + 6 weight vectors + 1 activation vector of 32 ymm
+#else
 constexpr int TILE_MR = 4, TILE_NR = 3;  // 12 accumulators + 3 weight vectors + 1 activation vector = 16 ymm
+#endif
 
 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -21,25 +30,41 @@ static inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-// y[i * ldy + r] = x[i] . w[r] for i < MR, r < NR; x rows and w rows have k floats (k a multiple of 8).
-template <int MR, int NR>
-static void micro_tile(const float* x, const float* w, int64_t k, float* y, int64_t ldy) {
-    __m256 acc[MR][NR];
-    for (int i = 0; i < MR; ++i)
-        for (int r = 0; r < NR; ++r) acc[i][r] = _mm256_setzero_ps();
-    for (int64_t kk = 0; kk < k; kk += 8) {
-        __m256 wv[NR];
-        for (int r = 0; r < NR; ++r) wv[r] = _mm256_loadu_ps(w + r * k + kk);
-        for (int i = 0; i < MR; ++i) {
-            const __m256 xv = _mm256_loadu_ps(x + i * k + kk);
-            for (int r = 0; r < NR; ++r) acc[i][r] = _mm256_fmadd_ps(wv[r], xv, acc[i][r]);
-        }
-    }
-    for (int i = 0; i < MR; ++i)
-        for (int r = 0; r < NR; ++r) y[i * ldy + r] = hsum8(acc[i][r]);
+// Row x of k floats (k a multiple of 32) in split order into out.
+static inline void split(const float* x, int64_t k, float* out) {
+    const int64_t q = k / 4;
+    for (int64_t j = 0; j < k / 32; ++j)
+        for (int g = 0; g < 4; ++g) _mm256_storeu_ps(out + g * q + 8 * j, _mm256_loadu_ps(x + 32 * j + 8 * g));
 }
 
-// All m activation rows against NR decoded weight rows w (row length k).
+// y[i * ldy + r] = x[i] . w[r] for i < MR, r < NR; x rows and w rows have k floats in split order (k a multiple
+// of 32). Each quarter of a row is one partial sum: its MR x NR accumulators are parked in `part` after it.
+template <int MR, int NR>
+static void micro_tile(const float* x, const float* w, int64_t k, float* y, int64_t ldy) {
+    __m256 part[4][MR][NR];
+    const int64_t q = k / 4;
+    for (int g = 0; g < 4; ++g) {
+        __m256 acc[MR][NR];
+        for (int i = 0; i < MR; ++i)
+            for (int r = 0; r < NR; ++r) acc[i][r] = _mm256_setzero_ps();
+        for (int64_t kk = g * q; kk < (g + 1) * q; kk += 8) {
+            __m256 wv[NR];
+            for (int r = 0; r < NR; ++r) wv[r] = _mm256_loadu_ps(w + r * k + kk);
+            for (int i = 0; i < MR; ++i) {
+                const __m256 xv = _mm256_loadu_ps(x + i * k + kk);
+                for (int r = 0; r < NR; ++r) acc[i][r] = _mm256_fmadd_ps(wv[r], xv, acc[i][r]);
+            }
+        }
+        for (int i = 0; i < MR; ++i)
+            for (int r = 0; r < NR; ++r) part[g][i][r] = acc[i][r];
+    }
+    for (int i = 0; i < MR; ++i)
+        for (int r = 0; r < NR; ++r)
+            y[i * ldy + r] = hsum8(_mm256_add_ps(_mm256_add_ps(part[0][i][r], part[1][i][r]),
+                                                 _mm256_add_ps(part[2][i][r], part[3][i][r])));
+}
+
+// All m activation rows against NR decoded weight rows w (row length k; both in split order).
 template <int NR> static void tile_columns(const float* x, int64_t m, const float* w, int64_t k, float* y, int64_t ldy) {
     int64_t i = 0;
     for (; i + TILE_MR <= m; i += TILE_MR) micro_tile<TILE_MR, NR>(x + i * k, w, k, y + i * ldy, ldy);
@@ -51,8 +76,8 @@ template <int NR> static void tile_columns(const float* x, int64_t m, const floa
     }
 }
 
-// y[:, n0:n1] for m activation rows (x [m, k], y [m, ldy]); decode(r0, r1, out) writes weight rows r0..r1
-// as float32 [r1 - r0, k] into out.
+// y[:, n0:n1] for m activation rows (x [m, k] in split order, y [m, ldy]); decode(r0, r1, out) writes weight
+// rows r0..r1 as float32 [r1 - r0, k] into out, in split order.
 template <class Decode>
 static void tile_rows(Decode decode, int64_t k, const float* x, int64_t m, float* y, int64_t ldy, int64_t n0,
                       int64_t n1) {
@@ -61,9 +86,14 @@ static void tile_rows(Decode decode, int64_t k, const float* x, int64_t m, float
     for (int64_t n = n0; n < n1; n += TILE_NR) {
         const int64_t nr = std::min<int64_t>(TILE_NR, n1 - n);
         decode(n, n + nr, buf.data());
-        if (nr == 3) tile_columns<3>(x, m, buf.data(), k, y + n, ldy);
-        else if (nr == 2) tile_columns<2>(x, m, buf.data(), k, y + n, ldy);
-        else tile_columns<1>(x, m, buf.data(), k, y + n, ldy);
+        switch (nr) {
+            case 6: tile_columns<TILE_NR >= 6 ? 6 : 1>(x, m, buf.data(), k, y + n, ldy); break;
+            case 5: tile_columns<TILE_NR >= 5 ? 5 : 1>(x, m, buf.data(), k, y + n, ldy); break;
+            case 4: tile_columns<TILE_NR >= 4 ? 4 : 1>(x, m, buf.data(), k, y + n, ldy); break;
+            case 3: tile_columns<3>(x, m, buf.data(), k, y + n, ldy); break;
+            case 2: tile_columns<2>(x, m, buf.data(), k, y + n, ldy); break;
+            default: tile_columns<1>(x, m, buf.data(), k, y + n, ldy); break;
+        }
     }
 }
 #endif
