@@ -377,35 +377,44 @@ def test_engine_runs_the_native_step_and_equals_the_module_path(llm, kv_dtype):
     ours = run(fused, ps, params)
     ref = run(module_path(engine(max_num_seqs=8)), ps, params)
     alone = [run(engine(), [p], params[:1])[0] for p in ps]
+    table = lambda g: [v for t in g.logprobs for v in (t.logprob, *(lp for _, lp in t.top))]  # noqa: E731
     for a, b, c in zip(ours, ref, alone):
         assert a.ids == b.ids == c.ids
-        if kv_dtype == "bfloat16":
-            # Two runs round float32 keys that differ in summation order to 8 bits of mantissa; where one
-            # straddles a midpoint the stored keys differ by a unit and later tokens attend to different keys.
-            # One step over the same stored keys is pinned by test_half_kv_equals_the_module_path.
+        assert table(a) == table(c)  # the native step's rows are batch-invariant: alone == batched, bit for bit
+        if kv_dtype != "float32":
+            # The two paths compute the prompts' keys in different summation orders, then round them to 11
+            # (float16) or 8 (bfloat16) bits of mantissa; where one straddles a midpoint the stored keys differ
+            # by a unit and every later token attends to different keys. One step over the same stored keys
+            # is pinned by test_half_kv_equals_the_module_path.
             continue
-        table = lambda g: [v for t in g.logprobs for v in (t.logprob, *(lp for _, lp in t.top))]  # noqa: E731
         assert table(a) == pytest.approx(table(b), abs=1e-4)
 
 
-def test_mixed_steps_run_decodes_natively_and_prompts_on_the_module_path(llm):
-    """Prompts arriving while others decode: such a step runs two forwards (the decodes native, the prompt
-    chunks on the module path) and the generations equal the module path's and each prompt's alone."""
+def test_mixed_steps_run_prompts_and_decodes_in_one_native_forward(llm):
+    """Prompts arriving while others decode: such a step is one native forward over the decodes and the prompt
+    chunks, and the generations equal the module path's and, bit for bit, each prompt's alone."""
     ps = prompts(8, seed=5)
     params = [SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=2)] * 8
     engine = lambda **kw: Engine(llm, block_size=8, num_blocks=128, max_num_batched_tokens=48, **kw)  # noqa: E731
     fused, steps = engine(max_num_seqs=8), []
     run_step, forward = fused.runner.run, fused.runner.forward
-    fused.runner.run = lambda *args: (steps.append([]), run_step(*args))[1]
-    fused.runner.forward = lambda inputs, rows: (steps[-1].append(type(inputs.layout)), forward(inputs, rows))[1]
+
+    def recording(step, tables):
+        kinds = {"decode" if c.samples and c.sample_start == c.start else "prompt" for c in step.chunks}
+        steps.append((kinds, []))
+        return run_step(step, tables)
+
+    fused.runner.run = recording
+    fused.runner.forward = lambda inputs, rows: (steps[-1][1].append(type(inputs.layout)), forward(inputs, rows))[1]
     ours = run(fused, ps, params)
     ref = run(module_path(engine(max_num_seqs=8)), ps, params)
     alone = [run(engine(), [p], params[:1])[0] for p in ps]
-    assert [NativeKeys, RaggedLayout] in steps  # a mixed step
+    assert ({"decode", "prompt"}, [NativeKeys]) in steps  # a mixed step, one native forward
+    assert all(layouts == [NativeKeys] for _, layouts in steps)
     table = lambda g: [v for t in g.logprobs for v in (t.logprob, *(lp for _, lp in t.top))]  # noqa: E731
     for a, b, c in zip(ours, ref, alone):
         assert a.ids == b.ids == c.ids
-        assert table(a) == pytest.approx(table(b), abs=1e-4) and table(a) == pytest.approx(table(c), abs=1e-4)
+        assert table(a) == pytest.approx(table(b), abs=1e-4) and table(a) == table(c)
 
 
 def test_seeded_sampling_alone_batched_and_preempted(llm):
@@ -474,8 +483,9 @@ def test_portable_build_equals_the_module_path(monkeypatch):
 
 @pytest.mark.slow
 def test_default_model_decode_logits_equal_the_dequantized_model(monkeypatch):
-    """The engine's native decode steps on the default model's blocks against a full forward of the same
-    weights dequantized (the reference path), at every generated position of the reference prompts."""
+    """The engine's native steps (the prompt's, then each decode's) on the default model's blocks against a full
+    forward of the same weights dequantized (the reference path), at every generated position of the reference
+    prompts."""
     from test_llama_vs_transformers import PROMPTS
 
     import tinyllm.engine.runner as runner
@@ -483,9 +493,9 @@ def test_default_model_decode_logits_equal_the_dequantized_model(monkeypatch):
     native, ref = LLM(weights="native"), LLM(weights="dequantized")
     seen = []  # (position, logits [V]) of each native decode step
 
-    def recording(model, stack, ids, positions, *args):
-        logits = decode_logits(model, stack, ids, positions, *args)
-        seen.append((int(positions[0]), logits[0].clone()))
+    def recording(model, stack, ids, positions, write_slots, key_slots, rows, *args):
+        logits = decode_logits(model, stack, ids, positions, write_slots, key_slots, rows, *args)
+        seen.append((int(positions[rows[0]]), logits[0].clone()))
         return logits
 
     monkeypatch.setattr(runner, "decode_logits", recording)
@@ -493,7 +503,7 @@ def test_default_model_decode_logits_equal_the_dequantized_model(monkeypatch):
         seen.clear()
         gen = native.generate(text, max_tokens=24, temperature=0, ignore_eos=True)
         ids = gen.prompt_ids + gen.ids
-        assert len(seen) == 23  # every token after the first came from a native step
+        assert len(seen) == 24  # every token came from a native step (the first from the prompt's)
         with torch.inference_mode():
             full = ref.model(torch.tensor([ids]))[0]  # [T, V]
         for position, logits in seen:

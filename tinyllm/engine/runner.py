@@ -15,9 +15,8 @@ from ..cache.block_table import BlockTable
 from ..cache.fill import offset_causal_mask
 from ..cache.paged_cache import PagedStorage
 from ..kernels import torch_single_threaded
-from ..model.fused_decode import MAX_TOKENS as FUSED_MAX_TOKENS
 from ..model.fused_decode import build_stack, decode_logits
-from ..model.quant_linear import quant_weights, runs_native
+from ..model.quant_linear import runs_native
 from ..model.ragged_attention import PrefillSlice, RaggedLayout, ragged_attention, windowed
 from ..model.sdpa import AttentionSpec
 from .prompt_logprobs import PromptRows, missing_positions
@@ -80,9 +79,7 @@ class ModelRunner:
         self.model, self.storage = model, storage
         self.device = storage.device
         self.native_matmuls = runs_native(model)
-        # weights="native-int8": every matmul stays native at any number of rows (none goes to the BLAS)
-        self.native_at_any_size = self.native_matmuls and any(w.int8_activations for w in quant_weights(model))
-        self.fused = build_stack(model, storage)  # the native decode step, or None for models it does not cover
+        self.fused = build_stack(model, storage)  # the native step, or None for models it does not cover
 
     @torch.inference_mode()
     def run(
@@ -91,23 +88,11 @@ class ModelRunner:
         """Run the step; return the chunks that sample and their logits [n, V], in that order (a chunk
         with k drafts has k + 1 rows), and the prompt rows of requests that want prompt logprobs.
 
-        Decodes and verified drafts (chunks whose every token is sampled) run through the native step when the
-        model has one and they are at most FUSED_MAX_TOKENS tokens; prompt chunks through the module path, in a
-        second forward when both kinds share the step. A token's path so depends on what it is, not on its
-        company (what seeded sampling alone == batched rests on), and decodes never pay the module path.
-        With 8-bit activations every chunk runs through the native step: its matmuls are the same arithmetic at
-        any number of rows, so the module path's BLAS brings nothing, and the torch ops around it cost more."""
-        if self.fused is not None and self.native_at_any_size:
-            return self._run_part(step.chunks, tables, step.block_copies, native=True)
-        sampled = [c for c in step.chunks if c.samples and c.sample_start == c.start]
-        if self.fused is None or not sampled or sum(c.num_tokens for c in sampled) > FUSED_MAX_TOKENS:
-            return self._run_part(step.chunks, tables, step.block_copies, native=False)
-        prompts = [c for c in step.chunks if not (c.samples and c.sample_start == c.start)]
-        out = self._run_part(sampled, tables, step.block_copies, native=True)
-        if not prompts:
-            return out
-        more = self._run_part(prompts, tables, [], native=False)
-        return out[0] + more[0], torch.cat([out[1], more[1]]), out[2] + more[2]
+        Every chunk (decodes, verified drafts and prompt chunks alike) runs through the native step when the
+        model has one, else through the module path. The native step's rows are batch-invariant (its matmuls
+        sum every output in one order at any number of rows, its attention goes by fixed spans), so a token's
+        logits do not depend on the other tokens of the step: seeded sampling alone == batched, bit for bit."""
+        return self._run_part(step.chunks, tables, step.block_copies, native=self.fused is not None)
 
     def _run_part(
         self, chunks: list[ScheduledChunk], tables: dict[str, BlockTable], block_copies, native: bool
@@ -168,7 +153,7 @@ class ModelRunner:
         seven passes over the vocabulary each woke torch's pool (1.8 against 1.0 ms a token, 2 threads).
         With 8-bit activations a prompt's matmuls are native too, so every step runs so: torch's pool spinning
         between its ops took the cores from the kernels' (a 512-token prefill: 1.29 against 1.09 s)."""
-        if self.native_matmuls and (num_tokens <= SINGLE_THREAD_MAX_TOKENS or self.native_at_any_size):
+        if self.native_matmuls and (num_tokens <= SINGLE_THREAD_MAX_TOKENS or self.fused is not None):
             return torch_single_threaded()
         return contextlib.nullcontext()
 

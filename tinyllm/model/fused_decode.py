@@ -25,7 +25,7 @@ from .norm import RMSNorm, RMSNormPlusOne
 from .quant_bias import BiasedQuantLinear
 from .quant_linear import QuantLinear
 
-MAX_TOKENS = 64  # decode rows per native step where prompts take the module path
+MAX_TOKENS = 64  # tokens a draft model feeds the native step per call
 GROUP_TOKENS = 256  # tokens per native call: its scratch grows with them (~10 KB a token on the default model)
 
 
