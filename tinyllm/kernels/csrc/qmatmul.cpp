@@ -21,15 +21,6 @@ struct Weight {
     int64_t n, k, stride;  // rows, columns, bytes between rows
 };
 
-#ifdef TL_AVX2
-static inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-#endif
-
 // Weight rows n0..n1 as float32 rows of k at out (leading dim ld); SPLIT: in tile.h's split order.
 template <int F, bool SPLIT = false>
 static void decode_rows(const Weight& w, int64_t n0, int64_t n1, float* out, int64_t ld) {
