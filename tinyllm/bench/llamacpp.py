@@ -117,24 +117,18 @@ def peer_for(path: str, threads: int) -> LlamaCpp | None:
     return load(path, threads)
 
 
-def prefill_pair(model, peer: LlamaCpp | None, ids: list[int], repeats: int) -> dict:
-    """Prefill tokens/s of the same prompt, ours (one forward, last position's logits) and llama.cpp's,
+def prefill_pair(ours, peer: LlamaCpp | None, ids: list[int], repeats: int) -> dict:
+    """Prefill tokens/s of the same prompt, ours (`ours()`: one prefill, returning its seconds) and llama.cpp's,
     taking turns; the fastest run of each counts."""
-    import torch
-
-    x = torch.tensor([ids])  # [1, T]
-    ours, theirs = [], []
-    with torch.inference_mode():
-        model(x[:, :8], last_only=True)  # first-call set-up
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            model(x, last_only=True)
-            ours.append(time.perf_counter() - t0)
-            if peer is not None:
-                theirs.append(prefill(peer, ids))
+    ours()  # first-call set-up
+    mine, theirs = [], []
+    for _ in range(repeats):
+        mine.append(ours())
+        if peer is not None:
+            theirs.append(prefill(peer, ids))
     out = {
         "prompt_tokens": len(ids),
-        "ours_tokens_per_s": len(ids) / min(ours),
+        "ours_tokens_per_s": len(ids) / min(mine),
         "llamacpp_tokens_per_s": len(ids) / min(theirs) if theirs else None,
     }
     out["ours_over_llamacpp"] = (
