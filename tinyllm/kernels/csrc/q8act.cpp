@@ -155,6 +155,7 @@ void tile(const uint8_t* rec, const Q8Act& a, int64_t x0, float* y, int64_t ldy,
     const float *d = a.d + x0, *s = a.s + x0;
     const int32_t *sum = a.sum + x0, *half = a.half + x0;
     __m512 acc[MT];
+#pragma GCC unroll 8
     for (int m = 0; m < MT; ++m) acc[m] = _mm512_setzero_ps();
     for (int64_t b = 0; b < kb; ++b, rec += P::bytes, q += 32 * M, d += M, s += M, sum += M, half += M) {
         __m512i w[8];
@@ -177,6 +178,7 @@ void tile(const uint8_t* rec, const Q8Act& a, int64_t x0, float* y, int64_t ldy,
             }
         }
     }
+#pragma GCC unroll 8
     for (int m = 0; m < MT; ++m) _mm512_mask_storeu_ps(y + m * ldy, keep, acc[m]);
 }
 
