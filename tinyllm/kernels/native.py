@@ -2,9 +2,10 @@
 
 The library is plain C++ without torch headers (a few seconds to build) with its own small thread pool,
 compiled by the machine's compiler (`$CXX`, else g++, c++ or clang++) with `-O3 -march=native
--ffp-contract=off` (nothing fused, so decoded weights stay bit-identical to the reference) and cached under
-`~/.cache/tinyllm/kernels/<hash>/`, keyed by the sources, the compiler's version, the flags and the CPU's
-features. A build goes into a temporary folder renamed into place, so two processes building at once both end
+-ffp-contract=off` (nothing fused, so decoded weights stay bit-identical to the reference; no -march on 64-bit
+ARM, whose NEON path needs none) and cached under `~/.cache/tinyllm/kernels/<hash>/`, keyed by the sources,
+the compiler's version, the flags and the CPU's features. x86 with AVX2 takes the AVX2 (and AVX-512) kernels,
+64-bit ARM the NEON ones, anything else the portable C++. A build goes into a temporary folder renamed into place, so two processes building at once both end
 with a whole library. Without a compiler, after a failed build, or with TINYLLM_NATIVE=0, `library()` is None
 and one warning says why. TINYLLM_NATIVE=scalar builds the portable path (what a CPU without AVX2 runs) and
 TINYLLM_NATIVE=avx2 the AVX2 path on a CPU with AVX-512, so that each can be tested on one machine.
@@ -29,7 +30,7 @@ from .qweight import QuantWeight
 from .threads import kernel_threads
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ["blocks.h", "kv.h", "pool.h", "q8act.h", "tile.h", "vmath.h"]
+SOURCES = ["blocks.h", "kv.h", "pool.h", "q8act.h", "simd.h", "tile.h", "vmath.h"]
 UNITS = ["qmatmul.cpp", "q8act.cpp", "q8pack.cpp", "decode.cpp", "greedy.cpp"]  # compiled into one library
 SOURCES += UNITS
 FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-fPIC", "-shared", "-pthread"]
@@ -51,9 +52,12 @@ def find_compiler() -> str | None:
     return None
 
 
-def flags() -> list[str]:
+def flags(machine: str | None = None) -> list[str]:
+    """The compiler's flags. On 64-bit ARM no -march: NEON and its fused multiply-add are baseline there, and
+    not every compiler for it takes -march=native."""
     extra = {"scalar": ["-DTL_SCALAR"], "avx2": ["-mno-avx512f"]}.get(os.environ.get("TINYLLM_NATIVE", ""), [])
-    return FLAGS + extra
+    arm = (machine or platform.machine()).lower() in ("aarch64", "arm64")
+    return [f for f in FLAGS if not (arm and f == "-march=native")] + extra
 
 
 def cpu_features() -> str:

@@ -3,15 +3,13 @@
 // The AVX2 path fuses d * q + m into one FMA only where d * q is exact in float32, so one rounding of the exact
 // sum equals the reference's two: q has at most 5 bits and d is an fp16 (11 significant bits), or for Q4_K/Q5_K
 // d * scale has 11 + 6 bits; 16 or 22 bits fit float32's 24.
+// The NEON path decodes to the same values (a fused d * q + m where d * q is exact, as on AVX2).
 #pragma once
 #include <cstdint>
 #include <cstring>
 #include <cmath>
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(TL_SCALAR)
-#define TL_AVX2 1
-#include <immintrin.h>
-#endif
+#include "simd.h"
 
 namespace tl {
 
@@ -204,6 +202,94 @@ template <int F> static inline void decode32(const uint8_t* b, int sub, __m256* 
             w[g] = _mm256_mul_ps(g < 2 ? d0 : d1, _mm256_cvtepi32_ps(q));
         }
     }
+}
+#endif
+
+#ifdef TL_NEON
+// The K formats' sub-block scales, as k_scales computes them on AVX2 (the same exact products).
+template <int F> static inline void k_scales(const uint8_t* b, float* ks) {
+    if constexpr (F == Q6_K) {
+        const float d = f16(b + 208);
+        for (int i = 0; i < 16; ++i) ks[i] = d * (float)(int8_t)b[192 + i];
+    } else if constexpr (F == Q4_K || F == Q5_K) {
+        const float d = f16(b), dmin = f16(b + 2);
+        for (int t = 0; t < 8; ++t) {
+            int sc, mn;
+            k_scale_min(b + 4, t, &sc, &mn);
+            ks[t] = d * (float)sc;
+            ks[8 + t] = dmin * (float)mn;
+        }
+    }
+}
+
+// 16 unsigned or signed bytes as four float32x4 (elements 0-3, ..., 12-15).
+static inline void widen16(uint8x16_t v, float32x4_t* out) {
+    const uint16x8_t a = vmovl_u8(vget_low_u8(v)), b = vmovl_u8(vget_high_u8(v));
+    out[0] = vcvtq_f32_u32(vmovl_u16(vget_low_u16(a)));
+    out[1] = vcvtq_f32_u32(vmovl_u16(vget_high_u16(a)));
+    out[2] = vcvtq_f32_u32(vmovl_u16(vget_low_u16(b)));
+    out[3] = vcvtq_f32_u32(vmovl_u16(vget_high_u16(b)));
+}
+static inline void widen16(int8x16_t v, float32x4_t* out) {
+    const int16x8_t a = vmovl_s8(vget_low_s8(v)), b = vmovl_s8(vget_high_s8(v));
+    out[0] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(a)));
+    out[1] = vcvtq_f32_s32(vmovl_s16(vget_high_s16(a)));
+    out[2] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(b)));
+    out[3] = vcvtq_f32_s32(vmovl_s16(vget_high_s16(b)));
+}
+
+// NEON decode of sub-block `sub` into w[0..3], w[i] holding elements 8i..8i+7; ks: the block's k_scales.
+// Q5_0, Q5_1 and Q5_K take the portable decode (the same values).
+template <int F> static inline void decode32(const uint8_t* b, int sub, V8* w, const float* ks) {
+    float32x4_t q[8];  // elements 4i..4i+3, as float
+    if constexpr (F == Q4_0 || F == Q4_1) {
+        const uint8x16_t qs = vld1q_u8(b + (F == Q4_1 ? 4 : 2));
+        if constexpr (F == Q4_1) {
+            widen16(vandq_u8(qs, vdupq_n_u8(15)), q);
+            widen16(vshrq_n_u8(qs, 4), q + 4);
+        } else {
+            const int8x16_t eight = vdupq_n_s8(8);
+            widen16(vsubq_s8(vreinterpretq_s8_u8(vandq_u8(qs, vdupq_n_u8(15))), eight), q);
+            widen16(vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(qs, 4)), eight), q + 4);
+        }
+        const float32x4_t d = vdupq_n_f32(f16(b));
+        if constexpr (F == Q4_1) {
+            const float32x4_t m = vdupq_n_f32(f16(b + 2));
+            for (int i = 0; i < 8; ++i) q[i] = vfmaq_f32(m, d, q[i]);  // d * q exact
+        } else {
+            for (int i = 0; i < 8; ++i) q[i] = vmulq_f32(d, q[i]);
+        }
+    } else if constexpr (F == Q8_0) {
+        widen16(vld1q_s8((const int8_t*)(b + 2)), q);
+        widen16(vld1q_s8((const int8_t*)(b + 18)), q + 4);
+        const float32x4_t d = vdupq_n_f32(f16(b));
+        for (int i = 0; i < 8; ++i) q[i] = vmulq_f32(q[i], d);
+    } else if constexpr (F == Q4_K) {
+        const uint8_t* qs = b + 16 + (sub / 2) * 32;
+        for (int h = 0; h < 2; ++h) {
+            const uint8x16_t v = vld1q_u8(qs + 16 * h);
+            widen16((sub & 1) ? vshrq_n_u8(v, 4) : vandq_u8(v, vdupq_n_u8(15)), q + 4 * h);
+        }
+        const float32x4_t dl = vdupq_n_f32(ks[sub]), nml = vdupq_n_f32(-ks[8 + sub]);
+        for (int i = 0; i < 8; ++i) q[i] = vfmaq_f32(nml, dl, q[i]);  // dl * q exact: 22 bits
+    } else if constexpr (F == Q6_K) {
+        const int h = sub / 4, j = sub % 4;
+        const uint8_t* ql = b + h * 64 + (j & 1) * 32;
+        const uint8_t* qh = b + 128 + h * 32;
+        const int8x16_t sl = vdupq_n_s8((int8_t)(-4 * (j >> 1))), sh = vdupq_n_s8((int8_t)(-2 * j));
+        for (int half = 0; half < 2; ++half) {
+            const uint8x16_t lo = vandq_u8(vshlq_u8(vld1q_u8(ql + 16 * half), sl), vdupq_n_u8(15));
+            const uint8x16_t hi = vandq_u8(vshlq_u8(vld1q_u8(qh + 16 * half), sh), vdupq_n_u8(3));
+            widen16(vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, vshlq_n_u8(hi, 4))), vdupq_n_s8(32)), q + 4 * half);
+            const float32x4_t d = vdupq_n_f32(ks[2 * sub + half]);
+            for (int i = 4 * half; i < 4 * half + 4; ++i) q[i] = vmulq_f32(d, q[i]);
+        }
+    } else {
+        alignas(16) float v[32];
+        decode32_scalar<F>(b, sub, v);
+        for (int i = 0; i < 8; ++i) q[i] = vld1q_f32(v + 4 * i);
+    }
+    for (int g = 0; g < 4; ++g) w[g] = {q[2 * g], q[2 * g + 1]};
 }
 #endif
 

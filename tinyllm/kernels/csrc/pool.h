@@ -16,6 +16,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define TL_PAUSE() _mm_pause()
+#elif defined(__aarch64__)
+#define TL_PAUSE() asm volatile("yield")
 #else
 #define TL_PAUSE() std::this_thread::yield()
 #endif

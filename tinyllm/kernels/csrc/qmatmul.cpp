@@ -30,20 +30,20 @@ static void decode_rows(const Weight& w, int64_t n0, int64_t n1, float* out, int
         const uint8_t* row = w.data + n * w.stride;
         float* o = out + (n - n0) * ld;
         for (int64_t b = 0; b < num_blocks; ++b) {
-#ifdef TL_AVX2
+#ifdef TL_SIMD
             alignas(32) float ks[16];
             k_scales<F>(row + b * T::bytes, ks);
 #endif
             for (int s = 0; s < T::block / 32; ++s, o += 32) {
-#ifdef TL_AVX2
-                __m256 v[4];
+#ifdef TL_SIMD
+                V8 v[4];
                 decode32<F>(row + b * T::bytes, s, v, ks);
                 if constexpr (SPLIT) {
                     const int64_t j = b * (T::block / 32) + s, q = w.k / 4;
                     float* r = out + (n - n0) * ld;
-                    for (int g = 0; g < 4; ++g) _mm256_storeu_ps(r + g * q + 8 * j, v[g]);
+                    for (int g = 0; g < 4; ++g) v8_store(r + g * q + 8 * j, v[g]);
                 } else {
-                    for (int g = 0; g < 4; ++g) _mm256_storeu_ps(o + 8 * g, v[g]);
+                    for (int g = 0; g < 4; ++g) v8_store(o + 8 * g, v[g]);
                 }
 #else
                 decode32_scalar<F>(row + b * T::bytes, s, o);
@@ -56,19 +56,19 @@ static void decode_rows(const Weight& w, int64_t n0, int64_t n1, float* out, int
 // One weight row against one activation row.
 template <int F> static float dot_row(const uint8_t* row, int64_t num_blocks, const float* x) {
     using T = Traits<F>;
-#ifdef TL_AVX2
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+#ifdef TL_SIMD
+    V8 acc[4] = {v8_zero(), v8_zero(), v8_zero(), v8_zero()};
     for (int64_t b = 0; b < num_blocks; ++b) {
         const uint8_t* blk = row + b * T::bytes;
         alignas(32) float ks[16];
         k_scales<F>(blk, ks);
         for (int s = 0; s < T::block / 32; ++s, x += 32) {
-            __m256 v[4];
+            V8 v[4];
             decode32<F>(blk, s, v, ks);
-            for (int g = 0; g < 4; ++g) acc[g] = _mm256_fmadd_ps(v[g], _mm256_loadu_ps(x + 8 * g), acc[g]);
+            for (int g = 0; g < 4; ++g) acc[g] = v8_fma(v[g], v8_load(x + 8 * g), acc[g]);
         }
     }
-    return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    return join4(acc[0], acc[1], acc[2], acc[3]);
 #else
     float acc[8] = {0};
     float v[32];
@@ -116,17 +116,16 @@ template <int F> static float dot_row16(const uint8_t* row, int64_t num_blocks, 
         a01 = _mm512_fmadd_ps(w01, _mm512_loadu_ps(x), a01);
         a23 = _mm512_fmadd_ps(w23, _mm512_loadu_ps(x + 16), a23);
     }
-    const __m256 a0 = _mm512_castps512_ps256(a01), a1 = high256(a01), a2 = _mm512_castps512_ps256(a23), a3 = high256(a23);
-    return hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    return join4(_mm512_castps512_ps256(a01), high256(a01), _mm512_castps512_ps256(a23), high256(a23));
 }
 #endif
 
 // Activation rows one decode of a weight row serves (dot_row_m): four accumulators each, in 32 (AVX-512VL) or
-// 16 (AVX2) vector registers beside the decoded sub-block.
-#if defined(TL_AVX2) && !defined(__AVX512VL__)
-constexpr int ROW_TILE = 3;
-#else
+// 16 (AVX2) vector registers beside the decoded sub-block; NEON's 32 registers hold half a V8 each.
+#if defined(TL_AVX2) && defined(__AVX512VL__) || !defined(TL_SIMD)
 constexpr int ROW_TILE = 6;
+#else
+constexpr int ROW_TILE = 3;
 #endif
 
 // One weight row against MT activation rows (x leading dim k, y leading dim ldy): each sub-block is decoded
@@ -135,22 +134,21 @@ constexpr int ROW_TILE = 6;
 template <int F, int MT>
 static void dot_row_m(const uint8_t* row, int64_t num_blocks, const float* x, int64_t k, float* y, int64_t ldy) {
     using T = Traits<F>;
-#ifdef TL_AVX2
-    __m256 acc[MT][4];
+#ifdef TL_SIMD
+    V8 acc[MT][4];
     for (int m = 0; m < MT; ++m)
-        for (int g = 0; g < 4; ++g) acc[m][g] = _mm256_setzero_ps();
+        for (int g = 0; g < 4; ++g) acc[m][g] = v8_zero();
     for (int64_t b = 0; b < num_blocks; ++b) {
         alignas(32) float ks[16];
         k_scales<F>(row + b * T::bytes, ks);
         for (int s = 0; s < T::block / 32; ++s, x += 32) {
-            __m256 v[4];
+            V8 v[4];
             decode32<F>(row + b * T::bytes, s, v, ks);
             for (int m = 0; m < MT; ++m)
-                for (int g = 0; g < 4; ++g) acc[m][g] = _mm256_fmadd_ps(v[g], _mm256_loadu_ps(x + m * k + 8 * g), acc[m][g]);
+                for (int g = 0; g < 4; ++g) acc[m][g] = v8_fma(v[g], v8_load(x + m * k + 8 * g), acc[m][g]);
         }
     }
-    for (int m = 0; m < MT; ++m)
-        y[m * ldy] = hsum(_mm256_add_ps(_mm256_add_ps(acc[m][0], acc[m][1]), _mm256_add_ps(acc[m][2], acc[m][3])));
+    for (int m = 0; m < MT; ++m) y[m * ldy] = join4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]);
 #else
     float acc[MT][8] = {};
     float v[32];
@@ -179,7 +177,7 @@ template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t
         for (int64_t n = n0; n < n1; ++n) y[n] = dot_row<F>(w.data + n * w.stride, num_blocks, x);
         return;
     }
-#ifdef TL_AVX2
+#ifdef TL_SIMD
     if (m >= TL_TILE_MIN_M) {
         auto decode = [&w](int64_t r0, int64_t r1, float* out) { decode_rows<F, true>(w, r0, r1, out, w.k); };
         tile_rows(decode, w.k, x, m, y, w.n, n0, n1);  // x in split order (matmul)
@@ -236,7 +234,7 @@ template <int F> static void dequantize_chunk(void* ctx, int64_t c) {
 }
 
 template <int F> static void matmul(const Weight& w, const float* x, int64_t m, float* y, int threads) {
-#ifdef TL_AVX2
+#ifdef TL_SIMD
     if (m >= TL_TILE_MIN_M) {  // the tile kernel reads the activations in split order (tile.h)
         static thread_local std::vector<float> xs;
         if ((int64_t)xs.size() < m * w.k) xs.resize(m * w.k);
@@ -288,10 +286,12 @@ int tl_dequantize(int fmt, const uint8_t* data, int64_t n, int64_t k, int64_t st
 #undef TL_CALL
 }
 
-// 1 when built with the AVX2/FMA kernels, 0 for the portable scalar path.
+// 1 when built with the AVX2/FMA kernels, 2 with the NEON ones, 0 for the portable scalar path.
 int tl_simd() {
-#ifdef TL_AVX2
+#if defined(TL_AVX2)
     return 1;
+#elif defined(TL_NEON)
+    return 2;
 #else
     return 0;
 #endif

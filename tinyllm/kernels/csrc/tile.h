@@ -17,38 +17,39 @@
 
 namespace tl {
 
-#ifdef TL_AVX2
-#ifdef __AVX512VL__
+#ifdef TL_SIMD
+#if defined(TL_AVX2) && defined(__AVX512VL__)
 constexpr int TILE_MR = 4, TILE_NR = 6;  // 24 accumulators + 6 weight vectors + 1 activation vector of 32 ymm
 #else
-constexpr int TILE_MR = 4, TILE_NR = 3;  // 12 accumulators + 3 weight vectors + 1 activation vector = 16 ymm
+// AVX2: 12 accumulators + 3 weight vectors + 1 activation vector = 16 ymm; NEON: twice that in 32 halves
+constexpr int TILE_MR = 4, TILE_NR = 3;
 #endif
 
 // Row x of k floats (k a multiple of 32) in split order into out.
 static inline void split(const float* x, int64_t k, float* out) {
     const int64_t q = k / 4;
     for (int64_t j = 0; j < k / 32; ++j)
-        for (int g = 0; g < 4; ++g) _mm256_storeu_ps(out + g * q + 8 * j, _mm256_loadu_ps(x + 32 * j + 8 * g));
+        for (int g = 0; g < 4; ++g) v8_store(out + g * q + 8 * j, v8_load(x + 32 * j + 8 * g));
 }
 
 // y[i * ldy + r] = x[i] . w[r] for i < MR, r < NR; x rows and w rows have k floats in split order (k a multiple
 // of 32). Each quarter of a row is one partial sum: its MR x NR accumulators are parked in `part` after it.
 template <int MR, int NR>
 static void micro_tile(const float* x, const float* w, int64_t k, float* y, int64_t ldy) {
-    __m256 part[4][MR][NR];
+    V8 part[4][MR][NR];
     const int64_t q = k / 4;
     for (int g = 0; g < 4; ++g) {
-        __m256 acc[MR][NR];
+        V8 acc[MR][NR];
         for (int i = 0; i < MR; ++i)
-            for (int r = 0; r < NR; ++r) acc[i][r] = _mm256_setzero_ps();
+            for (int r = 0; r < NR; ++r) acc[i][r] = v8_zero();
         for (int64_t kk = g * q; kk < (g + 1) * q; kk += 8) {
-            __m256 wv[NR];
+            V8 wv[NR];
             // each weight vector feeds MR FMAs: in a register, one load (folded into each FMA, the loads
             // outnumber what the ports take: 52% of the FMA peak against 68-74% here)
-            for (int r = 0; r < NR; ++r) wv[r] = in_register(_mm256_loadu_ps(w + r * k + kk));
+            for (int r = 0; r < NR; ++r) wv[r] = in_register(v8_load(w + r * k + kk));
             for (int i = 0; i < MR; ++i) {
-                const __m256 xv = _mm256_loadu_ps(x + i * k + kk);
-                for (int r = 0; r < NR; ++r) acc[i][r] = _mm256_fmadd_ps(wv[r], xv, acc[i][r]);
+                const V8 xv = v8_load(x + i * k + kk);
+                for (int r = 0; r < NR; ++r) acc[i][r] = v8_fma(wv[r], xv, acc[i][r]);
             }
         }
         for (int i = 0; i < MR; ++i)
@@ -56,8 +57,7 @@ static void micro_tile(const float* x, const float* w, int64_t k, float* y, int6
     }
     for (int i = 0; i < MR; ++i)
         for (int r = 0; r < NR; ++r)
-            y[i * ldy + r] = hsum(_mm256_add_ps(_mm256_add_ps(part[0][i][r], part[1][i][r]),
-                                                 _mm256_add_ps(part[2][i][r], part[3][i][r])));
+            y[i * ldy + r] = join4(part[0][i][r], part[1][i][r], part[2][i][r], part[3][i][r]);
 }
 
 // All m activation rows against NR decoded weight rows w (row length k; both in split order).

@@ -1,5 +1,5 @@
-// Vector math shared by the kernels: e^x as a polynomial and a horizontal sum (AVX2 only; the portable
-// paths use std::exp and plain loops).
+// Vector math shared by the kernels: e^x as a polynomial (AVX2 only; the portable paths use std::exp). The
+// horizontal sum and in_register are in simd.h.
 #pragma once
 #include "blocks.h"
 
@@ -24,19 +24,6 @@ static inline __m256 exp8(__m256 x) {
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-// v, held in a register: where one loaded vector feeds several FMAs, the compiler would otherwise fold the load
-// into each of them (a load per FMA, which the load ports cannot keep up with).
-static inline __m256 in_register(__m256 v) {
-    asm("" : "+v"(v));
-    return v;
-}
-
-static inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 #endif
 
 

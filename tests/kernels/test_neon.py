@@ -1,0 +1,75 @@
+"""The ARM (NEON) build of the float matmul against the x86 builds, bit for bit.
+
+Every SIMD path sums an output in the same order (four 8-lane partial sums per 32-element sub-block, fused
+multiply-adds, one horizontal sum), so the NEON build must give the AVX2 and AVX-512 builds' bits, row for
+row. The harness (simd_harness.cpp) is cross-compiled for aarch64 and run under qemu's user-mode emulation
+where the cross compiler and qemu are installed (CI installs both); each build also checks that a row of a
+batch equals the row computed alone."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from tinyllm.kernels import native
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCES = [os.path.join(HERE, "simd_harness.cpp"), str(native.CSRC / "qmatmul.cpp")]
+CROSS, QEMU = "aarch64-linux-gnu-g++", "qemu-aarch64"
+
+
+def build(compiler: str, flags: list[str], out: str) -> str:
+    cmd = [compiler, "-O3", "-ffp-contract=off", "-std=c++17", "-pthread", *flags, *SOURCES, "-o", out]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+def run(cmd: list[str], out: str) -> tuple[int, bytes]:
+    """The build's tl_simd() (0 portable, 1 AVX2, 2 NEON) and the bits of every output."""
+    done = subprocess.run([*cmd, out], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]  # 1: a row of a batch differed from the row alone
+    with open(out, "rb") as f:
+        return int(done.stdout.split()[-1]), f.read()
+
+
+@pytest.fixture(scope="module")
+def x86_bits(tmp_path_factory):
+    compiler = native.find_compiler()
+    if compiler is None or "avx2" not in native.cpu_features().split():
+        pytest.skip("needs a C++ compiler on an x86 CPU with AVX2")
+    tmp = tmp_path_factory.mktemp("x86")
+    bits = {}
+    for name, flags in {"native": ["-march=native"], "avx2": ["-march=native", "-mno-avx512f"]}.items():
+        exe = build(compiler, flags, str(tmp / name))
+        bits[name] = run([exe], str(tmp / f"{name}.bin"))
+    return bits
+
+
+def test_the_x86_builds_agree(x86_bits):
+    assert x86_bits["native"][0] == x86_bits["avx2"][0] == 1
+    assert x86_bits["native"][1] == x86_bits["avx2"][1]
+
+
+def test_the_neon_build_gives_the_x86_bits(x86_bits, tmp_path):
+    if not (shutil.which(CROSS) and shutil.which(QEMU)):
+        pytest.skip(f"needs {CROSS} and {QEMU} (Debian: g++-aarch64-linux-gnu, qemu-user)")
+    exe = build(CROSS, ["-static"], str(tmp_path / "neon"))
+    simd, bits = run([QEMU, exe], str(tmp_path / "neon.bin"))
+    assert simd == 2, "the aarch64 build did not take the NEON path"
+    assert bits == x86_bits["native"][1]
+
+
+def test_the_scalar_build_is_batch_invariant(tmp_path):
+    compiler = native.find_compiler()
+    if compiler is None:
+        pytest.skip("no C++ compiler on this machine")
+    simd, _ = run([build(compiler, ["-DTL_SCALAR"], str(tmp_path / "scalar"))], str(tmp_path / "scalar.bin"))
+    assert simd == 0
+
+
+def test_an_arm_machine_builds_without_march():
+    assert "-march=native" in native.flags("x86_64")
+    for machine in ("aarch64", "arm64"):
+        assert "-march=native" not in native.flags(machine) and "-O3" in native.flags(machine)
