@@ -5,10 +5,11 @@ compiled by the machine's compiler (`$CXX`, else g++, c++ or clang++) with `-O3 
 -ffp-contract=off` (nothing fused, so decoded weights stay bit-identical to the reference; no -march on 64-bit
 ARM, whose NEON path needs none) and cached under `~/.cache/tinyllm/kernels/<hash>/`, keyed by the sources,
 the compiler's version, the flags and the CPU's features. x86 with AVX2 takes the AVX2 (and AVX-512) kernels,
-64-bit ARM the NEON ones, anything else the portable C++. A build goes into a temporary folder renamed into place, so two processes building at once both end
-with a whole library. Without a compiler, after a failed build, or with TINYLLM_NATIVE=0, `library()` is None
-and one warning says why. TINYLLM_NATIVE=scalar builds the portable path (what a CPU without AVX2 runs) and
-TINYLLM_NATIVE=avx2 the AVX2 path on a CPU with AVX-512, so that each can be tested on one machine.
+64-bit ARM the NEON ones, anything else the portable C++. A build goes into a temporary folder renamed into
+place, so two processes building at once both end with a whole library. Without a compiler, after a failed
+build, or with TINYLLM_NATIVE=0, `library()` is None and one warning says why. TINYLLM_NATIVE=scalar builds
+the portable path (what a CPU without AVX2 or NEON runs) and TINYLLM_NATIVE=avx2 the AVX2 path on a CPU with
+AVX-512, so that each can be tested on one machine.
 """
 
 from __future__ import annotations
