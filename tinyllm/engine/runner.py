@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..cache.block_table import BlockTable
+from ..cache.block_table import BlockTable, blocks_for
 from ..cache.fill import offset_causal_mask
 from ..cache.paged_cache import PagedStorage
 from ..kernels import torch_single_threaded
@@ -114,20 +114,24 @@ class ModelRunner:
                 extra.append((c, wanted, len(ids) + wanted.start - c.start))
             ids += c.request.tokens(c.start, stop)
             positions.append(torch.arange(c.start, stop))
-            if not in_place:
+            if not (in_place or native):
                 slot_mapping.append(table.slots(c.start, stop, self.device))
             if c.samples:
                 first = len(ids) - (stop - c.sample_start)
                 rows += range(first, len(ids))
                 sampling.append(c)
-        write_slots = (
-            slice(layout.decode_slots.stop - 1, layout.decode_slots.stop) if in_place else torch.cat(slot_mapping)
-        )
+        all_positions = torch.cat(positions)  # [N]
+        if native:  # each new token's slot: its own position in its chunk's row of key slots
+            write_slots = layout.slots[layout.rows, all_positions]
+        elif in_place:
+            write_slots = slice(layout.decode_slots.stop - 1, layout.decode_slots.stop)
+        else:
+            write_slots = torch.cat(slot_mapping)
         num_sampled = len(rows)
         for _, wanted, first_row in extra:
             rows += range(first_row, first_row + len(wanted))
         x = torch.tensor([ids], device=self.device)  # [1, N]
-        inputs = StepInputs(block_copies, x, torch.cat(positions).to(self.device), write_slots, layout)
+        inputs = StepInputs(block_copies, x, all_positions.to(self.device), write_slots, layout)
         with self.threads_for(len(ids)):
             logits = self.forward(inputs, torch.tensor(rows, dtype=torch.long, device=self.device))  # [n, V]
         prompt_rows, at = [], num_sampled
@@ -176,10 +180,15 @@ class ModelRunner:
         """key_slots [C, Smax] of the native step, one row per chunk holding its sequence's slots from position 0,
         and key_rows [N]: each token's chunk (a token reads its row up to its own position)."""
         stops = [c.start + c.num_tokens for c in chunks]
-        slots = torch.zeros(len(chunks), max(stops), dtype=torch.long)  # [C, Smax]
-        for i, (c, stop) in enumerate(zip(chunks, stops)):
-            slots[i, :stop] = tables[c.request.request_id].slots(0, stop, self.device)
-        rows = torch.repeat_interleave(torch.arange(len(chunks)), torch.tensor([c.num_tokens for c in chunks]))
+        smax = max(stops)
+        P = tables[chunks[0].request.request_id].block_size
+        nb = blocks_for(smax, P)
+        blocks = torch.tensor(
+            [(tables[c.request.request_id].blocks + [0] * nb)[:nb] for c in chunks], dtype=torch.long
+        )  # [C, nb], 0 past a table's blocks
+        slots = (blocks[:, :, None] * P + torch.arange(P)).view(len(chunks), nb * P)[:, :smax]  # [C, Smax]
+        slots = slots.masked_fill(torch.arange(smax) >= torch.tensor(stops)[:, None], 0)  # nothing past a stop
+        rows = torch.tensor([i for i, c in enumerate(chunks) for _ in range(c.num_tokens)], dtype=torch.long)
         return slots, rows  # [C, Smax], [N]
 
     def _decode_keys(self, decodes: list[ScheduledChunk], tables: dict[str, BlockTable]):
