@@ -205,6 +205,123 @@ template <int F> static inline void decode32(const uint8_t* b, int sub, __m256* 
 }
 #endif
 
+#if defined(TL_AVX2) && defined(__AVX512F__)
+// Lanes 8-15 of v (AVX512F alone, no DQ).
+static inline __m256 high256(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+
+// 16 bytes zero-extended into sixteen 32-bit lanes.
+static inline __m512i bytes16(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)p)); }
+
+// decode32 sixteen lanes at a time: w01 holds w[0] and w[1] (elements 0-15), w23 w[2] and w[3] (16-31), each
+// lane the same operations as there, so the same values. ks: the block's k_scales.
+template <int F> static inline void decode16(const uint8_t* b, int sub, const float* ks, __m512& w01, __m512& w23) {
+    const __m512i low4 = _mm512_set1_epi32(15);
+    if constexpr (F == Q4_0 || F == Q4_1 || F == Q5_0 || F == Q5_1) {
+        constexpr bool has_min = F == Q4_1 || F == Q5_1, five = F == Q5_0 || F == Q5_1;
+        const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(has_min ? (int)u32(b) : (int)*(const uint16_t*)b));
+        const __m512 d = _mm512_broadcastss_ps(dm);
+        const int qh_off = has_min ? 4 : 2, qs_off = qh_off + (five ? 4 : 0);
+        const __m512i q = bytes16(b + qs_off);
+        __m512i lo = _mm512_and_si512(q, low4), hi = _mm512_srli_epi32(q, 4);
+        const __m512i sixteen = _mm512_set1_epi32(16);
+        const uint32_t qh = five ? u32(b + qh_off) : 0;  // bit l: element l's fifth bit
+        if constexpr (F == Q5_1) {
+            lo = _mm512_mask_or_epi32(lo, (__mmask16)(qh & 0xFFFF), lo, sixteen);
+            hi = _mm512_mask_or_epi32(hi, (__mmask16)(qh >> 16), hi, sixteen);
+        }
+        if constexpr (F == Q5_0) {  // (lo | bit << 4) - 16: lo where the bit is set, lo - 16 where not
+            w01 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_mask_sub_epi32(lo, (__mmask16)~qh, lo, sixteen)));
+            w23 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_mask_sub_epi32(hi, (__mmask16)(~qh >> 16), hi, sixteen)));
+        } else if constexpr (has_min) {
+            const __m512 m = _mm512_broadcastss_ps(_mm_movehdup_ps(dm));
+            w01 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lo), m);  // d * q exact
+            w23 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(hi), m);
+        } else {
+            const __m512i off = _mm512_set1_epi32(8);
+            w01 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(lo, off)));
+            w23 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(hi, off)));
+        }
+    } else if constexpr (F == Q8_0) {
+        const __m512 d = _mm512_set1_ps(f16(b));
+        w01 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(b + 2)))), d);
+        w23 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(b + 18)))), d);
+    } else if constexpr (F == Q4_K || F == Q5_K) {
+        const __m512 dl = _mm512_set1_ps(ks[sub]), nml = _mm512_set1_ps(-ks[8 + sub]);
+        const uint8_t* qs = b + (F == Q4_K ? 16 : 48) + (sub / 2) * 32;
+        const __m128i shift = _mm_cvtsi32_si128(4 * (sub & 1));
+        __m512i q0 = _mm512_and_si512(_mm512_srl_epi32(bytes16(qs), shift), low4);
+        __m512i q1 = _mm512_and_si512(_mm512_srl_epi32(bytes16(qs + 16), shift), low4);
+        if constexpr (F == Q5_K) {
+            const __m128i hs = _mm_cvtsi32_si128(sub);
+            const __m512i one = _mm512_set1_epi32(1);
+            q0 = _mm512_or_si512(q0, _mm512_slli_epi32(_mm512_and_si512(_mm512_srl_epi32(bytes16(b + 16), hs), one), 4));
+            q1 = _mm512_or_si512(q1, _mm512_slli_epi32(_mm512_and_si512(_mm512_srl_epi32(bytes16(b + 32), hs), one), 4));
+        }
+        w01 = _mm512_fmadd_ps(dl, _mm512_cvtepi32_ps(q0), nml);  // dl * q exact: 22 bits
+        w23 = _mm512_fmadd_ps(dl, _mm512_cvtepi32_ps(q1), nml);
+    } else {  // Q6_K
+        const int h = sub / 4, j = sub % 4;
+        const uint8_t* ql = b + h * 64 + (j & 1) * 32;
+        const uint8_t* qh = b + 128 + h * 32;
+        const __m128i sl = _mm_cvtsi32_si128(4 * (j >> 1)), sh = _mm_cvtsi32_si128(2 * j);
+        const __m512i three = _mm512_set1_epi32(3), off = _mm512_set1_epi32(32);
+        __m512 w[2];
+        for (int half = 0; half < 2; ++half) {
+            const __m512i lo = _mm512_and_si512(_mm512_srl_epi32(bytes16(ql + 16 * half), sl), low4);
+            const __m512i hi = _mm512_and_si512(_mm512_srl_epi32(bytes16(qh + 16 * half), sh), three);
+            const __m512i q = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), off);
+            w[half] = _mm512_mul_ps(_mm512_set1_ps(ks[2 * sub + half]), _mm512_cvtepi32_ps(q));
+        }
+        w01 = w[0];
+        w23 = w[1];
+    }
+}
+
+// Sub-blocks that share their code bytes, decoded together by decode_group: a Q4_K/Q5_K pair (low and high
+// nibbles of the same 32 bytes), a Q6_K quarter (four sub-blocks over 64 low and 32 high bytes), else one.
+template <int F> constexpr int group_subs() { return F == Q4_K || F == Q5_K ? 2 : F == Q6_K ? 4 : 1; }
+
+// Sub-blocks g * S .. g * S + S - 1 (S = group_subs) into w[2 S]: w[2 i], w[2 i + 1] as decode16 gives sub-block
+// g * S + i, the same values with each byte loaded once.
+template <int F> static inline void decode_group(const uint8_t* b, int g, const float* ks, __m512* w) {
+    const __m512i low4 = _mm512_set1_epi32(15);
+    if constexpr (F == Q4_K || F == Q5_K) {
+        const uint8_t* qs = b + (F == Q4_K ? 16 : 48) + g * 32;
+        const __m512i q0 = bytes16(qs), q1 = bytes16(qs + 16);
+        __m512i c[4] = {_mm512_and_si512(q0, low4), _mm512_and_si512(q1, low4), _mm512_srli_epi32(q0, 4),
+                        _mm512_srli_epi32(q1, 4)};
+        if constexpr (F == Q5_K) {  // bit s of byte l of qh: element l's fifth bit in sub-block s
+            const __m512i h0 = bytes16(b + 16), h1 = bytes16(b + 32), one = _mm512_set1_epi32(1);
+            for (int i = 0; i < 4; ++i) {
+                const __m128i at = _mm_cvtsi32_si128(2 * g + i / 2);
+                c[i] = _mm512_or_si512(c[i], _mm512_slli_epi32(_mm512_and_si512(_mm512_srl_epi32(i % 2 ? h1 : h0, at), one), 4));
+            }
+        }
+        for (int i = 0; i < 4; ++i) {
+            const int sub = 2 * g + i / 2;  // dl * q exact: 22 bits
+            w[i] = _mm512_fmadd_ps(_mm512_set1_ps(ks[sub]), _mm512_cvtepi32_ps(c[i]), _mm512_set1_ps(-ks[8 + sub]));
+        }
+    } else if constexpr (F == Q6_K) {
+        const uint8_t* ql = b + g * 64;
+        const __m512i l[4] = {bytes16(ql), bytes16(ql + 16), bytes16(ql + 32), bytes16(ql + 48)};
+        const __m512i h[2] = {bytes16(b + 128 + g * 32), bytes16(b + 144 + g * 32)};
+        const __m512i top = _mm512_set1_epi32(0x30), off = _mm512_set1_epi32(32);
+        for (int j = 0; j < 4; ++j)
+            for (int half = 0; half < 2; ++half) {
+                const __m512i ll = l[(j & 1) * 2 + half];
+                const __m512i lo = j < 2 ? _mm512_and_si512(ll, low4) : _mm512_srli_epi32(ll, 4);
+                const __m512i hh = h[half];  // bits 2j, 2j + 1 -> 4, 5
+                const __m512i hi = _mm512_and_si512(j == 0 ? _mm512_slli_epi32(hh, 4) : j == 1 ? _mm512_slli_epi32(hh, 2)
+                                                    : j == 2 ? hh : _mm512_srli_epi32(hh, 2), top);
+                const __m512i q = _mm512_sub_epi32(_mm512_or_si512(lo, hi), off);
+                w[2 * j + half] = _mm512_mul_ps(_mm512_set1_ps(ks[2 * (4 * g + j) + half]), _mm512_cvtepi32_ps(q));
+            }
+    } else {
+        decode16<F>(b, g, ks, w[0], w[1]);
+    }
+}
+#endif
+
 #ifdef TL_NEON
 // The K formats' sub-block scales, as k_scales computes them on AVX2 (the same exact products).
 template <int F> static inline void k_scales(const uint8_t* b, float* ks) {

@@ -34,6 +34,26 @@ static void decode_rows(const Weight& w, int64_t n0, int64_t n1, float* out, int
             alignas(32) float ks[16];
             k_scales<F>(row + b * T::bytes, ks);
 #endif
+#if defined(TL_AVX2) && defined(__AVX512F__)
+            constexpr int S = group_subs<F>();
+            for (int g = 0; g < T::block / 32 / S; ++g) {
+                __m512 v[2 * S];
+                decode_group<F>(row + b * T::bytes, g, ks, v);
+                for (int i = 0; i < S; ++i, o += 32) {
+                    if constexpr (SPLIT) {  // the four 8-element vectors of sub-block j to their quarters
+                        const int64_t j = b * (T::block / 32) + g * S + i, q = w.k / 4;
+                        float* r = out + (n - n0) * ld + 8 * j;
+                        _mm256_storeu_ps(r, _mm512_castps512_ps256(v[2 * i]));
+                        _mm256_storeu_ps(r + q, high256(v[2 * i]));
+                        _mm256_storeu_ps(r + 2 * q, _mm512_castps512_ps256(v[2 * i + 1]));
+                        _mm256_storeu_ps(r + 3 * q, high256(v[2 * i + 1]));
+                    } else {
+                        _mm512_storeu_ps(o, v[2 * i]);
+                        _mm512_storeu_ps(o + 16, v[2 * i + 1]);
+                    }
+                }
+            }
+#else
             for (int s = 0; s < T::block / 32; ++s, o += 32) {
 #ifdef TL_SIMD
                 V8 v[4];
@@ -49,6 +69,7 @@ static void decode_rows(const Weight& w, int64_t n0, int64_t n1, float* out, int
                 decode32_scalar<F>(row + b * T::bytes, s, o);
 #endif
             }
+#endif
         }
     }
 }
@@ -82,39 +103,24 @@ template <int F> static float dot_row(const uint8_t* row, int64_t num_blocks, co
 }
 
 #if defined(TL_AVX2) && defined(__AVX512F__)
-// dot_row for Q4_0, Q4_1 and Q8_0 sixteen lanes at a time: accumulator 01 holds dot_row's acc[0] in lanes 0-7
-// and acc[1] in 8-15 (23 likewise), each lane the same operations as there, so the same bits in half the
-// instructions.
-static inline __m256 high256(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
-
+// dot_row sixteen lanes at a time (decode_group): accumulator 01 holds dot_row's acc[0] in lanes 0-7 and acc[1] in
+// 8-15 (23 likewise), each lane the same operations as there, so the same bits in half the instructions.
 template <int F> static float dot_row16(const uint8_t* row, int64_t num_blocks, const float* x) {
     using T = Traits<F>;
     __m512 a01 = _mm512_setzero_ps(), a23 = _mm512_setzero_ps();
-    for (int64_t b = 0; b < num_blocks; ++b, x += 32) {
+    for (int64_t b = 0; b < num_blocks; ++b) {
         const uint8_t* blk = row + b * T::bytes;
-        __m512 w01, w23;
-        if constexpr (F == Q8_0) {
-            const __m512 d = _mm512_set1_ps(f16(blk));
-            w01 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(blk + 2)))), d);
-            w23 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(blk + 18)))), d);
-        } else {
-            constexpr bool has_min = F == Q4_1;
-            const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(has_min ? (int)u32(blk) : (int)*(const uint16_t*)blk));
-            const __m512 d = _mm512_broadcastss_ps(dm);
-            const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(blk + (has_min ? 4 : 2))));
-            const __m512i lo = _mm512_and_si512(q, _mm512_set1_epi32(15)), hi = _mm512_srli_epi32(q, 4);
-            if constexpr (has_min) {
-                const __m512 m = _mm512_broadcastss_ps(_mm_movehdup_ps(dm));
-                w01 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lo), m);
-                w23 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(hi), m);
-            } else {
-                const __m512i off = _mm512_set1_epi32(8);
-                w01 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(lo, off)));
-                w23 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(hi, off)));
+        alignas(32) float ks[16];
+        k_scales<F>(blk, ks);
+        constexpr int S = group_subs<F>();
+        for (int g = 0; g < T::block / 32 / S; ++g) {
+            __m512 w[2 * S];
+            decode_group<F>(blk, g, ks, w);
+            for (int i = 0; i < S; ++i, x += 32) {  // sub-blocks in order
+                a01 = _mm512_fmadd_ps(w[2 * i], _mm512_loadu_ps(x), a01);
+                a23 = _mm512_fmadd_ps(w[2 * i + 1], _mm512_loadu_ps(x + 16), a23);
             }
         }
-        a01 = _mm512_fmadd_ps(w01, _mm512_loadu_ps(x), a01);
-        a23 = _mm512_fmadd_ps(w23, _mm512_loadu_ps(x + 16), a23);
     }
     return join4(_mm512_castps512_ps256(a01), high256(a01), _mm512_castps512_ps256(a23), high256(a23));
 }
@@ -169,12 +175,10 @@ template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t
     const int64_t num_blocks = w.k / Traits<F>::block;
     if (m == 1) {
 #if defined(TL_AVX2) && defined(__AVX512F__)
-        if constexpr (F == Q4_0 || F == Q4_1 || F == Q8_0) {
-            for (int64_t n = n0; n < n1; ++n) y[n] = dot_row16<F>(w.data + n * w.stride, num_blocks, x);
-            return;
-        }
-#endif
+        for (int64_t n = n0; n < n1; ++n) y[n] = dot_row16<F>(w.data + n * w.stride, num_blocks, x);
+#else
         for (int64_t n = n0; n < n1; ++n) y[n] = dot_row<F>(w.data + n * w.stride, num_blocks, x);
+#endif
         return;
     }
 #ifdef TL_SIMD
