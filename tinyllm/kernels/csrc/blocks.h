@@ -111,6 +111,10 @@ template <int F> static inline void decode32_scalar(const uint8_t* b, int sub, f
     }
 }
 
+// Sub-blocks that share their code bytes, decoded together by decode_group: a Q4_K/Q5_K pair (low and high
+// nibbles of the same 32 bytes), a Q6_K quarter (four sub-blocks over 64 low and 32 high bytes), else one.
+template <int F> constexpr int group_subs() { return F == Q4_K || F == Q5_K ? 2 : F == Q6_K ? 4 : 1; }
+
 #ifdef TL_AVX2
 static inline __m256i bytes8(const uint8_t* p) {  // 8 bytes -> 8 x int32, zero-extended
     return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)p));
@@ -203,6 +207,47 @@ template <int F> static inline void decode32(const uint8_t* b, int sub, __m256* 
         }
     }
 }
+
+// decode32 of sub-blocks g * S .. g * S + S - 1 (S = group_subs) into w[4 S], sub-block g * S + i at w[4 i..]: the
+// same values, a Q4_K pair's or Q6_K quarter's code bytes loaded once.
+template <int F> static inline void decode_group8(const uint8_t* b, int g, const float* ks, __m256* w) {
+    const __m256i low4 = _mm256_set1_epi32(15);
+    if constexpr (F == Q4_K || F == Q5_K) {
+        const uint8_t* qs = b + (F == Q4_K ? 16 : 48) + g * 32;
+        const __m128i s0 = _mm_cvtsi32_si128(2 * g), s1 = _mm_cvtsi32_si128(2 * g + 1);
+        const __m256i sixteen = _mm256_set1_epi32(16);
+        for (int v = 0; v < 4; ++v) {
+            const __m256i q = bytes8(qs + 8 * v);
+            __m256i q0 = _mm256_and_si256(q, low4), q1 = _mm256_srli_epi32(q, 4);
+            if constexpr (F == Q5_K) {  // bit s of byte l of qh: element l's fifth bit in sub-block s
+                const __m256i h = _mm256_slli_epi32(bytes8(b + 16 + 8 * v), 4);
+                q0 = _mm256_or_si256(q0, _mm256_and_si256(_mm256_srl_epi32(h, s0), sixteen));
+                q1 = _mm256_or_si256(q1, _mm256_and_si256(_mm256_srl_epi32(h, s1), sixteen));
+            }
+            w[v] = _mm256_fmadd_ps(_mm256_set1_ps(ks[2 * g]), _mm256_cvtepi32_ps(q0),
+                                   _mm256_set1_ps(-ks[8 + 2 * g]));  // dl * q exact: 22 bits
+            w[4 + v] = _mm256_fmadd_ps(_mm256_set1_ps(ks[2 * g + 1]), _mm256_cvtepi32_ps(q1),
+                                       _mm256_set1_ps(-ks[8 + 2 * g + 1]));
+        }
+    } else if constexpr (F == Q6_K) {
+        const uint8_t* ql = b + g * 64;
+        const uint8_t* qh = b + 128 + g * 32;
+        const __m256i top = _mm256_set1_epi32(0x30), off = _mm256_set1_epi32(32);
+        for (int v = 0; v < 4; ++v) {
+            const __m256i l0 = bytes8(ql + 8 * v), l1 = bytes8(ql + 32 + 8 * v), h = bytes8(qh + 8 * v);
+            const __m256i lo[4] = {_mm256_and_si256(l0, low4), _mm256_and_si256(l1, low4), _mm256_srli_epi32(l0, 4),
+                                   _mm256_srli_epi32(l1, 4)};
+            const __m256i hi[4] = {_mm256_and_si256(_mm256_slli_epi32(h, 4), top), _mm256_and_si256(_mm256_slli_epi32(h, 2), top),
+                                   _mm256_and_si256(h, top), _mm256_and_si256(_mm256_srli_epi32(h, 2), top)};
+            for (int j = 0; j < 4; ++j) {  // bits 2j, 2j + 1 of the high byte -> 4, 5
+                const __m256i q = _mm256_sub_epi32(_mm256_or_si256(lo[j], hi[j]), off);
+                w[4 * j + v] = _mm256_mul_ps(_mm256_set1_ps(ks[2 * (4 * g + j) + v / 2]), _mm256_cvtepi32_ps(q));
+            }
+        }
+    } else {
+        for (int i = 0; i < group_subs<F>(); ++i) decode32<F>(b, g * group_subs<F>() + i, w + 4 * i, ks);
+    }
+}
 #endif
 
 #if defined(TL_AVX2) && defined(__AVX512F__)
@@ -277,9 +322,6 @@ template <int F> static inline void decode16(const uint8_t* b, int sub, const fl
     }
 }
 
-// Sub-blocks that share their code bytes, decoded together by decode_group: a Q4_K/Q5_K pair (low and high
-// nibbles of the same 32 bytes), a Q6_K quarter (four sub-blocks over 64 low and 32 high bytes), else one.
-template <int F> constexpr int group_subs() { return F == Q4_K || F == Q5_K ? 2 : F == Q6_K ? 4 : 1; }
 
 // Sub-blocks g * S .. g * S + S - 1 (S = group_subs) into w[2 S]: w[2 i], w[2 i + 1] as decode16 gives sub-block
 // g * S + i, the same values with each byte loaded once.
@@ -407,6 +449,10 @@ template <int F> static inline void decode32(const uint8_t* b, int sub, V8* w, c
         for (int i = 0; i < 8; ++i) q[i] = vld1q_f32(v + 4 * i);
     }
     for (int g = 0; g < 4; ++g) w[g] = {q[2 * g], q[2 * g + 1]};
+}
+
+template <int F> static inline void decode_group8(const uint8_t* b, int g, const float* ks, V8* w) {
+    for (int i = 0; i < group_subs<F>(); ++i) decode32<F>(b, g * group_subs<F>() + i, w + 4 * i, ks);
 }
 #endif
 

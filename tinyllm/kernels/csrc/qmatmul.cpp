@@ -53,22 +53,23 @@ static void decode_rows(const Weight& w, int64_t n0, int64_t n1, float* out, int
                     }
                 }
             }
-#else
-            for (int s = 0; s < T::block / 32; ++s, o += 32) {
-#ifdef TL_SIMD
-                V8 v[4];
-                decode32<F>(row + b * T::bytes, s, v, ks);
-                if constexpr (SPLIT) {
-                    const int64_t j = b * (T::block / 32) + s, q = w.k / 4;
-                    float* r = out + (n - n0) * ld;
-                    for (int g = 0; g < 4; ++g) v8_store(r + g * q + 8 * j, v[g]);
-                } else {
-                    for (int g = 0; g < 4; ++g) v8_store(o + 8 * g, v[g]);
+#elif defined(TL_SIMD)
+            constexpr int S = group_subs<F>();
+            for (int gr = 0; gr < T::block / 32 / S; ++gr) {
+                V8 v[4 * S];
+                decode_group8<F>(row + b * T::bytes, gr, ks, v);
+                for (int i = 0; i < S; ++i, o += 32) {
+                    if constexpr (SPLIT) {
+                        const int64_t j = b * (T::block / 32) + gr * S + i, q = w.k / 4;
+                        float* r = out + (n - n0) * ld;
+                        for (int g = 0; g < 4; ++g) v8_store(r + g * q + 8 * j, v[4 * i + g]);
+                    } else {
+                        for (int g = 0; g < 4; ++g) v8_store(o + 8 * g, v[4 * i + g]);
+                    }
                 }
-#else
-                decode32_scalar<F>(row + b * T::bytes, s, o);
-#endif
             }
+#else
+            for (int s = 0; s < T::block / 32; ++s, o += 32) decode32_scalar<F>(row + b * T::bytes, s, o);
 #endif
         }
     }
@@ -83,10 +84,12 @@ template <int F> static float dot_row(const uint8_t* row, int64_t num_blocks, co
         const uint8_t* blk = row + b * T::bytes;
         alignas(32) float ks[16];
         k_scales<F>(blk, ks);
-        for (int s = 0; s < T::block / 32; ++s, x += 32) {
-            V8 v[4];
-            decode32<F>(blk, s, v, ks);
-            for (int g = 0; g < 4; ++g) acc[g] = v8_fma(v[g], v8_load(x + 8 * g), acc[g]);
+        constexpr int S = group_subs<F>();
+        for (int gr = 0; gr < T::block / 32 / S; ++gr, x += 32 * S) {
+            V8 v[4 * S];
+            decode_group8<F>(blk, gr, ks, v);
+            for (int g = 0; g < 4; ++g)  // each accumulator takes the group's sub-blocks in order
+                for (int i = 0; i < S; ++i) acc[g] = v8_fma(v[4 * i + g], v8_load(x + 32 * i + 8 * g), acc[g]);
         }
     }
     return join4(acc[0], acc[1], acc[2], acc[3]);
