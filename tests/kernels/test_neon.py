@@ -1,10 +1,11 @@
-"""The ARM (NEON) build of the float matmul against the x86 builds, bit for bit.
+"""The ARM (NEON) builds of the float matmul and of the native decode step against the x86 builds, bit for bit.
 
 Every SIMD path sums an output in the same order (four 8-lane partial sums per 32-element sub-block, fused
-multiply-adds, one horizontal sum), so the NEON build must give the AVX2 and AVX-512 builds' bits, row for
-row. The harness (simd_harness.cpp) is cross-compiled for aarch64 and run under qemu's user-mode emulation
-where the cross compiler and qemu are installed (CI installs both); each build also checks that a row of a
-batch equals the row computed alone."""
+multiply-adds, one horizontal sum) and the step's attention, norms and activations are written once over the
+same 8-lane vector, so the NEON build must give the AVX2 and AVX-512 builds' bits. The harnesses
+(simd_harness.cpp: every format and M; step_harness.cpp: whole steps of a small model) are cross-compiled for
+aarch64 and run under qemu's user-mode emulation where the cross compiler and qemu are installed (CI installs
+both); the matmul harness also checks that a row of a batch equals the row computed alone."""
 
 import os
 import shutil
@@ -16,11 +17,14 @@ from tinyllm.kernels import native
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = [os.path.join(HERE, "simd_harness.cpp"), str(native.CSRC / "qmatmul.cpp")]
+STEP_SOURCES = [os.path.join(HERE, "step_harness.cpp")] + [
+    str(native.CSRC / u) for u in ("qmatmul.cpp", "q8act.cpp", "q8pack.cpp")
+]
 CROSS, QEMU = "aarch64-linux-gnu-g++", "qemu-aarch64"
 
 
-def build(compiler: str, flags: list[str], out: str) -> str:
-    cmd = [compiler, "-O3", "-ffp-contract=off", "-std=c++17", "-pthread", *flags, *SOURCES, "-o", out]
+def build(compiler: str, flags: list[str], out: str, sources: list[str] = SOURCES) -> str:
+    cmd = [compiler, "-O3", "-ffp-contract=off", "-std=c++17", "-pthread", *flags, *sources, "-o", out]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return out
@@ -42,23 +46,26 @@ def x86_bits(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("x86")
     bits = {}
     for name, flags in {"native": ["-march=native"], "avx2": ["-march=native", "-mno-avx512f"]}.items():
-        exe = build(compiler, flags, str(tmp / name))
-        bits[name] = run([exe], str(tmp / f"{name}.bin"))
+        for what, sources in (("matmul", SOURCES), ("step", STEP_SOURCES)):
+            exe = build(compiler, flags, str(tmp / f"{what}-{name}"), sources)
+            bits[what, name] = run([exe], str(tmp / f"{what}-{name}.bin"))
     return bits
 
 
-def test_the_x86_builds_agree(x86_bits):
-    assert x86_bits["native"][0] == x86_bits["avx2"][0] == 1
-    assert x86_bits["native"][1] == x86_bits["avx2"][1]
+@pytest.mark.parametrize("what", ["matmul", "step"])
+def test_the_x86_builds_agree(x86_bits, what):
+    assert x86_bits[what, "native"][0] == x86_bits[what, "avx2"][0] == 1
+    assert x86_bits[what, "native"][1] == x86_bits[what, "avx2"][1]
 
 
-def test_the_neon_build_gives_the_x86_bits(x86_bits, tmp_path):
+@pytest.mark.parametrize("what", ["matmul", "step"])
+def test_the_neon_build_gives_the_x86_bits(x86_bits, tmp_path, what):
     if not (shutil.which(CROSS) and shutil.which(QEMU)):
         pytest.skip(f"needs {CROSS} and {QEMU} (Debian: g++-aarch64-linux-gnu, qemu-user)")
-    exe = build(CROSS, ["-static"], str(tmp_path / "neon"))
+    exe = build(CROSS, ["-static"], str(tmp_path / "neon"), SOURCES if what == "matmul" else STEP_SOURCES)
     simd, bits = run([QEMU, exe], str(tmp_path / "neon.bin"))
     assert simd == 2, "the aarch64 build did not take the NEON path"
-    assert bits == x86_bits["native"][1]
+    assert bits == x86_bits[what, "native"][1]
 
 
 def test_the_scalar_build_is_batch_invariant(tmp_path):

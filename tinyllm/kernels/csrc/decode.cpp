@@ -90,14 +90,14 @@ struct Clock {
 template <class T> static inline float dot(const float* a, const T* b, int64_t d) {
     int64_t i = 0;
     float s = 0.0f;
-#ifdef TL_AVX2
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+#ifdef TL_SIMD
+    V8 acc0 = v8_zero(), acc1 = v8_zero();
     for (; i + 16 <= d; i += 16) {
-        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8(b + i), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), load8(b + i + 8), acc1);
+        acc0 = v8_fma(v8_load(a + i), load8(b + i), acc0);
+        acc1 = v8_fma(v8_load(a + i + 8), load8(b + i + 8), acc1);
     }
-    for (; i + 8 <= d; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8(b + i), acc0);
-    s = hsum(_mm256_add_ps(acc0, acc1));
+    for (; i + 8 <= d; i += 8) acc0 = v8_fma(v8_load(a + i), load8(b + i), acc0);
+    s = hsum(v8_add(acc0, acc1));
 #endif
     for (; i < d; ++i) s += a[i] * to_float(b[i]);
     return s;
@@ -105,9 +105,9 @@ template <class T> static inline float dot(const float* a, const T* b, int64_t d
 
 template <class T> static inline void axpy(float* y, float a, const T* x, int64_t d) {  // y += a * x
     int64_t i = 0;
-#ifdef TL_AVX2
-    const __m256 av = _mm256_set1_ps(a);
-    for (; i + 8 <= d; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, load8(x + i), _mm256_loadu_ps(y + i)));
+#ifdef TL_SIMD
+    const V8 av = v8_set1(a);
+    for (; i + 8 <= d; i += 8) v8_store(y + i, v8_fma(av, load8(x + i), v8_load(y + i)));
 #endif
     for (; i < d; ++i) y[i] += a * to_float(x[i]);
 }
@@ -116,13 +116,13 @@ template <class T> static inline void axpy(float* y, float a, const T* x, int64_
 static float exp_shifted(float* p, int64_t s, float max) {
     int64_t j = 0;
     float sum = 0.0f;
-#ifdef TL_AVX2
-    const __m256 m = _mm256_set1_ps(max);
-    __m256 acc = _mm256_setzero_ps();
+#ifdef TL_SIMD
+    const V8 m = v8_set1(max);
+    V8 acc = v8_zero();
     for (; j + 8 <= s; j += 8) {
-        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p + j), m));
-        _mm256_storeu_ps(p + j, e);
-        acc = _mm256_add_ps(acc, e);
+        const V8 e = exp8(v8_sub(v8_load(p + j), m));
+        v8_store(p + j, e);
+        acc = v8_add(acc, e);
     }
     sum = hsum(acc);
 #endif
@@ -245,22 +245,22 @@ template <int NH, class T>
 static void weighted_values(const float* p, int64_t first, int64_t len, const int64_t* slots, const T* v_cache,
                             int64_t kv_row, int64_t offset, int64_t D, float* const* out) {
     int64_t d0 = 0;
-#ifdef TL_AVX2
+#ifdef TL_SIMD
     for (; d0 + 64 <= D; d0 += 64) {
-        __m256 acc[NH][8];
+        V8 acc[NH][8];
         for (int n = 0; n < NH; ++n)
-            for (int b = 0; b < 8; ++b) acc[n][b] = _mm256_setzero_ps();
+            for (int b = 0; b < 8; ++b) acc[n][b] = v8_zero();
         for (int64_t s = first; s < len; ++s) {
-            __m256 w[NH];
-            for (int n = 0; n < NH; ++n) w[n] = _mm256_set1_ps(p[n * SPAN + s - first]);
+            V8 w[NH];
+            for (int n = 0; n < NH; ++n) w[n] = v8_set1(p[n * SPAN + s - first]);
             const T* v = v_cache + slots[s] * kv_row + offset + d0;
             for (int b = 0; b < 8; ++b) {
-                const __m256 vb = in_register(load8(v + 8 * b));
-                for (int n = 0; n < NH; ++n) acc[n][b] = _mm256_fmadd_ps(w[n], vb, acc[n][b]);
+                const V8 vb = in_register(load8(v + 8 * b));
+                for (int n = 0; n < NH; ++n) acc[n][b] = v8_fma(w[n], vb, acc[n][b]);
             }
         }
         for (int n = 0; n < NH; ++n)
-            for (int b = 0; b < 8; ++b) _mm256_storeu_ps(out[n] + d0 + 8 * b, acc[n][b]);
+            for (int b = 0; b < 8; ++b) v8_store(out[n] + d0 + 8 * b, acc[n][b]);
     }
 #endif
     if (d0 == D) return;
@@ -271,27 +271,26 @@ static void weighted_values(const float* p, int64_t first, int64_t len, const in
     }
 }
 
-#ifdef TL_AVX2
+#ifdef TL_SIMD
 // out[n][j] = q_n . k_j for NH query heads (q_n = q + n * D) and 8 keys (d a multiple of 8): eight accumulators
 // per head, each key vector loaded once for all heads, then one transposing reduction per head.
-template <int NH, class T> static inline void dot8(const float* q, int64_t D, const T* const* k, int64_t d, __m256* out) {
-    __m256 acc[NH][8];
+template <int NH, class T> static inline void dot8(const float* q, int64_t D, const T* const* k, int64_t d, V8* out) {
+    V8 acc[NH][8];
     for (int n = 0; n < NH; ++n)
-        for (int j = 0; j < 8; ++j) acc[n][j] = _mm256_setzero_ps();
+        for (int j = 0; j < 8; ++j) acc[n][j] = v8_zero();
     for (int64_t i = 0; i < d; i += 8) {
-        __m256 qv[NH];
-        for (int n = 0; n < NH; ++n) qv[n] = _mm256_loadu_ps(q + n * D + i);
+        V8 qv[NH];
+        for (int n = 0; n < NH; ++n) qv[n] = v8_load(q + n * D + i);
         for (int j = 0; j < 8; ++j) {
-            const __m256 kj = in_register(load8(k[j] + i));
-            for (int n = 0; n < NH; ++n) acc[n][j] = _mm256_fmadd_ps(qv[n], kj, acc[n][j]);
+            const V8 kj = in_register(load8(k[j] + i));
+            for (int n = 0; n < NH; ++n) acc[n][j] = v8_fma(qv[n], kj, acc[n][j]);
         }
     }
     for (int n = 0; n < NH; ++n) {
-        const __m256* a = acc[n];
-        const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
-        const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
-        const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-        out[n] = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+        const V8* a = acc[n];
+        const V8 t0 = v8_hadd(a[0], a[1]), t1 = v8_hadd(a[2], a[3]);
+        const V8 t2 = v8_hadd(a[4], a[5]), t3 = v8_hadd(a[6], a[7]);
+        out[n] = v8_fold(v8_hadd(t0, t1), v8_hadd(t2, t3));
     }
 }
 #endif
@@ -301,14 +300,14 @@ template <int NH, class T>
 static void key_scores(const float* q, const T* k_cache, const int64_t* slots, int64_t first, int64_t len,
                        int64_t kv_row, int64_t offset, int64_t D, float* p) {
     int64_t s = first;
-#ifdef TL_AVX2
+#ifdef TL_SIMD
     if (D % 8 == 0)
         for (; s + 8 <= len; s += 8) {
             const T* k[8];
             for (int j = 0; j < 8; ++j) k[j] = k_cache + slots[s + j] * kv_row + offset;
-            __m256 out[NH];
+            V8 out[NH];
             dot8<NH>(q, D, k, D, out);
-            for (int n = 0; n < NH; ++n) _mm256_storeu_ps(p + n * SPAN + s - first, out[n]);
+            for (int n = 0; n < NH; ++n) v8_store(p + n * SPAN + s - first, out[n]);
         }
 #endif
     for (; s < len; ++s)
@@ -320,16 +319,16 @@ static void key_scores(const float* q, const T* k_cache, const int64_t* slots, i
 static void span_softmax(float* pn, int64_t n, float scale, float cap, float* o, int64_t D) {
     float max = -INFINITY;
     int64_t s = 0;
-#ifdef TL_AVX2
+#ifdef TL_SIMD
     if (cap <= 0.0f) {  // max(v, m) keeps m for a NaN v as std::max(m, v) does; a zero max's sign changes no e^
-        __m256 m8 = _mm256_set1_ps(-INFINITY);
+        V8 m8 = v8_set1(-INFINITY);
         for (; s + 8 <= n; s += 8) {
-            const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(pn + s), _mm256_set1_ps(scale));
-            _mm256_storeu_ps(pn + s, v);
-            m8 = _mm256_max_ps(v, m8);
+            const V8 v = v8_mul(v8_load(pn + s), v8_set1(scale));
+            v8_store(pn + s, v);
+            m8 = v8_max(v, m8);
         }
         alignas(32) float lanes[8];
-        _mm256_store_ps(lanes, m8);
+        v8_store(lanes, m8);
         for (float l : lanes) max = std::max(max, l);
     }
 #endif
@@ -360,12 +359,12 @@ static void attend_heads(const AttnJob& j, const float* q, const int64_t* slots,
 
 // Scores of query heads h..h + nh (nh <= PASS_HEADS, one kv head) against 8 keys k, into p (SPAN floats a head).
 template <class T> static inline void dot8_heads(int64_t nh, const float* q, int64_t D, const T* const* k, float* p) {
-#ifdef TL_AVX2
-    __m256 out[PASS_HEADS];
+#ifdef TL_SIMD
+    V8 out[PASS_HEADS];
     if (PASS_HEADS >= 3 && nh == 3) dot8<PASS_HEADS >= 3 ? 3 : 1>(q, D, k, D, out);
     else if (PASS_HEADS >= 2 && nh == 2) dot8<PASS_HEADS >= 2 ? 2 : 1>(q, D, k, D, out);
     else dot8<1>(q, D, k, D, out);
-    for (int64_t n = 0; n < nh; ++n) _mm256_storeu_ps(p + n * SPAN, out[n]);
+    for (int64_t n = 0; n < nh; ++n) v8_store(p + n * SPAN, out[n]);
 #endif
 }
 
@@ -408,7 +407,7 @@ static void attend_streaming(const AttnJob& j, const float* q, const int64_t* sl
     const T* kc = static_cast<const T*>(j.layer->k_cache);
     const T* vc = static_cast<const T*>(j.layer->v_cache);
     int64_t s = first;
-#ifdef TL_AVX2
+#ifdef TL_SIMD
     const int64_t lo = kv0 * D * (int64_t)sizeof(T), hi = (kv0 + j.kv_each) * D * (int64_t)sizeof(T);
     if (D % 8 == 0)
         for (; s + 8 <= last; s += 8) {
@@ -416,7 +415,7 @@ static void attend_streaming(const AttnJob& j, const float* q, const int64_t* sl
             for (int jj = 0; jj < 8; ++jj) {
                 k[jj] = kc + slots[s + jj] * kv_row;
                 const char* v = reinterpret_cast<const char*>(vc + slots[s + jj] * kv_row);
-                for (int64_t b = lo; b < hi; b += 64) _mm_prefetch(v + b, _MM_HINT_T1);
+                for (int64_t b = lo; b < hi; b += 64) __builtin_prefetch(v + b, 0, 2);  // into L2
             }
             for (int64_t g = kv0; g < kv0 + j.kv_each; ++g) {
                 const T* kg[8];
@@ -525,12 +524,12 @@ static void silu_mul(const float* gu, int64_t n, int64_t inter, float* act) {
         const float* u = g + inter;
         float* a = act + r * inter;
         int64_t i = 0;
-#ifdef TL_AVX2
-        const __m256 one = _mm256_set1_ps(1.0f);
+#ifdef TL_SIMD
+        const V8 one = v8_set1(1.0f);
         for (; i + 8 <= inter; i += 8) {
-            const __m256 gv = _mm256_loadu_ps(g + i);
-            const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv));
-            _mm256_storeu_ps(a + i, _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
+            const V8 gv = v8_load(g + i);
+            const V8 e = exp8(v8_sub(v8_zero(), gv));
+            v8_store(a + i, v8_mul(v8_div(gv, v8_add(one, e)), v8_load(u + i)));
         }
 #endif
         for (; i < inter; ++i) a[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
@@ -546,16 +545,15 @@ static void gelu_mul(const float* gu, int64_t n, int64_t inter, float* act) {
         const float* u = g + inter;
         float* a = act + r * inter;
         int64_t i = 0;
-#ifdef TL_AVX2
-        const __m256 one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f), sign = _mm256_set1_ps(-0.0f);
+#ifdef TL_SIMD
+        const V8 one = v8_set1(1.0f), half = v8_set1(0.5f);
         for (; i + 8 <= inter; i += 8) {
-            const __m256 gv = _mm256_loadu_ps(g + i);
-            const __m256 y = _mm256_mul_ps(_mm256_set1_ps(c),
-                                           _mm256_add_ps(gv, _mm256_mul_ps(_mm256_set1_ps(k), _mm256_mul_ps(gv, _mm256_mul_ps(gv, gv)))));
-            const __m256 e = exp8(_mm256_mul_ps(_mm256_set1_ps(-2.0f), _mm256_andnot_ps(sign, y)));
-            const __m256 t = _mm256_or_ps(_mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e)), _mm256_and_ps(sign, y));
-            const __m256 gelu = _mm256_mul_ps(_mm256_mul_ps(half, gv), _mm256_add_ps(one, t));
-            _mm256_storeu_ps(a + i, _mm256_mul_ps(gelu, _mm256_loadu_ps(u + i)));
+            const V8 gv = v8_load(g + i);
+            const V8 y = v8_mul(v8_set1(c), v8_add(gv, v8_mul(v8_set1(k), v8_mul(gv, v8_mul(gv, gv)))));
+            const V8 e = exp8(v8_mul(v8_set1(-2.0f), v8_abs(y)));
+            const V8 t = v8_copysign(v8_div(v8_sub(one, e), v8_add(one, e)), y);
+            const V8 gelu = v8_mul(v8_mul(half, gv), v8_add(one, t));
+            v8_store(a + i, v8_mul(gelu, v8_load(u + i)));
         }
 #endif
         for (; i < inter; ++i) a[i] = 0.5f * g[i] * (1.0f + std::tanh(c * (g[i] + k * g[i] * g[i] * g[i]))) * u[i];

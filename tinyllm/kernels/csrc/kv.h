@@ -1,6 +1,6 @@
 // Elements of the KV cache as the native decode step reads and writes them: float32, float16 or bfloat16 rows.
 // A stored value is the float32 one rounded to nearest, ties to even, as torch rounds it when the module path
-// writes the same storage; a read widens it exactly. load8 widens eight elements into one vector.
+// writes the same storage; a read widens it exactly. load8 widens eight elements into one vector (V8).
 #pragma once
 #include "blocks.h"
 
@@ -62,6 +62,17 @@ static inline void store(float x, bf16_t* out) {
     out->bits = std::isnan(x) ? (uint16_t)0x7FC0u : (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
+#ifdef TL_NEON
+static inline V8 load8(const float* p) { return v8_load(p); }
+static inline V8 load8(const half_t* p) {
+    const float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(&p->bits));
+    return {vcvt_f32_f16(vget_low_f16(h)), vcvt_f32_f16(vget_high_f16(h))};
+}
+static inline V8 load8(const bf16_t* p) {
+    const uint16x8_t b = vld1q_u16(&p->bits);
+    return {vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(b), 16)), vreinterpretq_f32_u32(vshll_n_u16(vget_high_u16(b), 16))};
+}
+#endif
 #ifdef TL_AVX2
 static inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 static inline __m256 load8(const half_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }

@@ -1,0 +1,114 @@
+// Runs the native decode step (tl_decode_layers) of a small pseudo-random model on any machine: two layers of
+// mixed block formats, a prompt step holding two sequences' prompts (one longer than an attention span) and
+// three decode steps of both, for each KV element type, with SiLU and with GELU. Writes the hidden states' bits
+// after every step to the file named by argv[1] and prints tl_simd(), so that builds for different instruction
+// sets (AVX2, AVX-512, NEON under emulation) can be compared bit for bit. No soft-cap: its tanh is libm's,
+// which x86-64's and aarch64's glibc round differently (the step's other libm calls, expf in joining spans and
+// cosf/sinf for the rotary angles, agree on these inputs).
+#include "../../tinyllm/kernels/csrc/decode.cpp"
+
+#include <cstdio>
+#include <vector>
+
+extern "C" int tl_simd();
+
+namespace {
+
+uint64_t state = 0x243F6A8885A308D3ull;
+uint32_t next() {  // xorshift64*
+    state ^= state >> 12;
+    state ^= state << 25;
+    state ^= state >> 27;
+    return (uint32_t)((state * 0x2545F4914F6CDD1Dull) >> 32);
+}
+float uniform() { return (float)((int32_t)next()) / 2147483648.0f; }  // [-1, 1)
+
+struct Format {
+    int id, block, bytes;
+    std::vector<int> f16_at;
+};
+const Format Q8_0{8, 32, 34, {0}}, Q4_1{3, 32, 20, {0, 2}}, Q4_K{12, 256, 144, {0, 2}}, Q6_K{14, 256, 210, {208}};
+
+// A weight [n, k] of random blocks with small finite scales.
+tl::QW weight(const Format& f, int64_t n, int64_t k, std::vector<std::vector<uint8_t>>& keep) {
+    const int64_t stride = k / f.block * f.bytes;
+    keep.emplace_back(n * stride);
+    std::vector<uint8_t>& w = keep.back();
+    for (auto& b : w) b = (uint8_t)next();
+    for (int64_t i = 0; i < n * k / f.block; ++i)
+        for (int at : f.f16_at) {
+            const uint16_t h = (uint16_t)((next() & 0x8000) | ((3 + next() % 4) << 10) | (next() % 1024));
+            std::memcpy(&w[i * f.bytes + at], &h, 2);
+        }
+    return tl::QW{f.id, w.data(), stride, n, k};
+}
+
+std::vector<float> values(int64_t n, float center, float spread) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = center + spread * uniform();
+    return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc != 2) return 2;
+    FILE* out = std::fopen(argv[1], "wb");
+    if (!out) return 2;
+    const int64_t L = 2, C = 256, H = 4, KV = 2, D = 64, I = 512, slots_per_seq = 96;
+    std::vector<std::vector<uint8_t>> keep;
+    std::vector<std::vector<float>> floats;
+    std::vector<tl::LayerArgs> layers(L);
+    for (auto& la : layers) {
+        la = tl::LayerArgs{};
+        floats.push_back(values(C, 1.0f, 0.5f));
+        la.attn_norm = floats.back().data();
+        floats.push_back(values(C, 1.0f, 0.5f));
+        la.mlp_norm = floats.back().data();
+        la.qkv = tl::Proj{{weight(Q8_0, (H + 2 * KV) * D, C, keep)}, 1};
+        la.o = weight(Q4_1, C, H * D, keep);
+        la.gate_up = tl::Proj{{weight(Q4_K, I, C, keep), weight(Q8_0, I, C, keep)}, 2};
+        la.down = weight(Q6_K, C, I, keep);
+    }
+    std::vector<float> inv_freq(D / 2);
+    for (int64_t j = 0; j < D / 2; ++j) inv_freq[j] = std::pow(10000.0f, -2.0f * j / D);
+    for (int64_t kv_type : {tl::KV_F32, tl::KV_F16, tl::KV_BF16})
+        for (int64_t activation : {0, 1}) {
+            const int64_t elem = kv_type == tl::KV_F32 ? 4 : 2;
+            std::vector<std::vector<uint8_t>> caches;
+            for (auto& la : layers) {
+                caches.emplace_back(2 * slots_per_seq * KV * D * elem, 0);
+                la.k_cache = caches.back().data();
+                caches.emplace_back(2 * slots_per_seq * KV * D * elem, 0);
+                la.v_cache = caches.back().data();
+            }
+            tl::ModelArgs md{L, C, H, KV, D, I, D, activation, 1e-5, 0.125, 0.0, layers.data(),
+                             {inv_freq.data(), nullptr}, kv_type};
+            // step 0: prompts of 70 and 5 tokens; steps 1-3: one new token for each sequence
+            const int64_t lens[2] = {70, 5}, smax = 80;
+            std::vector<int64_t> key_slots(2 * smax);
+            for (int64_t s = 0; s < 2; ++s)
+                for (int64_t p = 0; p < smax; ++p) key_slots[s * smax + p] = s * slots_per_seq + p;
+            for (int step = 0; step < 4; ++step) {
+                std::vector<int64_t> positions, write_slots, key_rows;
+                for (int64_t s = 0; s < 2; ++s) {
+                    const int64_t from = step == 0 ? 0 : lens[s] + step - 1, to = step == 0 ? lens[s] : from + 1;
+                    for (int64_t p = from; p < to; ++p) {
+                        positions.push_back(p);
+                        write_slots.push_back(s * slots_per_seq + p);
+                        key_rows.push_back(s);
+                    }
+                }
+                const int64_t n = (int64_t)positions.size();
+                std::vector<float> x = values(n * C, 0.0f, 1.0f);
+                std::vector<float> scratch(tl_decode_scratch_floats(&md, n, smax));
+                tl::StepArgs st{n, positions.data(), write_slots.data(), key_slots.data(), key_rows.data(), smax,
+                                scratch.data(), 2, nullptr};
+                if (tl_decode_layers(&md, &st, x.data()) != 0) return 2;
+                std::fwrite(x.data(), 4, x.size(), out);
+            }
+        }
+    std::fclose(out);
+    std::printf("simd %d\n", tl_simd());
+    return 0;
+}
