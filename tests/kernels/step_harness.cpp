@@ -1,16 +1,19 @@
 // Runs the native decode step (tl_decode_layers) of a small pseudo-random model on any machine: two layers of
 // mixed block formats, a prompt step holding two sequences' prompts (one longer than an attention span) and
-// three decode steps of both, for each KV element type, with SiLU and with GELU. Writes the hidden states' bits
-// after every step to the file named by argv[1] and prints tl_simd(), so that builds for different instruction
-// sets (AVX2, AVX-512, NEON under emulation) can be compared bit for bit. No soft-cap: its tanh is libm's,
-// which x86-64's and aarch64's glibc round differently (the step's other libm calls, expf in joining spans and
-// cosf/sinf for the rotary angles, agree on these inputs).
+// three decode steps of both, for each KV element type, with SiLU and with GELU; then the greedy sampler's pass
+// over a few rows of logits. Writes the bits of the hidden states after every step and of the sampler's results
+// to the file named by argv[1] and prints tl_simd(), so that builds for different instruction sets (AVX2,
+// AVX-512, NEON under emulation) can be compared bit for bit. No soft-cap: its tanh is libm's, which x86-64's
+// and aarch64's glibc round differently (the step's other libm calls, expf in joining spans and cosf/sinf for
+// the rotary angles, agree on these inputs).
 #include "../../tinyllm/kernels/csrc/decode.cpp"
 
 #include <cstdio>
 #include <vector>
 
 extern "C" int tl_simd();
+extern "C" int64_t tl_greedy_rows(const float* logits, int64_t b, int64_t v, int64_t* token, double* logprob,
+                                  double* entropy, int threads);
 
 namespace {
 
@@ -108,6 +111,16 @@ int main(int argc, char** argv) {
                 std::fwrite(x.data(), 4, x.size(), out);
             }
         }
+    // the greedy sampler's pass over rows of logits (some -inf): token, log-probability, entropy
+    const int64_t rows = 3, vocab = 1003;
+    std::vector<float> logits = values(rows * vocab, 0.0f, 8.0f);
+    for (int64_t i = 0; i < rows * vocab; i += 7) logits[i] = -INFINITY;
+    std::vector<int64_t> token(rows);
+    std::vector<double> logprob(rows), entropy(rows);
+    if (tl_greedy_rows(logits.data(), rows, vocab, token.data(), logprob.data(), entropy.data(), 2) != 0) return 2;
+    std::fwrite(token.data(), 8, rows, out);
+    std::fwrite(logprob.data(), 8, rows, out);
+    std::fwrite(entropy.data(), 8, rows, out);
     std::fclose(out);
     std::printf("simd %d\n", tl_simd());
     return 0;

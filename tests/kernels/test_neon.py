@@ -3,7 +3,8 @@
 Every SIMD path sums an output in the same order (four 8-lane partial sums per 32-element sub-block, fused
 multiply-adds, one horizontal sum) and the step's attention, norms and activations are written once over the
 same 8-lane vector, so the NEON build must give the AVX2 and AVX-512 builds' bits. The harnesses
-(simd_harness.cpp: every format and M; step_harness.cpp: whole steps of a small model) are cross-compiled for
+(simd_harness.cpp: every format and M; step_harness.cpp: whole steps of a small model and the greedy
+sampler's pass) are cross-compiled for
 aarch64 and run under qemu's user-mode emulation where the cross compiler and qemu are installed (CI installs
 both); the matmul harness also checks that a row of a batch equals the row computed alone."""
 
@@ -18,7 +19,7 @@ from tinyllm.kernels import native
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = [os.path.join(HERE, "simd_harness.cpp"), str(native.CSRC / "qmatmul.cpp")]
 STEP_SOURCES = [os.path.join(HERE, "step_harness.cpp")] + [
-    str(native.CSRC / u) for u in ("qmatmul.cpp", "q8act.cpp", "q8pack.cpp")
+    str(native.CSRC / u) for u in ("qmatmul.cpp", "q8act.cpp", "q8pack.cpp", "greedy.cpp")
 ]
 CROSS, QEMU = "aarch64-linux-gnu-g++", "qemu-aarch64"
 

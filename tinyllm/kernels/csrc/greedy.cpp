@@ -34,6 +34,24 @@ static int64_t first_max(const float* z, int64_t v) {
     for (int64_t j = 0; j < v; ++j)
         if (z[j] == m) return j;
     return -1;
+#elif defined(TL_NEON)
+    float32x4_t mv = vdupq_n_f32(-INFINITY);
+    uint32x4_t ordered = vdupq_n_u32(0xFFFFFFFFu);
+    for (; i + 4 <= v; i += 4) {
+        const float32x4_t x = vld1q_f32(z + i);
+        ordered = vandq_u32(ordered, vceqq_f32(x, x));  // false for a NaN
+        mv = vmaxq_f32(mv, x);
+    }
+    if (vminvq_u32(ordered) == 0) return -1;
+    m = vmaxvq_f32(mv);
+    for (int64_t j = i; j < v; ++j) {
+        if (z[j] != z[j]) return -1;
+        m = z[j] > m ? z[j] : m;
+    }
+    if (m == -INFINITY) return -1;
+    for (int64_t j = 0; j < v; ++j)
+        if (z[j] == m) return j;
+    return -1;
 #else
     for (; i < v; ++i) {
         if (z[i] != z[i]) return -1;
@@ -65,6 +83,33 @@ static void sums(const float* z, int64_t v, float m, double* s_out, double* t_ou
     s = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
     _mm256_storeu_pd(lanes, _mm256_add_pd(t0, t1));
     t = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+#elif defined(TL_NEON)  // AVX2's operations: e and e * d per lane, widened, summed in its order
+    float64x2_t s0[2] = {vdupq_n_f64(0.0), vdupq_n_f64(0.0)}, s1[2] = {s0[0], s0[0]}, t0[2] = {s0[0], s0[0]},
+                t1[2] = {s0[0], s0[0]};
+    const V8 mv = v8_set1(m);
+    for (; i + 8 <= v; i += 8) {
+        const V8 x = v8_load(z + i);
+        const V8 d = v8_sub(mv, x);
+        const V8 e = exp8(v8_sub(x, mv));
+        const uint32x4_t live_lo = vmvnq_u32(vceqq_f32(x.lo, vdupq_n_f32(-INFINITY)));
+        const uint32x4_t live_hi = vmvnq_u32(vceqq_f32(x.hi, vdupq_n_f32(-INFINITY)));
+        const float32x4_t el = vreinterpretq_f32_u32(vandq_u32(live_lo, vreinterpretq_u32_f32(e.lo)));
+        const float32x4_t eh = vreinterpretq_f32_u32(vandq_u32(live_hi, vreinterpretq_u32_f32(e.hi)));
+        const float32x4_t edl = vmulq_f32(el, vreinterpretq_f32_u32(vandq_u32(live_lo, vreinterpretq_u32_f32(d.lo))));
+        const float32x4_t edh = vmulq_f32(eh, vreinterpretq_f32_u32(vandq_u32(live_hi, vreinterpretq_u32_f32(d.hi))));
+        s0[0] = vaddq_f64(s0[0], vcvt_f64_f32(vget_low_f32(el)));
+        s0[1] = vaddq_f64(s0[1], vcvt_high_f64_f32(el));
+        s1[0] = vaddq_f64(s1[0], vcvt_f64_f32(vget_low_f32(eh)));
+        s1[1] = vaddq_f64(s1[1], vcvt_high_f64_f32(eh));
+        t0[0] = vaddq_f64(t0[0], vcvt_f64_f32(vget_low_f32(edl)));
+        t0[1] = vaddq_f64(t0[1], vcvt_high_f64_f32(edl));
+        t1[0] = vaddq_f64(t1[0], vcvt_f64_f32(vget_low_f32(edh)));
+        t1[1] = vaddq_f64(t1[1], vcvt_high_f64_f32(edh));
+    }
+    const float64x2_t sa = vaddq_f64(s0[0], s1[0]), sb = vaddq_f64(s0[1], s1[1]);
+    const float64x2_t ta = vaddq_f64(t0[0], t1[0]), tb = vaddq_f64(t0[1], t1[1]);
+    s = (vgetq_lane_f64(sa, 0) + vgetq_lane_f64(sa, 1)) + (vgetq_lane_f64(sb, 0) + vgetq_lane_f64(sb, 1));
+    t = (vgetq_lane_f64(ta, 0) + vgetq_lane_f64(ta, 1)) + (vgetq_lane_f64(tb, 0) + vgetq_lane_f64(tb, 1));
 #endif
     for (; i < v; ++i) {
         if (z[i] == -INFINITY) continue;
