@@ -1,6 +1,7 @@
 // Runs the native decode step (tl_decode_layers) of a small pseudo-random model on any machine: two layers of
 // mixed block formats, a prompt step holding two sequences' prompts (one longer than an attention span) and
-// three decode steps of both, for each KV element type, with SiLU and with GELU; then the greedy sampler's pass
+// three decode steps of both, for each KV element type, with SiLU and with GELU, with float and with 8-bit
+// activations; then the greedy sampler's pass
 // over a few rows of logits. Writes the bits of the hidden states after every step and of the sampler's results
 // to the file named by argv[1] and prints tl_simd(), so that builds for different instruction sets (AVX2,
 // AVX-512, NEON under emulation) can be compared bit for bit. No soft-cap: its tanh is libm's, which x86-64's
@@ -12,6 +13,8 @@
 #include <vector>
 
 extern "C" int tl_simd();
+extern "C" int64_t tl_q8_packed_bytes(int fmt, int64_t n, int64_t k);
+extern "C" int tl_q8_pack(int fmt, const uint8_t* data, int64_t n, int64_t k, int64_t stride, uint8_t* out, int threads);
 extern "C" int64_t tl_greedy_rows(const float* logits, int64_t b, int64_t v, int64_t* token, double* logprob,
                                   double* entropy, int threads);
 
@@ -73,44 +76,60 @@ int main(int argc, char** argv) {
         la.gate_up = tl::Proj{{weight(Q4_K, I, C, keep), weight(Q8_0, I, C, keep)}, 2};
         la.down = weight(Q6_K, C, I, keep);
     }
+    // the same weights packed for 8-bit activations (fmt | INT8_ACTIVATIONS)
+    std::vector<tl::LayerArgs> layers8 = layers;
+    auto pack = [&](tl::QW& w) {
+        keep.emplace_back(tl_q8_packed_bytes((int)w.fmt, w.n, w.k));
+        if (tl_q8_pack((int)w.fmt, w.data, w.n, w.k, w.stride, keep.back().data(), 1) != 0) std::exit(2);
+        w = tl::QW{w.fmt | tl::INT8_ACTIVATIONS, keep.back().data(), 0, w.n, w.k};
+    };
+    for (auto& la : layers8) {
+        for (int64_t i = 0; i < la.qkv.count; ++i) pack(la.qkv.part[i]);
+        for (int64_t i = 0; i < la.gate_up.count; ++i) pack(la.gate_up.part[i]);
+        pack(la.o);
+        pack(la.down);
+    }
     std::vector<float> inv_freq(D / 2);
     for (int64_t j = 0; j < D / 2; ++j) inv_freq[j] = std::pow(10000.0f, -2.0f * j / D);
-    for (int64_t kv_type : {tl::KV_F32, tl::KV_F16, tl::KV_BF16})
-        for (int64_t activation : {0, 1}) {
-            const int64_t elem = kv_type == tl::KV_F32 ? 4 : 2;
-            std::vector<std::vector<uint8_t>> caches;
-            for (auto& la : layers) {
-                caches.emplace_back(2 * slots_per_seq * KV * D * elem, 0);
-                la.k_cache = caches.back().data();
-                caches.emplace_back(2 * slots_per_seq * KV * D * elem, 0);
-                la.v_cache = caches.back().data();
-            }
-            tl::ModelArgs md{L, C, H, KV, D, I, D, activation, 1e-5, 0.125, 0.0, layers.data(),
-                             {inv_freq.data(), nullptr}, kv_type};
-            // step 0: prompts of 70 and 5 tokens; steps 1-3: one new token for each sequence
-            const int64_t lens[2] = {70, 5}, smax = 80;
-            std::vector<int64_t> key_slots(2 * smax);
-            for (int64_t s = 0; s < 2; ++s)
-                for (int64_t p = 0; p < smax; ++p) key_slots[s * smax + p] = s * slots_per_seq + p;
-            for (int step = 0; step < 4; ++step) {
-                std::vector<int64_t> positions, write_slots, key_rows;
-                for (int64_t s = 0; s < 2; ++s) {
-                    const int64_t from = step == 0 ? 0 : lens[s] + step - 1, to = step == 0 ? lens[s] : from + 1;
-                    for (int64_t p = from; p < to; ++p) {
-                        positions.push_back(p);
-                        write_slots.push_back(s * slots_per_seq + p);
-                        key_rows.push_back(s);
-                    }
-                }
-                const int64_t n = (int64_t)positions.size();
-                std::vector<float> x = values(n * C, 0.0f, 1.0f);
-                std::vector<float> scratch(tl_decode_scratch_floats(&md, n, smax));
-                tl::StepArgs st{n, positions.data(), write_slots.data(), key_slots.data(), key_rows.data(), smax,
-                                scratch.data(), 2, nullptr};
-                if (tl_decode_layers(&md, &st, x.data()) != 0) return 2;
-                std::fwrite(x.data(), 4, x.size(), out);
-            }
+    const int64_t configs[][3] = {{tl::KV_F32, 0, 0}, {tl::KV_F32, 1, 0}, {tl::KV_F16, 0, 0}, {tl::KV_F16, 1, 0},
+                                  {tl::KV_BF16, 0, 0}, {tl::KV_BF16, 1, 0}, {tl::KV_F32, 0, 1}, {tl::KV_F16, 1, 1}};
+    for (const auto& config : configs) {
+        const int64_t kv_type = config[0], activation = config[1];
+        std::vector<tl::LayerArgs>& run = config[2] ? layers8 : layers;
+        const int64_t elem = kv_type == tl::KV_F32 ? 4 : 2;
+        std::vector<std::vector<uint8_t>> caches;
+        for (auto& la : run) {
+            caches.emplace_back(2 * slots_per_seq * KV * D * elem, 0);
+            la.k_cache = caches.back().data();
+            caches.emplace_back(2 * slots_per_seq * KV * D * elem, 0);
+            la.v_cache = caches.back().data();
         }
+        tl::ModelArgs md{L, C, H, KV, D, I, D, activation, 1e-5, 0.125, 0.0, run.data(),
+                         {inv_freq.data(), nullptr}, kv_type};
+        // step 0: prompts of 70 and 5 tokens; steps 1-3: one new token for each sequence
+        const int64_t lens[2] = {70, 5}, smax = 80;
+        std::vector<int64_t> key_slots(2 * smax);
+        for (int64_t s = 0; s < 2; ++s)
+            for (int64_t p = 0; p < smax; ++p) key_slots[s * smax + p] = s * slots_per_seq + p;
+        for (int step = 0; step < 4; ++step) {
+            std::vector<int64_t> positions, write_slots, key_rows;
+            for (int64_t s = 0; s < 2; ++s) {
+                const int64_t from = step == 0 ? 0 : lens[s] + step - 1, to = step == 0 ? lens[s] : from + 1;
+                for (int64_t p = from; p < to; ++p) {
+                    positions.push_back(p);
+                    write_slots.push_back(s * slots_per_seq + p);
+                    key_rows.push_back(s);
+                }
+            }
+            const int64_t n = (int64_t)positions.size();
+            std::vector<float> x = values(n * C, 0.0f, 1.0f);
+            std::vector<float> scratch(tl_decode_scratch_floats(&md, n, smax));
+            tl::StepArgs st{n, positions.data(), write_slots.data(), key_slots.data(), key_rows.data(), smax,
+                            scratch.data(), 2, nullptr};
+            if (tl_decode_layers(&md, &st, x.data()) != 0) return 2;
+            std::fwrite(x.data(), 4, x.size(), out);
+        }
+    }
     // the greedy sampler's pass over rows of logits (some -inf): token, log-probability, entropy
     const int64_t rows = 3, vocab = 1003;
     std::vector<float> logits = values(rows * vocab, 0.0f, 8.0f);

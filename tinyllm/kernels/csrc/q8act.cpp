@@ -106,6 +106,12 @@ template <int F> inline __m256 scales8(const uint8_t* rec, int i, int h) {
     if constexpr (Packed<F>::f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p + 16 * h)));
     else return _mm256_loadu_ps((const float*)p + 8 * h);
 }
+#elif defined(TL_NEON)
+template <int F> inline float32x4_t scales4(const uint8_t* rec, int i, int qq) {  // rows 4 qq .. 4 qq + 3
+    const uint8_t* p = rec + i * Packed<F>::scale_bytes;
+    if constexpr (Packed<F>::f16) return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t*)p + 4 * qq)));
+    else return vld1q_f32((const float*)p + 4 * qq);
+}
 #else
 template <int F> inline float scale1(const uint8_t* rec, int i, int r) {
     const uint8_t* p = rec + i * Packed<F>::scale_bytes;
@@ -276,6 +282,79 @@ template <int F> void group(const uint8_t* rec, const Q8Act& a, float* y, int64_
             case 3: tile<F, 3>(rec, a, m0, yh + m0 * n, n, h, v); break;
             case 2: tile<F, 2>(rec, a, m0, yh + m0 * n, n, h, v); break;
             case 1: tile<F, 1>(rec, a, m0, yh + m0 * n, n, h, v); break;
+            default: break;
+        }
+    }
+}
+#elif defined(TL_NEON)
+// The packed codes of j (0..7) for rows 4 qq .. 4 qq + 3 (bytes 16 qq .. 16 qq + 15 of j's vector), as signed
+// bytes (every unsigned code is below 64).
+template <int F> inline int8x16_t codes128(const uint8_t* c, int j, int qq) {
+    if constexpr (Packed<F>::nibbles) {
+        const uint8x16_t v = vld1q_u8(c + 64 * (j % 4) + 16 * qq);
+        return vreinterpretq_s8_u8(j < 4 ? vandq_u8(v, vdupq_n_u8(15)) : vshrq_n_u8(v, 4));
+    } else {
+        return vld1q_s8((const int8_t*)(c + 64 * j + 16 * qq));
+    }
+}
+
+// Four weight rows (quarter qq of a group) against MT activation rows from x0: y[m * ldy + 0..valid). Integer
+// sums are exact in any order, and the float operations per output are AVX2's, so the same bits.
+template <int F, int MT>
+void tile(const uint8_t* rec, const Q8Act& a, int64_t x0, float* y, int64_t ldy, int qq, int valid) {
+    using P = Packed<F>;
+    float32x4_t acc[MT];
+    for (int m = 0; m < MT; ++m) acc[m] = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < a.kb; ++b, rec += P::bytes) {
+        const uint8_t* c = rec + P::codes_at;
+        int32x4_t lo[MT][2], hi[MT][2];  // pairwise partial sums: rows 0, 1 and rows 2, 3
+        for (int m = 0; m < MT; ++m) lo[m][0] = lo[m][1] = hi[m][0] = hi[m][1] = vdupq_n_s32(0);
+        for (int j = 0; j < 8; ++j) {
+            const int8x16_t w = codes128<F>(c, j, qq);
+            for (int m = 0; m < MT; ++m) {
+                int32_t x4;
+                std::memcpy(&x4, a.q + (b * a.m + x0 + m) * 32 + 4 * j, 4);
+                const int8x16_t x = vreinterpretq_s8_s32(vdupq_n_s32(x4));
+                int32x4_t* t = j < 4 ? lo[m] : hi[m];
+                t[0] = vpadalq_s16(t[0], vmull_s8(vget_low_s8(w), vget_low_s8(x)));
+                t[1] = vpadalq_s16(t[1], vmull_high_s8(w, x));
+            }
+        }
+        const float32x4_t dw = scales4<F>(rec, 0, qq);
+        for (int m = 0; m < MT; ++m) {
+            const int64_t i = b * a.m + x0 + m;
+            const float32x4_t dx = vdupq_n_f32(a.d[i]);
+            const int32x4_t l = vpaddq_s32(lo[m][0], lo[m][1]), u = vpaddq_s32(hi[m][0], hi[m][1]);  // per row
+            if constexpr (P::halves) {
+                const int32x4_t lh = vsubq_s32(l, vdupq_n_s32(P::offset * a.half[i]));
+                const int32x4_t uh = vsubq_s32(u, vdupq_n_s32(P::offset * (a.sum[i] - a.half[i])));
+                acc[m] = vfmaq_f32(acc[m], vcvtq_f32_s32(lh), vmulq_f32(dw, dx));
+                acc[m] = vfmaq_f32(acc[m], vcvtq_f32_s32(uh), vmulq_f32(scales4<F>(rec, 1, qq), dx));
+            } else {
+                int32x4_t t = vaddq_s32(l, u);
+                if constexpr (P::offset != 0) t = vsubq_s32(t, vdupq_n_s32(P::offset * a.sum[i]));
+                acc[m] = vfmaq_f32(acc[m], vcvtq_f32_s32(t), vmulq_f32(dw, dx));
+                if constexpr (P::min) acc[m] = vfmaq_f32(acc[m], scales4<F>(rec, 1, qq), vdupq_n_f32(a.s[i]));
+            }
+        }
+    }
+    for (int m = 0; m < MT; ++m) {
+        alignas(16) float t[4];
+        vst1q_f32(t, acc[m]);
+        std::copy(t, t + valid, y + m * ldy);
+    }
+}
+
+template <int F> void group(const uint8_t* rec, const Q8Act& a, float* y, int64_t n, int valid) {
+    for (int qq = 0; qq < 4 && 4 * qq < valid; ++qq) {
+        const int v = std::min(4, valid - 4 * qq);
+        float* yq = y + 4 * qq;
+        int64_t m0 = 0;
+        for (; m0 + 4 <= a.m; m0 += 4) tile<F, 4>(rec, a, m0, yq + m0 * n, n, qq, v);
+        switch (a.m - m0) {
+            case 3: tile<F, 3>(rec, a, m0, yq + m0 * n, n, qq, v); break;
+            case 2: tile<F, 2>(rec, a, m0, yq + m0 * n, n, qq, v); break;
+            case 1: tile<F, 1>(rec, a, m0, yq + m0 * n, n, qq, v); break;
             default: break;
         }
     }
