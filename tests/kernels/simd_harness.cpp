@@ -7,6 +7,8 @@
 #include <cstring>
 #include <vector>
 
+#include "harness_random.h"
+
 extern "C" int tl_simd();
 extern "C" int tl_qmatmul(int fmt, const float* x, int64_t m, int64_t k, const uint8_t* data, int64_t n,
                           int64_t stride, float* y, int threads);
@@ -23,13 +25,7 @@ const Format FORMATS[] = {
     {8, 32, 34, {0}},      {12, 256, 144, {0, 2}},  {13, 256, 176, {0, 2}}, {14, 256, 210, {208}},
 };
 
-uint64_t state = 0x9E3779B97F4A7C15ull;
-uint32_t next() {  // xorshift64*
-    state ^= state >> 12;
-    state ^= state << 25;
-    state ^= state >> 27;
-    return (uint32_t)((state * 0x2545F4914F6CDD1Dull) >> 32);
-}
+using harness::next;
 
 uint16_t scale_f16() {  // a finite fp16 of magnitude 2^-10 .. 2^-5, either sign
     const uint16_t exp = 5 + next() % 5, man = next() % 1024;

@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "harness_random.h"
+
 extern "C" int tl_simd();
 extern "C" int64_t tl_q8_packed_bytes(int fmt, int64_t n, int64_t k);
 extern "C" int tl_q8_pack(int fmt, const uint8_t* data, int64_t n, int64_t k, int64_t stride, uint8_t* out, int threads);
@@ -20,14 +22,8 @@ extern "C" int64_t tl_greedy_rows(const float* logits, int64_t b, int64_t v, int
 
 namespace {
 
-uint64_t state = 0x243F6A8885A308D3ull;
-uint32_t next() {  // xorshift64*
-    state ^= state >> 12;
-    state ^= state << 25;
-    state ^= state >> 27;
-    return (uint32_t)((state * 0x2545F4914F6CDD1Dull) >> 32);
-}
-float uniform() { return (float)((int32_t)next()) / 2147483648.0f; }  // [-1, 1)
+using harness::next;
+using harness::uniform;
 
 struct Format {
     int id, block, bytes;

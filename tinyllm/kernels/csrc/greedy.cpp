@@ -13,28 +13,21 @@ namespace tl {
 // The first index of the row's maximum, or -1 for a NaN or a row of -inf only.
 static int64_t first_max(const float* z, int64_t v) {
     float m = -INFINITY;
-    int64_t at = -1;
     int64_t i = 0;
+#ifdef TL_SIMD
+    bool nan = false;  // the vector part: its maximum and whether it holds a NaN
 #ifdef TL_AVX2
-    __m256 mv = _mm256_set1_ps(-INFINITY), nan = _mm256_setzero_ps();
+    __m256 mv = _mm256_set1_ps(-INFINITY), unordered = _mm256_setzero_ps();
     for (; i + 8 <= v; i += 8) {
         const __m256 x = _mm256_loadu_ps(z + i);
-        nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+        unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
         mv = _mm256_max_ps(mv, x);
     }
-    if (_mm256_movemask_ps(nan)) return -1;
+    nan = _mm256_movemask_ps(unordered) != 0;
     float lanes[8];
     _mm256_storeu_ps(lanes, mv);
     for (float l : lanes) m = l > m ? l : m;
-    for (int64_t j = i; j < v; ++j) {
-        if (z[j] != z[j]) return -1;
-        m = z[j] > m ? z[j] : m;
-    }
-    if (m == -INFINITY) return -1;
-    for (int64_t j = 0; j < v; ++j)
-        if (z[j] == m) return j;
-    return -1;
-#elif defined(TL_NEON)
+#else
     float32x4_t mv = vdupq_n_f32(-INFINITY);
     uint32x4_t ordered = vdupq_n_u32(0xFFFFFFFFu);
     for (; i + 4 <= v; i += 4) {
@@ -42,8 +35,10 @@ static int64_t first_max(const float* z, int64_t v) {
         ordered = vandq_u32(ordered, vceqq_f32(x, x));  // false for a NaN
         mv = vmaxq_f32(mv, x);
     }
-    if (vminvq_u32(ordered) == 0) return -1;
-    m = vmaxvq_f32(mv);
+    nan = vminvq_u32(ordered) == 0;
+    if (!nan) m = vmaxvq_f32(mv);
+#endif
+    if (nan) return -1;
     for (int64_t j = i; j < v; ++j) {
         if (z[j] != z[j]) return -1;
         m = z[j] > m ? z[j] : m;
@@ -53,6 +48,7 @@ static int64_t first_max(const float* z, int64_t v) {
         if (z[j] == m) return j;
     return -1;
 #else
+    int64_t at = -1;
     for (; i < v; ++i) {
         if (z[i] != z[i]) return -1;
         if (z[i] > m) m = z[i], at = i;

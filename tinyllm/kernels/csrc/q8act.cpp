@@ -272,20 +272,6 @@ void tile(const uint8_t* rec, const Q8Act& a, int64_t x0, float* y, int64_t ldy,
     }
 }
 
-template <int F> void group(const uint8_t* rec, const Q8Act& a, float* y, int64_t n, int valid) {
-    for (int h = 0; h < 2 && 8 * h < valid; ++h) {
-        const int v = std::min(8, valid - 8 * h);
-        float* yh = y + 8 * h;
-        int64_t m0 = 0;
-        for (; m0 + 4 <= a.m; m0 += 4) tile<F, 4>(rec, a, m0, yh + m0 * n, n, h, v);
-        switch (a.m - m0) {
-            case 3: tile<F, 3>(rec, a, m0, yh + m0 * n, n, h, v); break;
-            case 2: tile<F, 2>(rec, a, m0, yh + m0 * n, n, h, v); break;
-            case 1: tile<F, 1>(rec, a, m0, yh + m0 * n, n, h, v); break;
-            default: break;
-        }
-    }
-}
 #elif defined(TL_NEON)
 // The packed codes of j (0..7) for rows 4 qq .. 4 qq + 3 (bytes 16 qq .. 16 qq + 15 of j's vector), as signed
 // bytes (every unsigned code is below 64).
@@ -345,20 +331,6 @@ void tile(const uint8_t* rec, const Q8Act& a, int64_t x0, float* y, int64_t ldy,
     }
 }
 
-template <int F> void group(const uint8_t* rec, const Q8Act& a, float* y, int64_t n, int valid) {
-    for (int qq = 0; qq < 4 && 4 * qq < valid; ++qq) {
-        const int v = std::min(4, valid - 4 * qq);
-        float* yq = y + 4 * qq;
-        int64_t m0 = 0;
-        for (; m0 + 4 <= a.m; m0 += 4) tile<F, 4>(rec, a, m0, yq + m0 * n, n, qq, v);
-        switch (a.m - m0) {
-            case 3: tile<F, 3>(rec, a, m0, yq + m0 * n, n, qq, v); break;
-            case 2: tile<F, 2>(rec, a, m0, yq + m0 * n, n, qq, v); break;
-            case 1: tile<F, 1>(rec, a, m0, yq + m0 * n, n, qq, v); break;
-            default: break;
-        }
-    }
-}
 #else
 // The portable path: the same operations per output, one output at a time.
 template <int F> void group(const uint8_t* rec0, const Q8Act& a, float* y, int64_t n, int valid) {
@@ -389,6 +361,30 @@ template <int F> void group(const uint8_t* rec0, const Q8Act& a, float* y, int64
                 }
             }
             y[m * n + r] = acc;
+        }
+    }
+}
+#endif
+
+#if defined(TL_SIMD) && !defined(TL_Q8_512)
+// A group's rows in parts of one vector each (8 rows on AVX2, 4 on NEON), up to four activation rows a tile.
+#ifdef TL_NEON
+constexpr int VEC_ROWS = 4;
+#else
+constexpr int VEC_ROWS = 8;
+#endif
+
+template <int F> void group(const uint8_t* rec, const Q8Act& a, float* y, int64_t n, int valid) {
+    for (int part = 0; part < GROUP / VEC_ROWS && VEC_ROWS * part < valid; ++part) {
+        const int v = std::min(VEC_ROWS, valid - VEC_ROWS * part);
+        float* yp = y + VEC_ROWS * part;
+        int64_t m0 = 0;
+        for (; m0 + 4 <= a.m; m0 += 4) tile<F, 4>(rec, a, m0, yp + m0 * n, n, part, v);
+        switch (a.m - m0) {
+            case 3: tile<F, 3>(rec, a, m0, yp + m0 * n, n, part, v); break;
+            case 2: tile<F, 2>(rec, a, m0, yp + m0 * n, n, part, v); break;
+            case 1: tile<F, 1>(rec, a, m0, yp + m0 * n, n, part, v); break;
+            default: break;
         }
     }
 }
