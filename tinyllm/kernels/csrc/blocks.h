@@ -398,21 +398,32 @@ static inline void widen16(int8x16_t v, float32x4_t* out) {
 }
 
 // NEON decode of sub-block `sub` into w[0..3], w[i] holding elements 8i..8i+7; ks: the block's k_scales.
-// Q5_0, Q5_1 and Q5_K take the portable decode (the same values).
+// Q5_K takes the portable decode (the same values).
 template <int F> static inline void decode32(const uint8_t* b, int sub, V8* w, const float* ks) {
     float32x4_t q[8];  // elements 4i..4i+3, as float
-    if constexpr (F == Q4_0 || F == Q4_1) {
-        const uint8x16_t qs = vld1q_u8(b + (F == Q4_1 ? 4 : 2));
-        if constexpr (F == Q4_1) {
-            widen16(vandq_u8(qs, vdupq_n_u8(15)), q);
-            widen16(vshrq_n_u8(qs, 4), q + 4);
+    if constexpr (F == Q4_0 || F == Q4_1 || F == Q5_0 || F == Q5_1) {
+        constexpr bool has_min = F == Q4_1 || F == Q5_1, five = F == Q5_0 || F == Q5_1;
+        const int qh_off = has_min ? 4 : 2, qs_off = qh_off + (five ? 4 : 0);
+        const uint8x16_t qs = vld1q_u8(b + qs_off);
+        uint8x16_t lo = vandq_u8(qs, vdupq_n_u8(15)), hi = vshrq_n_u8(qs, 4);
+        if constexpr (five) {  // bit l of qh: element l's fifth bit, as 16 in byte l
+            const uint32_t qh = u32(b + qh_off);
+            const uint8x16_t bit = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+            const uint8x16_t l16 = vcombine_u8(vdup_n_u8((uint8_t)qh), vdup_n_u8((uint8_t)(qh >> 8)));
+            const uint8x16_t h16 = vcombine_u8(vdup_n_u8((uint8_t)(qh >> 16)), vdup_n_u8((uint8_t)(qh >> 24)));
+            lo = vorrq_u8(lo, vandq_u8(vtstq_u8(l16, bit), vdupq_n_u8(16)));
+            hi = vorrq_u8(hi, vandq_u8(vtstq_u8(h16, bit), vdupq_n_u8(16)));
+        }
+        if constexpr (has_min) {
+            widen16(lo, q);
+            widen16(hi, q + 4);
         } else {
-            const int8x16_t eight = vdupq_n_s8(8);
-            widen16(vsubq_s8(vreinterpretq_s8_u8(vandq_u8(qs, vdupq_n_u8(15))), eight), q);
-            widen16(vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(qs, 4)), eight), q + 4);
+            const int8x16_t off = vdupq_n_s8(five ? 16 : 8);
+            widen16(vsubq_s8(vreinterpretq_s8_u8(lo), off), q);
+            widen16(vsubq_s8(vreinterpretq_s8_u8(hi), off), q + 4);
         }
         const float32x4_t d = vdupq_n_f32(f16(b));
-        if constexpr (F == Q4_1) {
+        if constexpr (has_min) {
             const float32x4_t m = vdupq_n_f32(f16(b + 2));
             for (int i = 0; i < 8; ++i) q[i] = vfmaq_f32(m, d, q[i]);  // d * q exact
         } else {
