@@ -398,7 +398,6 @@ static inline void widen16(int8x16_t v, float32x4_t* out) {
 }
 
 // NEON decode of sub-block `sub` into w[0..3], w[i] holding elements 8i..8i+7; ks: the block's k_scales.
-// Q5_K takes the portable decode (the same values).
 template <int F> static inline void decode32(const uint8_t* b, int sub, V8* w, const float* ks) {
     float32x4_t q[8];  // elements 4i..4i+3, as float
     if constexpr (F == Q4_0 || F == Q4_1 || F == Q5_0 || F == Q5_1) {
@@ -434,15 +433,18 @@ template <int F> static inline void decode32(const uint8_t* b, int sub, V8* w, c
         widen16(vld1q_s8((const int8_t*)(b + 18)), q + 4);
         const float32x4_t d = vdupq_n_f32(f16(b));
         for (int i = 0; i < 8; ++i) q[i] = vmulq_f32(q[i], d);
-    } else if constexpr (F == Q4_K) {
-        const uint8_t* qs = b + 16 + (sub / 2) * 32;
+    } else if constexpr (F == Q4_K || F == Q5_K) {
+        const uint8_t* qs = b + (F == Q4_K ? 16 : 48) + (sub / 2) * 32;
         for (int h = 0; h < 2; ++h) {
             const uint8x16_t v = vld1q_u8(qs + 16 * h);
-            widen16((sub & 1) ? vshrq_n_u8(v, 4) : vandq_u8(v, vdupq_n_u8(15)), q + 4 * h);
+            uint8x16_t c = (sub & 1) ? vshrq_n_u8(v, 4) : vandq_u8(v, vdupq_n_u8(15));
+            if constexpr (F == Q5_K)  // bit `sub` of byte l of qh: element l's fifth bit
+                c = vorrq_u8(c, vandq_u8(vtstq_u8(vld1q_u8(b + 16 + 16 * h), vdupq_n_u8((uint8_t)(1 << sub))), vdupq_n_u8(16)));
+            widen16(c, q + 4 * h);
         }
         const float32x4_t dl = vdupq_n_f32(ks[sub]), nml = vdupq_n_f32(-ks[8 + sub]);
         for (int i = 0; i < 8; ++i) q[i] = vfmaq_f32(nml, dl, q[i]);  // dl * q exact: 22 bits
-    } else if constexpr (F == Q6_K) {
+    } else {  // Q6_K
         const int h = sub / 4, j = sub % 4;
         const uint8_t* ql = b + h * 64 + (j & 1) * 32;
         const uint8_t* qh = b + 128 + h * 32;
@@ -454,10 +456,6 @@ template <int F> static inline void decode32(const uint8_t* b, int sub, V8* w, c
             const float32x4_t d = vdupq_n_f32(ks[2 * sub + half]);
             for (int i = 4 * half; i < 4 * half + 4; ++i) q[i] = vmulq_f32(d, q[i]);
         }
-    } else {
-        alignas(16) float v[32];
-        decode32_scalar<F>(b, sub, v);
-        for (int i = 0; i < 8; ++i) q[i] = vld1q_f32(v + 4 * i);
     }
     for (int g = 0; g < 4; ++g) w[g] = {q[2 * g], q[2 * g + 1]};
 }
