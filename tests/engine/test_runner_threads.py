@@ -29,12 +29,14 @@ def test_steps_run_torch_on_one_thread_with_equal_tokens(tmp_path, monkeypatch, 
         single = LLM(path).generate(prompt, max_tokens=6, temperature=0, ignore_eos=True).ids
         torch.set_num_threads(2)
         llm = LLM(path)  # a fresh engine: no cached prefix
-        seen: list[int] = []  # torch threads at each step's final norm (the module path and the native step)
-        hook = llm.model.model.norm.register_forward_pre_hook(lambda m, args: seen.append(torch.get_num_threads()))
-        try:
-            two = llm.generate(prompt, max_tokens=6, temperature=0, ignore_eos=True).ids
-        finally:
-            hook.remove()
+        seen: list[int] = []  # torch threads in each step's forward (the module path and the native step)
+        forward = runner.ModelRunner.forward
+        monkeypatch.setattr(
+            runner.ModelRunner,
+            "forward",
+            lambda self, *args: (seen.append(torch.get_num_threads()), forward(self, *args))[1],
+        )
+        two = llm.generate(prompt, max_tokens=6, temperature=0, ignore_eos=True).ids
         assert (llm._engine.runner.fused is not None) == native_step
         assert torch.get_num_threads() == 2  # restored after every step
     finally:

@@ -18,7 +18,7 @@ from tinyllm.cache.paged_cache import PagedStorage
 from tinyllm.engine.engine import Engine
 from tinyllm.engine.runner import NativeKeys, StepInputs, execute
 from tinyllm.kernels import native
-from tinyllm.kernels.decode_step import KV_TYPES
+from tinyllm.kernels.decode_step import KV_TYPES, PagedKeys
 from tinyllm.loading.quantize import quantize_q4_1, quantize_q8_0
 from tinyllm.model import fused_decode
 from tinyllm.model.fused_decode import build_stack, decode_logits, unsupported
@@ -135,6 +135,45 @@ def test_one_step_equals_the_module_path(name, threads, lengths=(1, 9, 23, 4, 16
     # the new keys and values were stored at their slots, as the module path stores them
     assert (storage.k - ref_storage.k).abs().max() <= 1e-5 * ref_storage.k.abs().max()
     assert (storage.v - ref_storage.v).abs().max() <= 1e-5 * ref_storage.v.abs().max()
+
+
+def block_rows(key_slots: torch.Tensor, lengths: list[int], block_size: int = 4) -> torch.Tensor:
+    """The block tables behind scattered_step's key slots: [N, blocks], 0 past a sequence's blocks."""
+    nb = (key_slots.shape[1] + block_size - 1) // block_size
+    blocks = torch.zeros(len(lengths), nb, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        blocks[i, : (n + block_size - 1) // block_size] = key_slots[i, :n:block_size] // block_size
+    return blocks
+
+
+@pytest.mark.parametrize("name", ["llama-int8", "gemma2", "mixed-formats", "scale-softcap"])
+def test_native_lookup_paged_keys_and_head_equal_their_python_twins(name, threads):
+    """The step's own embedding lookup (Gemma's scaled embeddings included) and its slots derived from block
+    tables give the bits of the lookup and slots made in Python; its head (final norm, then the output
+    projection) gives the module head's logits within 1e-6 of the largest, as the two norms sum squares in
+    different orders."""
+    model = variant(name)
+    lengths = [1, 9, 23, 4, 16]
+    storage, inputs, key_slots = scattered_step(model, lengths, seed=4)
+    twin = copy_storage(storage)
+    ids, positions, rows = inputs.ids[0], inputs.positions, torch.tensor([4, 0, 2])
+    paged = PagedKeys(block_rows(key_slots, lengths), 4, key_slots.shape[1])
+    with torch.inference_mode():
+        stack, python_stack = build_stack(model, storage), build_stack(model, twin)
+        assert stack.embeds and stack.has_head
+        x = stack.run(torch.empty(len(lengths), model.config.hidden_size), positions, None, paged, ids=ids)
+        y = python_stack.run(model.embed(ids[None])[0].contiguous(), positions, inputs.write_slots, key_slots)
+        assert torch.equal(x, y)
+        assert torch.equal(storage.k, twin.k) and torch.equal(storage.v, twin.v)  # the same slots written
+        ours, ref = stack.head(x, rows), model.head(x[rows][None])[0]
+        cap = model.config.final_softcap
+        ours = ours if cap is None else torch.tanh(ours / cap) * cap
+        assert (ours - ref).abs().max() <= 1e-6 * ref.abs().max()
+        with pytest.raises(IndexError, match="vocabulary"):
+            one = torch.tensor([0])
+            stack.run(torch.empty(1, model.config.hidden_size), positions[:1], None, paged, one, ids=torch.tensor([300]))
+        with pytest.raises(IndexError, match="rows"):
+            stack.head(x, torch.tensor([0, 5]))
 
 
 @pytest.mark.parametrize("name", ["llama-int8", "window", "scale-softcap", "head-dim-80", "gemma3"])
@@ -445,7 +484,7 @@ def test_verified_drafts_run_natively_and_equal_the_module_path(llm):
     engine = lambda **kw: Engine(llm, block_size=8, num_blocks=128, max_num_seqs=3, **kw)  # noqa: E731
     fused, sizes = engine(speculative=spec), []
     native_run = fused.runner.fused.run
-    fused.runner.fused.run = lambda x, *args: (sizes.append(x.shape[0]), native_run(x, *args))[1]
+    fused.runner.fused.run = lambda x, *args, **kw: (sizes.append(x.shape[0]), native_run(x, *args, **kw))[1]
     ours = run(fused, ps, params)
     ref = run(module_path(engine(speculative=spec)), ps, params)
     plain = run(engine(), ps, params)

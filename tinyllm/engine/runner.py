@@ -15,6 +15,7 @@ from ..cache.block_table import BlockTable, blocks_for
 from ..cache.fill import offset_causal_mask
 from ..cache.paged_cache import PagedStorage
 from ..kernels import torch_single_threaded
+from ..kernels.decode_step import PagedKeys
 from ..model.fused_decode import build_stack, decode_logits
 from ..model.quant_linear import runs_native
 from ..model.ragged_attention import PrefillSlice, RaggedLayout, ragged_attention, windowed
@@ -62,7 +63,7 @@ class StepInputs:
     block_copies: list[tuple[int, int]]  # copy-on-write: (src, dst) blocks, applied before the forward
     ids: torch.Tensor  # [1, N]
     positions: torch.Tensor  # [N]
-    write_slots: torch.Tensor | slice  # [N] slots of the new keys, or one run of slots
+    write_slots: torch.Tensor | slice | None  # [N] slots of the new keys, one run of slots, or None (NativeKeys)
     layout: RaggedLayout | NativeKeys
 
 
@@ -101,7 +102,7 @@ class ModelRunner:
         decodes = [c for c in chunks if c.num_tokens == 1]
         prefills = [c for c in chunks if c.num_tokens > 1]
         chunks = decodes + prefills
-        ids, positions, slot_mapping, rows, sampling = [], [], [], [], []
+        ids, positions, slot_mapping, rows, sampling = [], [], [], [], []  # positions: ints
         extra: list[tuple[ScheduledChunk, range, int]] = []  # prompt-logprob positions and their first row
         layout = NativeKeys(*self._native_keys(chunks, tables)) if native else self._layout(decodes, prefills, tables)
         # one decode whose blocks are consecutive: its new key goes to the slot after its keys, in place
@@ -113,16 +114,16 @@ class ModelRunner:
             if wanted:
                 extra.append((c, wanted, len(ids) + wanted.start - c.start))
             ids += c.request.tokens(c.start, stop)
-            positions.append(torch.arange(c.start, stop))
+            positions += range(c.start, stop)
             if not (in_place or native):
                 slot_mapping.append(table.slots(c.start, stop, self.device))
             if c.samples:
                 first = len(ids) - (stop - c.sample_start)
                 rows += range(first, len(ids))
                 sampling.append(c)
-        all_positions = torch.cat(positions)  # [N]
-        if native:  # each new token's slot: its own position in its chunk's row of key slots
-            write_slots = layout.slots[layout.rows, all_positions]
+        all_positions = torch.tensor(positions, dtype=torch.long)  # [N]
+        if native:  # each new token's slot: the native step derives it from the block tables
+            write_slots = None
         elif in_place:
             write_slots = slice(layout.decode_slots.stop - 1, layout.decode_slots.stop)
         else:
@@ -145,9 +146,8 @@ class ModelRunner:
             return execute(self.model, self.storage, inputs, rows)
         for src, dst in inputs.block_copies:
             self.storage.copy_block(src, dst)
-        ids, write_slots = inputs.ids[0], _as_tensor(inputs.write_slots).view(-1)
         keys = inputs.layout
-        return decode_logits(self.model, self.fused, ids, inputs.positions, write_slots, keys.slots, rows, keys.rows)
+        return decode_logits(self.model, self.fused, inputs.ids[0], inputs.positions, None, keys.paged, rows, keys.rows)
 
     def threads_for(self, num_tokens: int):
         """A step of a few rows on native kernels runs torch's own ops, all tiny, on one thread and the kernels
@@ -176,20 +176,15 @@ class ModelRunner:
             row += c.num_tokens
         return layout
 
-    def _native_keys(self, chunks, tables: dict[str, BlockTable]) -> tuple[torch.Tensor, torch.Tensor]:
-        """key_slots [C, Smax] of the native step, one row per chunk holding its sequence's slots from position 0,
-        and key_rows [N]: each token's chunk (a token reads its row up to its own position)."""
-        stops = [c.start + c.num_tokens for c in chunks]
-        smax = max(stops)
+    def _native_keys(self, chunks, tables: dict[str, BlockTable]) -> tuple[PagedKeys, torch.Tensor]:
+        """The native step's keys: one row of blocks per chunk, its sequence's from position 0, and key_rows
+        [N]: each token's chunk (a token reads its row up to its own position)."""
+        smax = max(c.start + c.num_tokens for c in chunks)
         P = tables[chunks[0].request.request_id].block_size
         nb = blocks_for(smax, P)
-        blocks = torch.tensor(
-            [(tables[c.request.request_id].blocks + [0] * nb)[:nb] for c in chunks], dtype=torch.long
-        )  # [C, nb], 0 past a table's blocks
-        slots = (blocks[:, :, None] * P + torch.arange(P)).view(len(chunks), nb * P)[:, :smax]  # [C, Smax]
-        slots = slots.masked_fill(torch.arange(smax) >= torch.tensor(stops)[:, None], 0)  # nothing past a stop
-        rows = torch.tensor([i for i, c in enumerate(chunks) for _ in range(c.num_tokens)], dtype=torch.long)
-        return slots, rows  # [C, Smax], [N]
+        blocks = [(tables[c.request.request_id].blocks + [0] * nb)[:nb] for c in chunks]  # 0 past a table's blocks
+        rows = [i for i, c in enumerate(chunks) for _ in range(c.num_tokens)]
+        return PagedKeys(torch.tensor(blocks, dtype=torch.long), P, smax), torch.tensor(rows, dtype=torch.long)
 
     def _decode_keys(self, decodes: list[ScheduledChunk], tables: dict[str, BlockTable]):
         """Slots of every decode query's keys, padded to the longest, and the mask of real keys. One decode
@@ -209,14 +204,7 @@ class ModelRunner:
 
 @dataclass
 class NativeKeys:
-    """The native step's view of the step: each chunk's sequence's key slots, and each new token's chunk."""
+    """The native step's view of the step: each chunk's sequence's blocks, and each new token's chunk."""
 
-    slots: torch.Tensor  # [C, Smax]
+    paged: PagedKeys  # [C] rows of blocks
     rows: torch.Tensor  # [N]
-
-
-def _as_tensor(slots: torch.Tensor | slice) -> torch.Tensor:
-    """Slots as an int64 tensor: a run of consecutive slots becomes [1, S]."""
-    if isinstance(slots, slice):
-        return torch.arange(slots.start, slots.stop)[None]  # [1, S]
-    return slots

@@ -61,6 +61,11 @@ class _Model(ctypes.Structure):
         ("layers", ctypes.c_void_p),
         ("inv_freq", ctypes.c_void_p * 2),
         ("kv_type", _I64),
+        ("final_norm", ctypes.c_void_p),
+        ("final_eps", _F64),
+        ("head", _QW),
+        ("embed", _QW),
+        ("embed_scale", _F64),
     ]
 
 
@@ -75,6 +80,11 @@ class _Step(ctypes.Structure):
         ("scratch", ctypes.c_void_p),
         ("threads", _I64),
         ("timings", ctypes.c_void_p),
+        ("blocks", ctypes.c_void_p),
+        ("rows", _I64),
+        ("blocks_per_row", _I64),
+        ("block_size", _I64),
+        ("ids", ctypes.c_void_p),
     ]
 
 
@@ -119,6 +129,33 @@ class StackShape:
     kv_dtype: torch.dtype = torch.float32  # of the KV storage: a key of KV_TYPES
 
 
+@dataclass
+class Head:
+    """The final norm and the output projection, when the native step runs them as well."""
+
+    norm: torch.Tensor  # [C] float32: the norm's effective scale
+    eps: float
+    weight: QuantWeight  # [V, C]
+
+
+@dataclass
+class Embedding:
+    """The token embeddings, when the native step looks the new tokens up itself."""
+
+    weight: QuantWeight  # [V, C]
+    scale: float | None  # each embedding times this (rounded to float32), or None
+
+
+@dataclass
+class PagedKeys:
+    """Key slots through block tables: position s of row r is at slot blocks[r, s // block_size] * block_size
+    + s % block_size (the step derives its rows of slots and the new tokens' slots from them natively)."""
+
+    blocks: torch.Tensor  # [R, blocks per row] int64
+    block_size: int
+    smax: int  # positions each row covers
+
+
 INT8_ACTIVATIONS = 256  # or'ed into a weight's type id: decode.cpp runs it with 8-bit activations (q8act.cpp)
 
 
@@ -143,10 +180,20 @@ def _ptr(t: torch.Tensor | None) -> int | None:
 class DecodeStack:
     """The C structures of every layer, built once; `run` is one decode step through all of them."""
 
-    def __init__(self, lib, shape: StackShape, layers: list[LayerWeights], inv_freq: list[torch.Tensor]):
-        """inv_freq: [R/2] float32 frequencies of the rotary tables (a layer's `rope` picks one)."""
+    def __init__(
+        self,
+        lib,
+        shape: StackShape,
+        layers: list[LayerWeights],
+        inv_freq: list[torch.Tensor],
+        head: Head | None = None,
+        embedding: Embedding | None = None,
+    ):
+        """inv_freq: [R/2] float32 frequencies of the rotary tables (a layer's `rope` picks one); head: the final
+        norm and output projection, for `head()`; embedding: for `run(..., ids=)`."""
         self.lib, self.shape = lib, shape
-        self._keep = layers, inv_freq  # the tensors the structures point into stay alive with them
+        self.has_head, self.embeds = head is not None, embedding is not None
+        self._keep = layers, inv_freq, head, embedding  # the tensors the structures point into stay alive
         self._layers = (_Layer * len(layers))(
             *(
                 _Layer(
@@ -176,7 +223,13 @@ class DecodeStack:
             s.softcap or 0.0, ctypes.addressof(self._layers),
             (ctypes.c_void_p * 2)(inv_freq[0].data_ptr(), inv_freq[-1].data_ptr()),
             KV_TYPES[s.kv_dtype],
+            None if head is None else head.norm.data_ptr(),
+            0.0 if head is None else head.eps,
+            _QW() if head is None else _qw(head.weight),
+            _QW(-1) if embedding is None else _QW(*_weight_args(embedding.weight)[:3], *embedding.weight.shape),
+            (embedding and embedding.scale) or 0.0,
         )  # fmt: skip
+        self.vocab = 0 if head is None else head.weight.shape[0]
         self._scratch = torch.empty(0)
         self.timings: torch.Tensor | None = None  # int64 [3]: ns in matmuls, attention, the rest, when set
 
@@ -184,17 +237,33 @@ class DecodeStack:
         self,
         x: torch.Tensor,
         positions: torch.Tensor,
-        write_slots: torch.Tensor,
-        key_slots: torch.Tensor,
+        write_slots: torch.Tensor | None,
+        key_slots: torch.Tensor | PagedKeys,
         key_rows: torch.Tensor | None = None,
+        ids: torch.Tensor | None = None,
     ):
         """x [N, C] float32 embeddings -> the last layer's output [N, C] (in place). positions, write_slots [N]
         and key_slots [R, Smax] int64: token i sees the keys at key_slots[key_rows[i], :positions[i] + 1]
-        (key_rows [N] int64; None: row i, R = N)."""
-        n, smax = x.shape[0], key_slots.shape[1]
-        if key_rows is None and key_slots.shape[0] != n:
-            raise ValueError(f"key_slots has {key_slots.shape[0]} rows for {n} tokens and no key_rows")
-        positions, write_slots, key_slots = (t.contiguous() for t in (positions, write_slots, key_slots))
+        (key_rows [N] int64; None: row i, R = N). With PagedKeys the slots come from block tables and
+        write_slots is None: token i's key goes to its row's slot of positions[i]. With ids [N] int64 the step
+        writes their embeddings into x first."""
+        n = x.shape[0]
+        if ids is not None:
+            if not self.embeds:
+                raise RuntimeError("this stack was built without the embeddings")
+            ids = ids.contiguous()
+        paged = isinstance(key_slots, PagedKeys)
+        rows, smax = (key_slots.blocks.shape[0], key_slots.smax) if paged else key_slots.shape
+        if key_rows is None and rows != n:
+            raise ValueError(f"key_slots has {rows} rows for {n} tokens and no key_rows")
+        if paged and (write_slots is not None or key_slots.blocks.dtype != torch.long):
+            raise ValueError("paged keys take int64 block tables and no write_slots")
+        positions = positions.contiguous()
+        if paged:
+            blocks, tables = key_slots.blocks.contiguous(), key_slots
+            write_slots = key_slots = None
+        else:
+            write_slots, key_slots, blocks, tables = write_slots.contiguous(), key_slots.contiguous(), None, None
         key_rows = None if key_rows is None else key_rows.contiguous()
         need = self.lib.tl_decode_scratch_floats(ctypes.byref(self._model), n, smax)
         if self._scratch.numel() < need:
@@ -202,14 +271,37 @@ class DecodeStack:
         step = _Step(
             n,
             positions.data_ptr(),
-            write_slots.data_ptr(),
-            key_slots.data_ptr(),
-            None if key_rows is None else key_rows.data_ptr(),
+            _ptr(write_slots),
+            _ptr(key_slots),
+            _ptr(key_rows),
             smax,
             self._scratch.data_ptr(),
             kernel_threads(),
             None if self.timings is None else self.timings.data_ptr(),
+            _ptr(blocks),
+            rows,
+            0 if blocks is None else blocks.shape[1],
+            0 if tables is None else tables.block_size,
+            _ptr(ids),
         )
-        if self.lib.tl_decode_layers(ctypes.byref(self._model), ctypes.byref(step), x.data_ptr()) != 0:  # tensors alive
+        got = self.lib.tl_decode_layers(ctypes.byref(self._model), ctypes.byref(step), x.data_ptr())  # tensors alive
+        if got == -2:
+            raise IndexError(f"token ids {ids.tolist()} are not all below the vocabulary size")
+        if got != 0:
             raise RuntimeError(f"the native decode step does not take rotary_dim={self.shape.rotary_dim}")
         return x
+
+    def head(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """x [N, C] float32 (contiguous), rows [n] int64 -> logits [n, V] of those rows: the final norm, then
+        the output projection."""
+        if not self.has_head:
+            raise RuntimeError("this stack was built without the head")
+        rows = rows.contiguous()
+        logits = torch.empty(rows.shape[0], self.vocab)
+        got = self.lib.tl_decode_head(
+            ctypes.byref(self._model), x.data_ptr(), x.shape[0], rows.data_ptr(), rows.shape[0], logits.data_ptr(),
+            kernel_threads(),
+        )  # fmt: skip
+        if got != 0:
+            raise IndexError(f"rows {rows.tolist()} are not all rows of x [{x.shape[0]}, {x.shape[1]}]")
+        return logits

@@ -3,6 +3,8 @@ call (csrc/greedy.cpp): two passes over each row where the torch ops take seven,
 
 from __future__ import annotations
 
+import ctypes
+
 import torch
 
 from . import native
@@ -15,13 +17,12 @@ def greedy_rows(logits: torch.Tensor) -> tuple[list[int], list[float], list[floa
     lib = native.library()
     if lib is None:
         return None
-    rows = logits.float().contiguous()  # [b, V]
-    b, v = rows.shape
-    tokens = torch.empty(b, dtype=torch.long)
-    out = torch.empty(2, b, dtype=torch.float64)  # logprobs, entropies
-    pointers = (tokens.data_ptr(), out[0].data_ptr(), out[1].data_ptr())
-    status = lib.tl_greedy_rows(rows.data_ptr(), b, v, *pointers, kernel_threads())
+    rows = logits if logits.dtype is torch.float32 and logits.is_contiguous() else logits.float().contiguous()
+    b, v = rows.shape  # [b, V]
+    # ctypes arrays, not tensors: after a step has streamed the weights through the caches, each torch op here
+    # costs tens of microseconds
+    tokens, logprobs, entropies = (ctypes.c_int64 * b)(), (ctypes.c_double * b)(), (ctypes.c_double * b)()
+    status = lib.tl_greedy_rows(rows.data_ptr(), b, v, tokens, logprobs, entropies, kernel_threads())
     if status != 0:
         raise ValueError(f"row {-1 - status} of the logits holds a NaN or no finite value")
-    logprobs, entropies = out.tolist()
-    return tokens.tolist(), logprobs, entropies
+    return list(tokens), list(logprobs), list(entropies)

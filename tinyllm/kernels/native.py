@@ -120,6 +120,8 @@ def load(path: Path) -> ctypes.CDLL:
     lib.tl_quantize_q8.restype = None
     lib.tl_decode_layers.argtypes = [_PTR, _PTR, _PTR]
     lib.tl_decode_layers.restype = ctypes.c_int
+    lib.tl_decode_head.argtypes = [_PTR, _PTR, _I64, _PTR, _I64, _PTR, _I64]
+    lib.tl_decode_head.restype = ctypes.c_int
     lib.tl_decode_scratch_floats.argtypes = [_PTR, _I64, _I64]
     lib.tl_decode_scratch_floats.restype = _I64
     lib.tl_greedy_rows.argtypes = [_PTR, _I64, _I64, _PTR, _PTR, _PTR, ctypes.c_int]

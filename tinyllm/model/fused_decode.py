@@ -3,7 +3,10 @@
 A batch-1 token through the module path is ~1100 eager calls around 121 quantized matmuls: about as much time
 again as the matmuls themselves on a small model. The native step runs the same computation (same weights
 as blocks, same float32 arithmetic up to summation order, and e^x as a polynomial within 2 ulp) for N decode
-tokens in one call; the embedding lookup and the head stay in Python (one call each).
+tokens in one call, from the embedding lookup (quantized embeddings) to the layers' output, and a second call
+runs the final norm and the head (a quantized one) over the rows to sample. Between the two nothing but the
+call itself runs in Python: after a step has streamed ~100 MB of weights through the caches, every torch op
+costs tens of microseconds (a final torch RMSNorm took ~300 us a token, the key-slot tensors ~130 us).
 
 It covers every family of model/family.py: pre-norm and sandwich layers, RMSNorm and (1 + w) RMSNorm,
 SwiGLU and GeGLU, q/k/v biases, per-head q/k norms, a query scale, an attention soft-cap, sliding windows and
@@ -16,14 +19,25 @@ reference path), another KV dtype, MLA attention or tensor-parallel shards run t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from ..kernels import native
-from ..kernels.decode_step import ACTIVATIONS, KV_TYPES, DecodeStack, LayerWeights, StackShape
+from ..kernels.decode_step import (
+    ACTIVATIONS,
+    KV_TYPES,
+    DecodeStack,
+    Embedding,
+    Head,
+    LayerWeights,
+    PagedKeys,
+    StackShape,
+)
 from .attention import GQAttention
 from .norm import RMSNorm, RMSNormPlusOne
 from .quant_bias import BiasedQuantLinear
-from .quant_linear import QuantLinear
+from .quant_linear import QuantEmbedding, QuantLinear
 
 MAX_TOKENS = 64  # tokens a draft model feeds the native step per call
 GROUP_TOKENS = 256  # tokens per native call: its scratch grows with them (~10 KB a token on the default model)
@@ -118,7 +132,27 @@ def build_stack(model, storage) -> DecodeStack | None:
         model.family.activation, c.rms_norm_eps, scale, c.attn_softcap, storage.dtype,
     )  # fmt: skip
     tables = [model.rotary] + ([model.rotary_local] if local else [])
-    return DecodeStack(native.library(), shape, layers, [t.inv_freq.float().contiguous() for t in tables])
+    inv_freq = [t.inv_freq.float().contiguous() for t in tables]
+    return DecodeStack(native.library(), shape, layers, inv_freq, _head(model), _embedding(model))
+
+
+def _embedding(model) -> Embedding | None:
+    """The token embeddings for the native step, when they are quantized blocks (else model.embed runs)."""
+    table = model.model.embed_tokens
+    if type(table) is not QuantEmbedding or table.dtype != torch.float32:
+        return None
+    return Embedding(table.weight, model.config.hidden_size**0.5 if model.family.embed_scale else None)
+
+
+def _head(model) -> Head | None:
+    """The final norm and output projection for the native step, when they are a float32 RMSNorm and one
+    quantized weight (else the module's head runs them)."""
+    norm, head = model.model.norm, model.lm_head
+    if type(norm) not in (RMSNorm, RMSNormPlusOne) or norm.weight.dtype != torch.float32:
+        return None
+    if not _quantized(head, 1):
+        return None
+    return Head(_scale(norm), norm.eps, head.parts[0])
 
 
 def decode_logits(
@@ -126,23 +160,36 @@ def decode_logits(
     stack: DecodeStack,
     ids: torch.Tensor,
     positions: torch.Tensor,
-    write_slots: torch.Tensor,
-    key_slots: torch.Tensor,
+    write_slots: torch.Tensor | None,
+    key_slots: torch.Tensor | PagedKeys,
     rows: torch.Tensor,
     key_rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """ids, positions, write_slots [N], key_slots [R, Smax] (a sequence's slots from position 0, padded) and
-    key_rows [N] (token i's row of key_slots; None: row i) -> logits of the chosen rows [len(rows), V].
+    key_rows [N] (token i's row of key_slots; None: row i) -> logits of the chosen rows [len(rows), V]. With
+    PagedKeys (block tables) write_slots is None: each token's key goes to its position's slot.
 
     Tokens go through the layers GROUP_TOKENS at a time, in order, so the scratch stays bounded however many
     a step holds (a token's keys are written before any later token reads them; its arithmetic is the same in
     any group)."""
-    x = model.embed(ids[None])[0].float().contiguous()  # [N, C]; a fresh tensor the step writes in place
-    n = x.shape[0]
-    for a in range(0, n, GROUP_TOKENS):
+    n = ids.shape[0]
+    native_ids = stack.embeds  # the step looks the tokens up into x itself
+    # [N, C]: a fresh tensor the step writes in place
+    x = torch.empty(n, stack.shape.hidden) if native_ids else model.embed(ids[None])[0].float().contiguous()
+    if n <= GROUP_TOKENS:  # the common case: one call, without slicing
+        stack.run(x, positions, write_slots, key_slots, key_rows, ids=ids if native_ids else None)
+    for a in range(0, n if n > GROUP_TOKENS else 0, GROUP_TOKENS):
         b = min(n, a + GROUP_TOKENS)
-        if key_rows is None:
-            stack.run(x[a:b], positions[a:b], write_slots[a:b], key_slots[a:b])
+        writes = None if write_slots is None else write_slots[a:b]
+        if key_rows is not None:
+            keys, rows_of = key_slots, key_rows[a:b]
+        elif isinstance(key_slots, PagedKeys):
+            keys, rows_of = replace(key_slots, blocks=key_slots.blocks[a:b]), None
         else:
-            stack.run(x[a:b], positions[a:b], write_slots[a:b], key_slots, key_rows[a:b])
-    return model.head(x[rows][None])[0]  # [len(rows), V]
+            keys, rows_of = key_slots[a:b], None
+        stack.run(x[a:b], positions[a:b], writes, keys, rows_of, ids=ids[a:b] if native_ids else None)
+    if not stack.has_head:
+        return model.head(x[rows][None])[0]  # [len(rows), V]
+    logits = stack.head(x, rows)  # [len(rows), V]
+    cap = model.config.final_softcap
+    return logits if cap is None else torch.tanh(logits / cap) * cap

@@ -6,7 +6,9 @@
 // of qmatmul.cpp (a fused projection may be several weights of different formats); activations are float32,
 // the KV cache float32, float16 or bfloat16 (kv.h).
 // Python hands the layers' weights and KV pointers once (tinyllm/model/fused_decode.py; a (1 + w) norm
-// arrives as its effective weight) and per step the positions, the slots and a scratch buffer.
+// arrives as its effective weight) and per step the positions, the slots (or the block tables they come from),
+// the token ids (or their embeddings) and a scratch buffer; tl_decode_head then runs the final norm and the
+// output projection over the rows to sample.
 #include "blocks.h"
 #include "kv.h"
 #include "q8act.h"
@@ -21,6 +23,8 @@
 
 extern "C" int tl_qmatmul(int fmt, const float* x, int64_t m, int64_t k, const uint8_t* data, int64_t n,
                           int64_t stride, float* y, int threads);
+extern "C" int tl_dequantize(int fmt, const uint8_t* data, int64_t n, int64_t k, int64_t stride, float* out,
+                             int threads);
 
 namespace tl {
 
@@ -60,6 +64,11 @@ struct ModelArgs {
     const LayerArgs* layers;
     const float* inv_freq[2];  // [R/2] per rotary table (model/rope.py: scaling already applied)
     int64_t kv_type;           // KvType of the caches' elements (kv.h)
+    const float* final_norm;   // [C] the norm before the head (its effective weight), or null: no head here
+    double final_eps;
+    QW head;  // [V, C]
+    QW embed;            // [V, C] the token embeddings (fmt -1: the caller embeds)
+    double embed_scale;  // 0: none, else each embedding times it (rounded to float32)
 };
 
 struct StepArgs {
@@ -72,6 +81,11 @@ struct StepArgs {
     float* scratch;  // floats: see tl_decode_scratch_floats()
     int64_t threads;
     int64_t* timings;  // null, or nanoseconds added per phase: matmuls, attention, everything else
+    // Paged keys: with blocks set, key_slots and write_slots are derived from them (and may be null). Row r of
+    // key_slots is then the slots of positions 0..smax - 1 through blocks [rows, blocks_per_row].
+    const int64_t* blocks;
+    int64_t rows, blocks_per_row, block_size;
+    const int64_t* ids;  // [N] tokens whose embeddings the step writes into x first, or null: x holds them
 };
 
 // Adds the time since the last mark to one phase of st.timings (a no-op when timings are off).
@@ -635,6 +649,36 @@ static void attention(const ModelArgs& md, const LayerArgs& L, const StepArgs& s
     }
 }
 
+// x [n, C] = the embeddings of ids (times embed_scale), decoded as the reference decodes them. Returns 0, or -1
+// for an id outside them, or no embeddings.
+static int embed(const ModelArgs& md, const int64_t* ids, int64_t n, float* x) {
+    const QW& w = md.embed;
+    if (w.fmt < 0 || w.k != md.hidden) return -1;
+    for (int64_t i = 0; i < n; ++i)
+        if (ids[i] < 0 || ids[i] >= w.n) return -1;
+    for (int64_t i = 0; i < n; ++i) tl_dequantize((int)w.fmt, w.data + ids[i] * w.stride, 1, w.k, w.stride, x + i * w.k, 1);
+    if (md.embed_scale != 0.0) {
+        const float scale = (float)md.embed_scale;
+        for (int64_t i = 0; i < n * w.k; ++i) x[i] *= scale;
+    }
+    return 0;
+}
+
+// st with key_slots and write_slots filled in from its block tables (into keys and writes), or st itself.
+static StepArgs paged_slots(const StepArgs& st, std::vector<int64_t>& keys, std::vector<int64_t>& writes) {
+    if (!st.blocks) return st;
+    const int64_t P = st.block_size;
+    keys.resize(st.rows * st.smax);
+    for (int64_t r = 0; r < st.rows; ++r)
+        for (int64_t s = 0; s < st.smax; ++s) keys[r * st.smax + s] = st.blocks[r * st.blocks_per_row + s / P] * P + s % P;
+    writes.resize(st.n);
+    for (int64_t i = 0; i < st.n; ++i) writes[i] = keys[(st.key_rows ? st.key_rows[i] : i) * st.smax + st.positions[i]];
+    StepArgs out = st;
+    out.key_slots = keys.data();
+    out.write_slots = writes.data();
+    return out;
+}
+
 static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& st, const float* trig, float* x) {
     const int64_t N = st.n, C = md.hidden, H = md.heads, D = md.head_dim, I = md.inter;
     const int64_t width = (H + 2 * md.kv_heads) * D;
@@ -716,13 +760,32 @@ int tl_kv_round(int64_t kv_type, const float* x, int64_t n, void* out) {
     }
 }
 
-// x [n, hidden]: the tokens' embeddings in, the last layer's output (before the final norm) out.
-// Returns 0, or -1 when the rotary dims are more than the head's.
-int tl_decode_layers(const tl::ModelArgs* md, const tl::StepArgs* st, float* x) {
+// x [n, hidden]: the tokens' embeddings in (or written first, from st.ids), the last layer's output (before the
+// final norm) out. Returns 0, -1 when the rotary dims are more than the head's, or -2 for an id outside the
+// embeddings (or no embeddings to look it up in).
+int tl_decode_layers(const tl::ModelArgs* md, const tl::StepArgs* args, float* x) {
     if (md->rotary_dim > md->head_dim) return -1;
-    float* trig = st->scratch + tl_decode_scratch_floats(md, st->n, st->smax) - 2 * st->n * md->rotary_dim;
-    tl::rotary_angles(*md, *st, trig);
-    for (int64_t l = 0; l < md->num_layers; ++l) tl::layer_step(*md, md->layers[l], *st, trig, x);
+    if (args->ids && tl::embed(*md, args->ids, args->n, x) != 0) return -2;
+    thread_local std::vector<int64_t> keys, writes;
+    const tl::StepArgs st = tl::paged_slots(*args, keys, writes);
+    float* trig = st.scratch + tl_decode_scratch_floats(md, st.n, st.smax) - 2 * st.n * md->rotary_dim;
+    tl::rotary_angles(*md, st, trig);
+    for (int64_t l = 0; l < md->num_layers; ++l) tl::layer_step(*md, md->layers[l], st, trig, x);
+    return 0;
+}
+
+// logits [m, V] = head(final_norm(x[rows[i]])) for i < m (x [n, hidden]). Returns 0, -1 without a head, or -2
+// for a row outside x.
+int tl_decode_head(const tl::ModelArgs* md, const float* x, int64_t n, const int64_t* rows, int64_t m,
+                   float* logits, int64_t threads) {
+    if (!md->final_norm || !md->head.data) return -1;
+    for (int64_t i = 0; i < m; ++i)
+        if (rows[i] < 0 || rows[i] >= n) return -2;
+    const int64_t C = md->hidden;
+    thread_local std::vector<float> h;
+    h.resize(m * C);
+    for (int64_t i = 0; i < m; ++i) tl::rms_norm(x + rows[i] * C, md->final_norm, 1, C, md->final_eps, h.data() + i * C);
+    tl::matmul(md->head, h.data(), m, logits, (int)threads);
     return 0;
 }
 }

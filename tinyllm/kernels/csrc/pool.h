@@ -6,6 +6,7 @@
 // ticket = generation << 32 | next chunk. The caller closes a job (index CLOSED) before rewriting the job's
 // fields, so a helper whose compare-and-swap on the ticket succeeds read fields of that very job.
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -115,6 +116,26 @@ class Pool {
     std::vector<std::thread> helpers_;
     std::mutex mu_, run_mu_;
     std::condition_variable cv_;
+};
+
+// A job's units of work cut into chunks, claimed in order: first one chunk per thread holding four fifths of
+// its share, then the last fifth in 2 x threads small chunks, so that a thread that runs slow or starts late
+// costs little. Each chunk is a new stream of weights for the hardware prefetcher to pick up; over a decode
+// step's 120 matmuls, this cut was 6-7% faster than four equal chunks per thread, and level with one chunk per
+// thread (a test program alternating the cuts, 300 tokens each).
+struct Chunks {
+    int64_t start[64];
+    int64_t count = 0;
+
+    Chunks(int64_t units, int threads) {
+        threads = std::max(1, std::min(threads, 16));
+        const int64_t first = units * 4 / 5 / threads, rest = (units - first * threads + 2 * threads - 1) / (2 * threads);
+        for (int64_t at = 0; at < units; ++count) {
+            start[count] = at;
+            at += threads == 1 ? units : std::min(units - at, std::max<int64_t>(1, count < threads ? first : rest));
+        }
+        start[count] = units;
+    }
 };
 
 // The process's one pool (qmatmul.cpp), shared by every kernel of the library.

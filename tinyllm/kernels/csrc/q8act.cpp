@@ -392,15 +392,15 @@ template <int F> void group(const uint8_t* rec, const Q8Act& a, float* y, int64_
 
 struct Job {
     const uint8_t* packed;
-    int64_t n, groups, record;  // groups per chunk; bytes of a group's records
+    int64_t n, record;  // bytes of a group's records
     const Q8Act* a;
     float* y;
+    Chunks chunks;  // of groups
 };
 
 template <int F> void chunk(void* ctx, int64_t c) {
     const Job& j = *static_cast<const Job*>(ctx);
-    const int64_t g1 = std::min((j.n + GROUP - 1) / GROUP, (c + 1) * j.groups);
-    for (int64_t g = c * j.groups; g < g1; ++g)
+    for (int64_t g = j.chunks.start[c]; g < j.chunks.start[c + 1]; ++g)
         group<F>(j.packed + g * j.record, *j.a, j.y + g * GROUP, j.n, (int)std::min<int64_t>(GROUP, j.n - g * GROUP));
 }
 
@@ -448,10 +448,8 @@ int q8_matmul(int fmt, const Q8Act& a, const uint8_t* packed, int64_t n, float* 
 #undef TL_Q8_CASE
         default: return -1;
     }
-    const int64_t groups = (n + GROUP - 1) / GROUP;
-    const int64_t per = std::max<int64_t>(1, (groups + 4 * threads - 1) / (4 * threads));  // ~4 chunks a thread
-    Job job{packed, n, per, record * a.kb, &a, y};
-    pool().run(run, &job, (groups + per - 1) / per, threads);
+    Job job{packed, n, record * a.kb, &a, y, Chunks((n + GROUP - 1) / GROUP, threads)};
+    pool().run(run, &job, job.chunks.count, threads);
     return 0;
 }
 

@@ -210,12 +210,9 @@ template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t
     }
 }
 
-// Rows go to threads in chunks of a multiple of 16 rows (no two threads write one cache line of y), about four
-// chunks per thread, claimed as threads come, so a thread the OS delays does not hold up the others.
-static int64_t chunk_rows(int64_t n, int threads) {
-    const int64_t per = (n + 4 * threads - 1) / (4 * threads);
-    return std::max<int64_t>(16, (per + 15) / 16 * 16);
-}
+// Rows go to threads in chunks of whole units of 16 rows (no two threads write one cache line of y), cut by
+// Chunks and claimed as threads come, so a thread the OS delays does not hold up the others.
+constexpr int64_t UNIT_ROWS = 16;
 
 Pool& pool() {
     static Pool* p = new Pool();  // never destroyed: see Pool
@@ -225,19 +222,25 @@ Pool& pool() {
 struct Job {
     const Weight* w;
     const float* x;
-    int64_t m, chunk;
+    int64_t m;
     float* y;
+    Chunks chunks;  // of UNIT_ROWS rows
+
+    int64_t row(int64_t c) const { return std::min(w->n, chunks.start[c] * UNIT_ROWS); }
 };
 
 template <int F> static void matmul_chunk(void* ctx, int64_t c) {
     const Job& j = *static_cast<const Job*>(ctx);
-    rows_chunk<F>(*j.w, j.x, j.m, j.y, c * j.chunk, std::min(j.w->n, (c + 1) * j.chunk));
+    rows_chunk<F>(*j.w, j.x, j.m, j.y, j.row(c), j.row(c + 1));
 }
 
 template <int F> static void dequantize_chunk(void* ctx, int64_t c) {
     const Job& j = *static_cast<const Job*>(ctx);
-    const int64_t n0 = c * j.chunk;
-    decode_rows<F>(*j.w, n0, std::min(j.w->n, n0 + j.chunk), j.y + n0 * j.w->k, j.w->k);
+    decode_rows<F>(*j.w, j.row(c), j.row(c + 1), j.y + j.row(c) * j.w->k, j.w->k);
+}
+
+static Job job_of(const Weight& w, const float* x, int64_t m, float* y, int threads) {
+    return Job{&w, x, m, y, Chunks((w.n + UNIT_ROWS - 1) / UNIT_ROWS, threads)};
 }
 
 template <int F> static void matmul(const Weight& w, const float* x, int64_t m, float* y, int threads) {
@@ -249,13 +252,13 @@ template <int F> static void matmul(const Weight& w, const float* x, int64_t m, 
         x = xs.data();
     }
 #endif
-    Job job{&w, x, m, chunk_rows(w.n, threads), y};
-    pool().run(matmul_chunk<F>, &job, (w.n + job.chunk - 1) / job.chunk, threads);
+    Job job = job_of(w, x, m, y, threads);
+    pool().run(matmul_chunk<F>, &job, job.chunks.count, threads);
 }
 
 template <int F> static void dequantize(const Weight& w, float* out, int threads) {
-    Job job{&w, nullptr, 0, chunk_rows(w.n, threads), out};
-    pool().run(dequantize_chunk<F>, &job, (w.n + job.chunk - 1) / job.chunk, threads);
+    Job job = job_of(w, nullptr, 0, out, threads);
+    pool().run(dequantize_chunk<F>, &job, job.chunks.count, threads);
 }
 
 // Runs call(F) for the format id and returns 0, or returns -1 for an unknown id.
