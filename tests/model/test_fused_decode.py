@@ -169,9 +169,9 @@ def test_native_lookup_paged_keys_and_head_equal_their_python_twins(name, thread
         cap = model.config.final_softcap
         ours = ours if cap is None else torch.tanh(ours / cap) * cap
         assert (ours - ref).abs().max() <= 1e-6 * ref.abs().max()
+        one, bad = torch.tensor([0]), torch.tensor([300])
         with pytest.raises(IndexError, match="vocabulary"):
-            one = torch.tensor([0])
-            stack.run(torch.empty(1, model.config.hidden_size), positions[:1], None, paged, one, ids=torch.tensor([300]))
+            stack.run(torch.empty(1, model.config.hidden_size), positions[:1], None, paged, one, ids=bad)
         with pytest.raises(IndexError, match="rows"):
             stack.head(x, torch.tensor([0, 5]))
 
