@@ -8,6 +8,7 @@ and in e^x (a polynomial within 2 ulp), so a logit moves by a few ulps of the ma
 largest logit, as for the other cached paths. A wrong slot, head, window or rotation moves logits by percents."""
 
 import random
+from array import array
 
 import pytest
 import torch
@@ -18,10 +19,10 @@ from tinyllm.cache.paged_cache import PagedStorage
 from tinyllm.engine.engine import Engine
 from tinyllm.engine.runner import NativeKeys, StepInputs, execute
 from tinyllm.kernels import native
-from tinyllm.kernels.decode_step import KV_TYPES, PagedKeys
+from tinyllm.kernels.decode_step import KV_TYPES, PagedKeys, StepTokens
 from tinyllm.loading.quantize import quantize_q4_1, quantize_q8_0
 from tinyllm.model import fused_decode
-from tinyllm.model.fused_decode import build_stack, decode_logits, unsupported
+from tinyllm.model.fused_decode import build_stack, decode_logits, step_logits, unsupported
 from tinyllm.model.quant_linear import QuantLinear, quant_weights
 from tinyllm.model.ragged_attention import RaggedLayout
 from tinyllm.speculative.draft_model import DraftModelProposer, self_draft
@@ -169,6 +170,19 @@ def test_native_lookup_paged_keys_and_head_equal_their_python_twins(name, thread
         cap = model.config.final_softcap
         ours = ours if cap is None else torch.tanh(ours / cap) * cap
         assert (ours - ref).abs().max() <= 1e-6 * ref.abs().max()
+        # the engine's form: flat arrays, run in groups of tokens (offsets into the arrays) or in one call
+        twin.k.copy_(storage.k), twin.v.copy_(storage.v)
+        n = len(lengths)
+        tokens = StepTokens(
+            *(array("q", t.tolist()) for t in (ids, positions, torch.arange(n), paged.blocks.view(-1))),
+            paged.blocks.shape[1], 4, paged.smax,
+        )  # fmt: skip
+        whole = step_logits(model, stack, tokens, array("q", rows.tolist()))
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(fused_decode, "GROUP_TOKENS", 2)
+            grouped = step_logits(model, build_stack(model, twin), tokens, array("q", rows.tolist()))
+        tensors = decode_logits(model, build_stack(model, twin), ids, positions, inputs.write_slots, key_slots, rows)
+        assert torch.equal(whole, grouped) and torch.equal(whole, tensors)
         one, bad = torch.tensor([0]), torch.tensor([300])
         with pytest.raises(IndexError, match="vocabulary"):
             stack.run(torch.empty(1, model.config.hidden_size), positions[:1], None, paged, one, ids=bad)
@@ -483,8 +497,8 @@ def test_verified_drafts_run_natively_and_equal_the_module_path(llm):
     spec = SpeculativeConfig(num_draft_tokens=4, min_ngram=1)
     engine = lambda **kw: Engine(llm, block_size=8, num_blocks=128, max_num_seqs=3, **kw)  # noqa: E731
     fused, sizes = engine(speculative=spec), []
-    native_run = fused.runner.fused.run
-    fused.runner.fused.run = lambda x, *args, **kw: (sizes.append(x.shape[0]), native_run(x, *args, **kw))[1]
+    native_run = fused.runner.fused.run_tokens
+    fused.runner.fused.run_tokens = lambda x, t, *a, **kw: (sizes.append(len(t.ids)), native_run(x, t, *a, **kw))[1]
     ours = run(fused, ps, params)
     ref = run(module_path(engine(speculative=spec)), ps, params)
     plain = run(engine(), ps, params)
@@ -532,12 +546,12 @@ def test_default_model_decode_logits_equal_the_dequantized_model(monkeypatch):
     native, ref = LLM(weights="native"), LLM(weights="dequantized")
     seen = []  # (position, logits [V]) of each native decode step
 
-    def recording(model, stack, ids, positions, write_slots, key_slots, rows, *args):
-        logits = decode_logits(model, stack, ids, positions, write_slots, key_slots, rows, *args)
-        seen.append((int(positions[rows[0]]), logits[0].clone()))
+    def recording(model, stack, tokens, rows):
+        logits = step_logits(model, stack, tokens, rows)
+        seen.append((tokens.positions[rows[0]], logits[0].clone()))
         return logits
 
-    monkeypatch.setattr(runner, "decode_logits", recording)
+    monkeypatch.setattr(runner, "step_logits", recording)
     for text in PROMPTS:
         seen.clear()
         gen = native.generate(text, max_tokens=24, temperature=0, ignore_eos=True)

@@ -7,6 +7,7 @@ Keys and values go to the paged storage at each new token's slot; attention read
 from __future__ import annotations
 
 import contextlib
+from array import array
 from dataclasses import dataclass
 
 import torch
@@ -15,8 +16,8 @@ from ..cache.block_table import BlockTable, blocks_for
 from ..cache.fill import offset_causal_mask
 from ..cache.paged_cache import PagedStorage
 from ..kernels import torch_single_threaded
-from ..kernels.decode_step import PagedKeys
-from ..model.fused_decode import build_stack, decode_logits
+from ..kernels.decode_step import StepTokens
+from ..model.fused_decode import build_stack, step_logits
 from ..model.quant_linear import runs_native
 from ..model.ragged_attention import PrefillSlice, RaggedLayout, ragged_attention, windowed
 from ..model.sdpa import AttentionSpec
@@ -61,8 +62,8 @@ class StepInputs:
     so a tensor-parallel rank with its own storage of the same shape in blocks can run it as it is."""
 
     block_copies: list[tuple[int, int]]  # copy-on-write: (src, dst) blocks, applied before the forward
-    ids: torch.Tensor  # [1, N]
-    positions: torch.Tensor  # [N]
+    ids: torch.Tensor | None  # [1, N]; None with NativeKeys, which hold the tokens
+    positions: torch.Tensor | None  # [N]
     write_slots: torch.Tensor | slice | None  # [N] slots of the new keys, one run of slots, or None (NativeKeys)
     layout: RaggedLayout | NativeKeys
 
@@ -104,7 +105,7 @@ class ModelRunner:
         chunks = decodes + prefills
         ids, positions, slot_mapping, rows, sampling = [], [], [], [], []  # positions: ints
         extra: list[tuple[ScheduledChunk, range, int]] = []  # prompt-logprob positions and their first row
-        layout = NativeKeys(*self._native_keys(chunks, tables)) if native else self._layout(decodes, prefills, tables)
+        layout = None if native else self._layout(decodes, prefills, tables)
         # one decode whose blocks are consecutive: its new key goes to the slot after its keys, in place
         in_place = not native and not prefills and isinstance(layout.decode_slots, slice)
         for c in chunks:
@@ -121,33 +122,36 @@ class ModelRunner:
                 first = len(ids) - (stop - c.sample_start)
                 rows += range(first, len(ids))
                 sampling.append(c)
-        all_positions = torch.tensor(positions, dtype=torch.long)  # [N]
-        if native:  # each new token's slot: the native step derives it from the block tables
-            write_slots = None
-        elif in_place:
-            write_slots = slice(layout.decode_slots.stop - 1, layout.decode_slots.stop)
-        else:
-            write_slots = torch.cat(slot_mapping)
         num_sampled = len(rows)
         for _, wanted, first_row in extra:
             rows += range(first_row, first_row + len(wanted))
-        x = torch.tensor([ids], device=self.device)  # [1, N]
-        inputs = StepInputs(block_copies, x, all_positions.to(self.device), write_slots, layout)
-        with self.threads_for(len(ids)):
-            logits = self.forward(inputs, torch.tensor(rows, dtype=torch.long, device=self.device))  # [n, V]
+        if native:  # flat arrays; the native step derives each token's slots from the block tables
+            inputs = StepInputs(block_copies, None, None, None, self._native_keys(chunks, tables, ids, positions))
+            with self.threads_for(len(ids)):
+                logits = self.forward(inputs, array("q", rows))  # [n, V]
+        else:
+            if in_place:
+                write_slots = slice(layout.decode_slots.stop - 1, layout.decode_slots.stop)
+            else:
+                write_slots = torch.cat(slot_mapping)
+            x = torch.tensor([ids], device=self.device)  # [1, N]
+            positions = torch.tensor(positions, dtype=torch.long, device=self.device)  # [N]
+            inputs = StepInputs(block_copies, x, positions, write_slots, layout)
+            with self.threads_for(len(ids)):
+                logits = self.forward(inputs, torch.tensor(rows, dtype=torch.long, device=self.device))  # [n, V]
         prompt_rows, at = [], num_sampled
         for c, wanted, _ in extra:
             prompt_rows.append(PromptRows(c.request, wanted.start, logits[at : at + len(wanted)]))  # [k, V]
             at += len(wanted)
-        return sampling, logits[:num_sampled], prompt_rows  # [n, V]
+        return sampling, logits[:num_sampled] if extra else logits, prompt_rows  # [n, V]
 
-    def forward(self, inputs: StepInputs, rows: torch.Tensor) -> torch.Tensor:
+    def forward(self, inputs: StepInputs, rows: torch.Tensor | array) -> torch.Tensor:
+        """Logits of rows (an int64 array with NativeKeys) [len(rows), V]."""
         if not isinstance(inputs.layout, NativeKeys):
             return execute(self.model, self.storage, inputs, rows)
         for src, dst in inputs.block_copies:
             self.storage.copy_block(src, dst)
-        keys = inputs.layout
-        return decode_logits(self.model, self.fused, inputs.ids[0], inputs.positions, None, keys.paged, rows, keys.rows)
+        return step_logits(self.model, self.fused, inputs.layout.tokens, rows)
 
     def threads_for(self, num_tokens: int):
         """A step of a few rows on native kernels runs torch's own ops, all tiny, on one thread and the kernels
@@ -176,15 +180,19 @@ class ModelRunner:
             row += c.num_tokens
         return layout
 
-    def _native_keys(self, chunks, tables: dict[str, BlockTable]) -> tuple[PagedKeys, torch.Tensor]:
-        """The native step's keys: one row of blocks per chunk, its sequence's from position 0, and key_rows
+    def _native_keys(self, chunks, tables: dict[str, BlockTable], ids: list[int], positions: list[int]) -> NativeKeys:
+        """The native step's tokens: one row of blocks per chunk, its sequence's from position 0, and key_rows
         [N]: each token's chunk (a token reads its row up to its own position)."""
         smax = max(c.start + c.num_tokens for c in chunks)
         P = tables[chunks[0].request.request_id].block_size
         nb = blocks_for(smax, P)
-        blocks = [(tables[c.request.request_id].blocks + [0] * nb)[:nb] for c in chunks]  # 0 past a table's blocks
-        rows = [i for i, c in enumerate(chunks) for _ in range(c.num_tokens)]
-        return PagedKeys(torch.tensor(blocks, dtype=torch.long), P, smax), torch.tensor(rows, dtype=torch.long)
+        blocks = array("q")
+        for c in chunks:
+            mine = tables[c.request.request_id].blocks[:nb]
+            blocks.extend(mine)
+            blocks.extend([0] * (nb - len(mine)))  # 0 past a table's blocks
+        key_rows = array("q", [i for i, c in enumerate(chunks) for _ in range(c.num_tokens)])
+        return NativeKeys(StepTokens(array("q", ids), array("q", positions), key_rows, blocks, nb, P, smax))
 
     def _decode_keys(self, decodes: list[ScheduledChunk], tables: dict[str, BlockTable]):
         """Slots of every decode query's keys, padded to the longest, and the mask of real keys. One decode
@@ -204,7 +212,6 @@ class ModelRunner:
 
 @dataclass
 class NativeKeys:
-    """The native step's view of the step: each chunk's sequence's blocks, and each new token's chunk."""
+    """The native step's view of the step: its tokens, each chunk's sequence's blocks and each token's chunk."""
 
-    paged: PagedKeys  # [C] rows of blocks
-    rows: torch.Tensor  # [N]
+    tokens: StepTokens

@@ -5,6 +5,7 @@ models it serves and fills them from the model's modules."""
 from __future__ import annotations
 
 import ctypes
+from array import array
 from dataclasses import dataclass
 
 import torch
@@ -156,6 +157,24 @@ class PagedKeys:
     smax: int  # positions each row covers
 
 
+@dataclass
+class StepTokens:
+    """A step's tokens for the native call as flat int64 arrays: after a step has streamed the weights through
+    the caches, building an array.array costs a few microseconds where a tensor costs tens."""
+
+    ids: array  # [N]
+    positions: array  # [N]
+    key_rows: array  # [N]: token i reads row key_rows[i] of blocks up to its position
+    blocks: array  # [R * per_row]: row r holds a sequence's blocks from position 0, 0 past its last
+    per_row: int
+    block_size: int
+    smax: int  # positions a row covers
+
+
+def _address(a: array, offset: int = 0) -> int:
+    return a.buffer_info()[0] + offset * a.itemsize
+
+
 INT8_ACTIVATIONS = 256  # or'ed into a weight's type id: decode.cpp runs it with 8-bit activations (q8act.cpp)
 
 
@@ -230,7 +249,7 @@ class DecodeStack:
             (embedding and embedding.scale) or 0.0,
         )  # fmt: skip
         self.vocab = 0 if head is None else head.weight.shape[0]
-        self._scratch = torch.empty(0)
+        self._scratch, self._x = torch.empty(0), torch.empty(0, shape.hidden)
         self.timings: torch.Tensor | None = None  # int64 [3]: ns in matmuls, attention, the rest, when set
 
     def run(
@@ -248,60 +267,87 @@ class DecodeStack:
         write_slots is None: token i's key goes to its row's slot of positions[i]. With ids [N] int64 the step
         writes their embeddings into x first."""
         n = x.shape[0]
-        if ids is not None:
-            if not self.embeds:
-                raise RuntimeError("this stack was built without the embeddings")
-            ids = ids.contiguous()
         paged = isinstance(key_slots, PagedKeys)
         rows, smax = (key_slots.blocks.shape[0], key_slots.smax) if paged else key_slots.shape
         if key_rows is None and rows != n:
             raise ValueError(f"key_slots has {rows} rows for {n} tokens and no key_rows")
         if paged and (write_slots is not None or key_slots.blocks.dtype != torch.long):
             raise ValueError("paged keys take int64 block tables and no write_slots")
-        positions = positions.contiguous()
+        ids, positions, key_rows = (None if t is None else t.contiguous() for t in (ids, positions, key_rows))
+        blocks, per_row, block_size = None, 0, 0
         if paged:
-            blocks, tables = key_slots.blocks.contiguous(), key_slots
+            blocks, per_row, block_size = key_slots.blocks.contiguous(), key_slots.blocks.shape[1], key_slots.block_size
             write_slots = key_slots = None
         else:
-            write_slots, key_slots, blocks, tables = write_slots.contiguous(), key_slots.contiguous(), None, None
-        key_rows = None if key_rows is None else key_rows.contiguous()
+            write_slots, key_slots = write_slots.contiguous(), key_slots.contiguous()
+        got = self._call(
+            x.data_ptr(), n, positions.data_ptr(), _ptr(write_slots), _ptr(key_slots), _ptr(key_rows), smax,
+            _ptr(blocks), rows, per_row, block_size, _ptr(ids),
+        )  # fmt: skip
+        self._check(got, ids)
+        return x
+
+    def run_tokens(
+        self, x: torch.Tensor, tokens: StepTokens, a: int = 0, b: int | None = None, check_rows: bool = True
+    ) -> torch.Tensor:
+        """Tokens a..b of `tokens` through the layers: x [b - a, C] float32 (contiguous; at least b - a rows
+        without check_rows), their embeddings, or anything when the stack looks them up itself (`embeds`) -> the
+        last layer's output, in place."""
+        b = len(tokens.ids) if b is None else b
+        if x.shape[0] < b - a or (check_rows and x.shape[0] != b - a):
+            raise ValueError(f"x has {x.shape[0]} rows for tokens {a}..{b}")
+        ids = _address(tokens.ids, a) if self.embeds else None
+        got = self._call(
+            x.data_ptr(), b - a, _address(tokens.positions, a), None, None, _address(tokens.key_rows, a),
+            tokens.smax, _address(tokens.blocks), len(tokens.blocks) // tokens.per_row, tokens.per_row,
+            tokens.block_size, ids,
+        )  # fmt: skip
+        self._check(got, tokens.ids[a:b] if ids else None)
+        return x
+
+    def logits(self, tokens: StepTokens, rows: array, group: int) -> torch.Tensor:
+        """A whole step for a stack with the embeddings and the head: tokens through the layers `group` at a
+        time (into a buffer kept between steps), then the logits of rows [len(rows), V]."""
+        n = len(tokens.ids)
+        if self._x.shape[0] < n:
+            self._x = torch.empty(n, self.shape.hidden)
+        for a in range(0, n, group):
+            b = min(n, a + group)
+            self.run_tokens(self._x[a:b] if n > group else self._x, tokens, a, b, check_rows=False)
+        return self.head(self._x, rows)
+
+    def _call(self, x, n, positions, write_slots, key_slots, key_rows, smax, blocks, rows, per_row, block_size, ids):
         need = self.lib.tl_decode_scratch_floats(ctypes.byref(self._model), n, smax)
         if self._scratch.numel() < need:
             self._scratch = torch.empty(need)
         step = _Step(
-            n,
-            positions.data_ptr(),
-            _ptr(write_slots),
-            _ptr(key_slots),
-            _ptr(key_rows),
-            smax,
-            self._scratch.data_ptr(),
-            kernel_threads(),
-            None if self.timings is None else self.timings.data_ptr(),
-            _ptr(blocks),
-            rows,
-            0 if blocks is None else blocks.shape[1],
-            0 if tables is None else tables.block_size,
-            _ptr(ids),
-        )
-        got = self.lib.tl_decode_layers(ctypes.byref(self._model), ctypes.byref(step), x.data_ptr())  # tensors alive
+            n, positions, write_slots, key_slots, key_rows, smax, self._scratch.data_ptr(), kernel_threads(),
+            None if self.timings is None else self.timings.data_ptr(), blocks, rows, per_row, block_size, ids,
+        )  # fmt: skip
+        return self.lib.tl_decode_layers(ctypes.byref(self._model), ctypes.byref(step), x)
+
+    def _check(self, got: int, ids) -> None:
         if got == -2:
-            raise IndexError(f"token ids {ids.tolist()} are not all below the vocabulary size")
+            if not self.embeds:
+                raise RuntimeError("this stack was built without the embeddings")
+            raise IndexError(f"token ids {list(ids)} are not all below the vocabulary size")
         if got != 0:
             raise RuntimeError(f"the native decode step does not take rotary_dim={self.shape.rotary_dim}")
-        return x
 
-    def head(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """x [N, C] float32 (contiguous), rows [n] int64 -> logits [n, V] of those rows: the final norm, then
-        the output projection."""
+    def head(self, x: torch.Tensor, rows: torch.Tensor | array) -> torch.Tensor:
+        """x [N, C] float32 (contiguous), rows [n] int64 (a tensor or an array) -> logits [n, V] of those rows:
+        the final norm, then the output projection."""
         if not self.has_head:
             raise RuntimeError("this stack was built without the head")
-        rows = rows.contiguous()
-        logits = torch.empty(rows.shape[0], self.vocab)
+        if isinstance(rows, array):
+            count, address = len(rows), _address(rows)
+        else:
+            rows = rows.contiguous()
+            count, address = rows.shape[0], rows.data_ptr()
+        logits = torch.empty(count, self.vocab)
         got = self.lib.tl_decode_head(
-            ctypes.byref(self._model), x.data_ptr(), x.shape[0], rows.data_ptr(), rows.shape[0], logits.data_ptr(),
-            kernel_threads(),
-        )  # fmt: skip
+            ctypes.byref(self._model), x.data_ptr(), x.shape[0], address, count, logits.data_ptr(), kernel_threads()
+        )
         if got != 0:
-            raise IndexError(f"rows {rows.tolist()} are not all rows of x [{x.shape[0]}, {x.shape[1]}]")
+            raise IndexError(f"rows {list(rows)} are not all rows of x [{x.shape[0]}, {x.shape[1]}]")
         return logits

@@ -19,6 +19,7 @@ reference path), another KV dtype, MLA attention or tensor-parallel shards run t
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import replace
 
 import torch
@@ -33,6 +34,7 @@ from ..kernels.decode_step import (
     LayerWeights,
     PagedKeys,
     StackShape,
+    StepTokens,
 )
 from .attention import GQAttention
 from .norm import RMSNorm, RMSNormPlusOne
@@ -191,5 +193,24 @@ def decode_logits(
     if not stack.has_head:
         return model.head(x[rows][None])[0]  # [len(rows), V]
     logits = stack.head(x, rows)  # [len(rows), V]
+    cap = model.config.final_softcap
+    return logits if cap is None else torch.tanh(logits / cap) * cap
+
+
+def step_logits(model, stack: DecodeStack, tokens: StepTokens, rows: array) -> torch.Tensor:
+    """The engine's native step: tokens (flat arrays, their keys through block tables) -> the logits of the
+    chosen rows [len(rows), V]. With the embeddings and the head in the stack, two native calls and one tensor
+    (the logits) are all the step makes."""
+    n = len(tokens.ids)
+    if stack.embeds and stack.has_head:
+        logits = stack.logits(tokens, rows, GROUP_TOKENS)
+    else:
+        ids = torch.tensor(tokens.ids, dtype=torch.long)
+        x = torch.empty(n, stack.shape.hidden) if stack.embeds else model.embed(ids[None])[0].float().contiguous()
+        for a in range(0, n, GROUP_TOKENS):
+            stack.run_tokens(x[a : a + GROUP_TOKENS], tokens, a, min(n, a + GROUP_TOKENS))
+        if not stack.has_head:
+            return model.head(x[torch.tensor(rows, dtype=torch.long)][None])[0]  # [len(rows), V]
+        logits = stack.head(x, rows)
     cap = model.config.final_softcap
     return logits if cap is None else torch.tanh(logits / cap) * cap

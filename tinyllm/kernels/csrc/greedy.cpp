@@ -44,7 +44,17 @@ static int64_t first_max(const float* z, int64_t v) {
         m = z[j] > m ? z[j] : m;
     }
     if (m == -INFINITY) return -1;
-    for (int64_t j = 0; j < v; ++j)
+    int64_t j = 0;  // the first index holding m: eight at a time, then the one
+#ifdef TL_AVX2
+    const __m256 target = _mm256_set1_ps(m);
+    for (; j + 8 <= v; j += 8)
+        if (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(z + j), target, _CMP_EQ_OQ))) break;
+#else
+    const float32x4_t target = vdupq_n_f32(m);
+    for (; j + 8 <= v; j += 8)
+        if (vmaxvq_u32(vorrq_u32(vceqq_f32(vld1q_f32(z + j), target), vceqq_f32(vld1q_f32(z + j + 4), target)))) break;
+#endif
+    for (; j < v; ++j)
         if (z[j] == m) return j;
     return -1;
 #else
