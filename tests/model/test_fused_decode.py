@@ -9,6 +9,7 @@ largest logit, as for the other cached paths. A wrong slot, head, window or rota
 
 import random
 from array import array
+from dataclasses import replace
 
 import pytest
 import torch
@@ -19,7 +20,7 @@ from tinyllm.cache.paged_cache import PagedStorage
 from tinyllm.engine.engine import Engine
 from tinyllm.engine.runner import NativeKeys, StepInputs, execute
 from tinyllm.kernels import native
-from tinyllm.kernels.decode_step import KV_TYPES, PagedKeys, StepTokens
+from tinyllm.kernels.decode_step import KV_TYPES, StepTokens
 from tinyllm.loading.quantize import quantize_q4_1, quantize_q8_0
 from tinyllm.model import fused_decode
 from tinyllm.model.fused_decode import build_stack, decode_logits, step_logits, unsupported
@@ -138,54 +139,50 @@ def test_one_step_equals_the_module_path(name, threads, lengths=(1, 9, 23, 4, 16
     assert (storage.v - ref_storage.v).abs().max() <= 1e-5 * ref_storage.v.abs().max()
 
 
-def block_rows(key_slots: torch.Tensor, lengths: list[int], block_size: int = 4) -> torch.Tensor:
-    """The block tables behind scattered_step's key slots: [N, blocks], 0 past a sequence's blocks."""
+def step_tokens(inputs: StepInputs, key_slots: torch.Tensor, lengths: list[int], block_size: int = 4) -> StepTokens:
+    """scattered_step's tokens in the engine's form: flat arrays, the keys through block tables [N, blocks] (0
+    past a sequence's blocks) behind its key slots."""
     nb = (key_slots.shape[1] + block_size - 1) // block_size
     blocks = torch.zeros(len(lengths), nb, dtype=torch.long)
     for i, n in enumerate(lengths):
         blocks[i, : (n + block_size - 1) // block_size] = key_slots[i, :n:block_size] // block_size
-    return blocks
+    ints = (inputs.ids[0], inputs.positions, torch.arange(len(lengths)), blocks.view(-1))
+    return StepTokens(*(array("q", t.tolist()) for t in ints), nb, block_size, key_slots.shape[1])
 
 
 @pytest.mark.parametrize("name", ["llama-int8", "gemma2", "mixed-formats", "scale-softcap"])
-def test_native_lookup_paged_keys_and_head_equal_their_python_twins(name, threads):
-    """The step's own embedding lookup (Gemma's scaled embeddings included) and its slots derived from block
-    tables give the bits of the lookup and slots made in Python; its head (final norm, then the output
-    projection) gives the module head's logits within 1e-6 of the largest, as the two norms sum squares in
-    different orders."""
+def test_the_engines_native_step_equals_the_tensor_step(name, threads, monkeypatch):
+    """The engine's form of the step (flat arrays, slots derived from block tables, the embedding lookup and
+    the head native) gives the bits of the step from tensors of slots with the lookup and the head in Python
+    (Gemma's scaled embeddings included), in one call or in groups of tokens, except for the head's final norm:
+    the two norms sum squares in different orders, so the logits agree within 1e-6 of the largest."""
     model = variant(name)
     lengths = [1, 9, 23, 4, 16]
     storage, inputs, key_slots = scattered_step(model, lengths, seed=4)
     twin = copy_storage(storage)
-    ids, positions, rows = inputs.ids[0], inputs.positions, torch.tensor([4, 0, 2])
-    paged = PagedKeys(block_rows(key_slots, lengths), 4, key_slots.shape[1])
+    tokens, rows, ids = step_tokens(inputs, key_slots, lengths), torch.tensor([4, 0, 2]), inputs.ids[0]
     with torch.inference_mode():
-        stack, python_stack = build_stack(model, storage), build_stack(model, twin)
+        stack = build_stack(model, storage)
         assert stack.embeds and stack.has_head
-        x = stack.run(torch.empty(len(lengths), model.config.hidden_size), positions, None, paged, ids=ids)
-        y = python_stack.run(model.embed(ids[None])[0].contiguous(), positions, inputs.write_slots, key_slots)
-        assert torch.equal(x, y)
+        ours = step_logits(model, stack, tokens, array("q", rows.tolist()))
+        x = stack._x[: len(lengths)].clone()  # the layers' output the head ran on
+        monkeypatch.setattr(fused_decode, "GROUP_TOKENS", 2)  # offsets into the arrays
+        grouped = step_logits(model, build_stack(model, copy_storage(twin)), tokens, array("q", rows.tolist()))
+        monkeypatch.undo()
+        monkeypatch.setattr(fused_decode, "_head", lambda model: None)
+        monkeypatch.setattr(fused_decode, "_embedding", lambda model: None)
+        python_stack = build_stack(model, twin)
+        assert not (python_stack.embeds or python_stack.has_head)
+        ref = decode_logits(model, python_stack, ids, inputs.positions, inputs.write_slots, key_slots, rows)
+        y = python_stack.run(model.embed(inputs.ids)[0].contiguous(), inputs.positions, inputs.write_slots, key_slots)
+        assert torch.equal(x, y)  # the same lookup, slots and layers
         assert torch.equal(storage.k, twin.k) and torch.equal(storage.v, twin.v)  # the same slots written
-        ours, ref = stack.head(x, rows), model.head(x[rows][None])[0]
-        cap = model.config.final_softcap
-        ours = ours if cap is None else torch.tanh(ours / cap) * cap
         assert (ours - ref).abs().max() <= 1e-6 * ref.abs().max()
-        # the engine's form: flat arrays, run in groups of tokens (offsets into the arrays) or in one call
-        twin.k.copy_(storage.k), twin.v.copy_(storage.v)
-        n = len(lengths)
-        tokens = StepTokens(
-            *(array("q", t.tolist()) for t in (ids, positions, torch.arange(n), paged.blocks.view(-1))),
-            paged.blocks.shape[1], 4, paged.smax,
-        )  # fmt: skip
-        whole = step_logits(model, stack, tokens, array("q", rows.tolist()))
-        with pytest.MonkeyPatch.context() as m:
-            m.setattr(fused_decode, "GROUP_TOKENS", 2)
-            grouped = step_logits(model, build_stack(model, twin), tokens, array("q", rows.tolist()))
-        tensors = decode_logits(model, build_stack(model, twin), ids, positions, inputs.write_slots, key_slots, rows)
-        assert torch.equal(whole, grouped) and torch.equal(whole, tensors)
-        one, bad = torch.tensor([0]), torch.tensor([300])
+        module_ends = step_logits(model, python_stack, tokens, array("q", rows.tolist()))
+        assert torch.equal(grouped, ours) and torch.equal(module_ends, ref)
         with pytest.raises(IndexError, match="vocabulary"):
-            stack.run(torch.empty(1, model.config.hidden_size), positions[:1], None, paged, one, ids=bad)
+            bad = step_tokens(replace(inputs, ids=torch.full_like(inputs.ids, 300)), key_slots, lengths)
+            stack.run_tokens(torch.empty(len(lengths), model.config.hidden_size), bad)
         with pytest.raises(IndexError, match="rows"):
             stack.head(x, torch.tensor([0, 5]))
 

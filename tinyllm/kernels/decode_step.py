@@ -148,16 +148,6 @@ class Embedding:
 
 
 @dataclass
-class PagedKeys:
-    """Key slots through block tables: position s of row r is at slot blocks[r, s // block_size] * block_size
-    + s % block_size (the step derives its rows of slots and the new tokens' slots from them natively)."""
-
-    blocks: torch.Tensor  # [R, blocks per row] int64
-    block_size: int
-    smax: int  # positions each row covers
-
-
-@dataclass
 class StepTokens:
     """A step's tokens for the native call as flat int64 arrays: after a step has streamed the weights through
     the caches, building an array.array costs a few microseconds where a tensor costs tens."""
@@ -256,33 +246,24 @@ class DecodeStack:
         self,
         x: torch.Tensor,
         positions: torch.Tensor,
-        write_slots: torch.Tensor | None,
-        key_slots: torch.Tensor | PagedKeys,
+        write_slots: torch.Tensor,
+        key_slots: torch.Tensor,
         key_rows: torch.Tensor | None = None,
         ids: torch.Tensor | None = None,
     ):
         """x [N, C] float32 embeddings -> the last layer's output [N, C] (in place). positions, write_slots [N]
         and key_slots [R, Smax] int64: token i sees the keys at key_slots[key_rows[i], :positions[i] + 1]
-        (key_rows [N] int64; None: row i, R = N). With PagedKeys the slots come from block tables and
-        write_slots is None: token i's key goes to its row's slot of positions[i]. With ids [N] int64 the step
-        writes their embeddings into x first."""
-        n = x.shape[0]
-        paged = isinstance(key_slots, PagedKeys)
-        rows, smax = (key_slots.blocks.shape[0], key_slots.smax) if paged else key_slots.shape
+        (key_rows [N] int64; None: row i, R = N). With ids [N] int64 the step writes their embeddings into x
+        first."""
+        n, (rows, smax) = x.shape[0], key_slots.shape
         if key_rows is None and rows != n:
             raise ValueError(f"key_slots has {rows} rows for {n} tokens and no key_rows")
-        if paged and (write_slots is not None or key_slots.blocks.dtype != torch.long):
-            raise ValueError("paged keys take int64 block tables and no write_slots")
-        ids, positions, key_rows = (None if t is None else t.contiguous() for t in (ids, positions, key_rows))
-        blocks, per_row, block_size = None, 0, 0
-        if paged:
-            blocks, per_row, block_size = key_slots.blocks.contiguous(), key_slots.blocks.shape[1], key_slots.block_size
-            write_slots = key_slots = None
-        else:
-            write_slots, key_slots = write_slots.contiguous(), key_slots.contiguous()
+        ids, positions, write_slots, key_slots, key_rows = (
+            None if t is None else t.contiguous() for t in (ids, positions, write_slots, key_slots, key_rows)
+        )
         got = self._call(
-            x.data_ptr(), n, positions.data_ptr(), _ptr(write_slots), _ptr(key_slots), _ptr(key_rows), smax,
-            _ptr(blocks), rows, per_row, block_size, _ptr(ids),
+            x.data_ptr(), n, positions.data_ptr(), write_slots.data_ptr(), key_slots.data_ptr(), _ptr(key_rows),
+            smax, None, rows, 0, 0, _ptr(ids),
         )  # fmt: skip
         self._check(got, ids)
         return x

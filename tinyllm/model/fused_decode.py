@@ -20,7 +20,6 @@ reference path), another KV dtype, MLA attention or tensor-parallel shards run t
 from __future__ import annotations
 
 from array import array
-from dataclasses import replace
 
 import torch
 
@@ -32,7 +31,6 @@ from ..kernels.decode_step import (
     Embedding,
     Head,
     LayerWeights,
-    PagedKeys,
     StackShape,
     StepTokens,
 )
@@ -162,14 +160,13 @@ def decode_logits(
     stack: DecodeStack,
     ids: torch.Tensor,
     positions: torch.Tensor,
-    write_slots: torch.Tensor | None,
-    key_slots: torch.Tensor | PagedKeys,
+    write_slots: torch.Tensor,
+    key_slots: torch.Tensor,
     rows: torch.Tensor,
     key_rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """ids, positions, write_slots [N], key_slots [R, Smax] (a sequence's slots from position 0, padded) and
-    key_rows [N] (token i's row of key_slots; None: row i) -> logits of the chosen rows [len(rows), V]. With
-    PagedKeys (block tables) write_slots is None: each token's key goes to its position's slot.
+    key_rows [N] (token i's row of key_slots; None: row i) -> logits of the chosen rows [len(rows), V].
 
     Tokens go through the layers GROUP_TOKENS at a time, in order, so the scratch stays bounded however many
     a step holds (a token's keys are written before any later token reads them; its arithmetic is the same in
@@ -178,23 +175,13 @@ def decode_logits(
     native_ids = stack.embeds  # the step looks the tokens up into x itself
     # [N, C]: a fresh tensor the step writes in place
     x = torch.empty(n, stack.shape.hidden) if native_ids else model.embed(ids[None])[0].float().contiguous()
-    if n <= GROUP_TOKENS:  # the common case: one call, without slicing
-        stack.run(x, positions, write_slots, key_slots, key_rows, ids=ids if native_ids else None)
-    for a in range(0, n if n > GROUP_TOKENS else 0, GROUP_TOKENS):
+    for a in range(0, n, GROUP_TOKENS):
         b = min(n, a + GROUP_TOKENS)
-        writes = None if write_slots is None else write_slots[a:b]
-        if key_rows is not None:
-            keys, rows_of = key_slots, key_rows[a:b]
-        elif isinstance(key_slots, PagedKeys):
-            keys, rows_of = replace(key_slots, blocks=key_slots.blocks[a:b]), None
-        else:
-            keys, rows_of = key_slots[a:b], None
-        stack.run(x[a:b], positions[a:b], writes, keys, rows_of, ids=ids[a:b] if native_ids else None)
+        keys, rows_of = (key_slots, key_rows[a:b]) if key_rows is not None else (key_slots[a:b], None)
+        stack.run(x[a:b], positions[a:b], write_slots[a:b], keys, rows_of, ids=ids[a:b] if native_ids else None)
     if not stack.has_head:
         return model.head(x[rows][None])[0]  # [len(rows), V]
-    logits = stack.head(x, rows)  # [len(rows), V]
-    cap = model.config.final_softcap
-    return logits if cap is None else torch.tanh(logits / cap) * cap
+    return _capped(model, stack.head(x, rows))  # [len(rows), V]
 
 
 def step_logits(model, stack: DecodeStack, tokens: StepTokens, rows: array) -> torch.Tensor:
@@ -212,5 +199,10 @@ def step_logits(model, stack: DecodeStack, tokens: StepTokens, rows: array) -> t
         if not stack.has_head:
             return model.head(x[torch.tensor(rows, dtype=torch.long)][None])[0]  # [len(rows), V]
         logits = stack.head(x, rows)
+    return _capped(model, logits)
+
+
+def _capped(model, logits: torch.Tensor) -> torch.Tensor:
+    """The head's final soft-cap (Gemma 2), as model.head applies it."""
     cap = model.config.final_softcap
     return logits if cap is None else torch.tanh(logits / cap) * cap
