@@ -1,6 +1,7 @@
 """Where a batch-1 decode token's time goes on the product path: the engine's native decode step (its own
-clock per phase: matmuls, attention, the rest), the head (final norm, vocabulary matmul), the runner's
-Python (embedding, step tensors) and everything around the forward (scheduling, sampling, detokenizing)."""
+clock per phase: matmuls, attention, the rest; the embedding lookup counts with the rest), the head (final
+norm, vocabulary matmul), the runner's Python (the step's arrays, the calls) and everything around the forward
+(scheduling, sampling, detokenizing)."""
 
 from __future__ import annotations
 
@@ -43,17 +44,27 @@ def engine_breakdown(llm, ids: list[int], steps: int) -> dict:
     stack = runner.fused
     if stack is None:
         return {"native_step": False}
-    native, head, steps_s = [], [], []
+    native, head, steps_s, after_prefill = [], [], [], []
     stack.timings = torch.zeros(3, dtype=torch.long)  # ns: matmuls, attention, other
+    prefill_run = stack.run_tokens
+
+    def first_call_noted(*args, **kwargs):  # the phases of the decode steps only: those after the first call
+        out = prefill_run(*args, **kwargs)
+        if not after_prefill:
+            after_prefill.append(stack.timings.clone())
+        return out
+
+    stack.run_tokens = first_call_noted
     try:
-        with _timed(stack, "run", native), _timed(llm.model, "head", head), _timed(runner, "run", steps_s):
+        with _timed(stack, "run_tokens", native), _timed(stack, "head", head), _timed(runner, "run", steps_s):
             gen = llm.generate(ids, params=params)
-        phases = (stack.timings.double() / 1e6).tolist()
+        phases = ((stack.timings - after_prefill[0]).double() / 1e6).tolist()
     finally:
         stack.timings = None
+        del stack.run_tokens
     n = len(gen.ids)  # the first token comes from the prefill step; the n - 1 decode steps follow
     decode_s = gen.timings.total_s - gen.timings.prefill_s
-    head_s, steps_s = sum(head[1:]), sum(steps_s[1:])  # without the prefill step's
+    native_s, head_s, steps_s = sum(native[1:]), sum(head[1:]), sum(steps_s[1:])  # without the prefill step's
     per = lambda s: 1000 * s / (n - 1)  # noqa: E731
     return {
         "native_step": True,
@@ -64,7 +75,7 @@ def engine_breakdown(llm, ids: list[int], steps: int) -> dict:
             "attention": phases[1] / (n - 1),
             "norms, rotary, residuals": phases[2] / (n - 1),
             "head (norm + vocabulary matmul)": per(head_s),
-            "runner (embedding, step tensors)": per(steps_s - sum(native) - head_s),
+            "runner (step arrays, the calls)": per(steps_s - native_s - head_s),
             "engine (schedule, sample, detokenize)": per(decode_s - steps_s),
         },
     }
