@@ -185,6 +185,8 @@ def test_the_engines_native_step_equals_the_tensor_step(name, threads, monkeypat
             stack.run_tokens(torch.empty(len(lengths), model.config.hidden_size), bad)
         with pytest.raises(IndexError, match="rows"):
             stack.head(x, torch.tensor([0, 5]))
+        with pytest.raises(IndexError, match="rows"):  # a kept buffer longer than the step: its first n rows
+            stack.head(x, array("q", [4]), 4)
 
 
 @pytest.mark.parametrize("name", ["llama-int8", "window", "scale-softcap", "head-dim-80", "gemma3"])

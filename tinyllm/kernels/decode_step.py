@@ -295,7 +295,7 @@ class DecodeStack:
         for a in range(0, n, group):
             b = min(n, a + group)
             self.run_tokens(self._x[a:b] if n > group else self._x, tokens, a, b, check_rows=False)
-        return self.head(self._x, rows)
+        return self.head(self._x, rows, n)
 
     def _call(self, x, n, positions, write_slots, key_slots, key_rows, smax, blocks, rows, per_row, block_size, ids):
         need = self.lib.tl_decode_scratch_floats(ctypes.byref(self._model), n, smax)
@@ -315,9 +315,10 @@ class DecodeStack:
         if got != 0:
             raise RuntimeError(f"the native decode step does not take rotary_dim={self.shape.rotary_dim}")
 
-    def head(self, x: torch.Tensor, rows: torch.Tensor | array) -> torch.Tensor:
-        """x [N, C] float32 (contiguous), rows [n] int64 (a tensor or an array) -> logits [n, V] of those rows:
-        the final norm, then the output projection."""
+    def head(self, x: torch.Tensor, rows: torch.Tensor | array, n: int | None = None) -> torch.Tensor:
+        """x [N, C] float32 (contiguous; its first n rows, when given), rows [k] int64 (a tensor or an array)
+        -> logits [k, V] of those rows: the final norm, then the output projection."""
+        n = x.shape[0] if n is None else min(n, x.shape[0])
         if not self.has_head:
             raise RuntimeError("this stack was built without the head")
         if isinstance(rows, array):
@@ -327,8 +328,8 @@ class DecodeStack:
             count, address = rows.shape[0], rows.data_ptr()
         logits = torch.empty(count, self.vocab)
         got = self.lib.tl_decode_head(
-            ctypes.byref(self._model), x.data_ptr(), x.shape[0], address, count, logits.data_ptr(), kernel_threads()
+            ctypes.byref(self._model), x.data_ptr(), n, address, count, logits.data_ptr(), kernel_threads()
         )
         if got != 0:
-            raise IndexError(f"rows {list(rows)} are not all rows of x [{x.shape[0]}, {x.shape[1]}]")
+            raise IndexError(f"rows {list(rows)} are not all below the {n} rows of x")
         return logits

@@ -124,7 +124,7 @@ class Pool {
 // step's 120 matmuls, this cut was 6-7% faster than four equal chunks per thread, and level with one chunk per
 // thread (a test program alternating the cuts, 300 tokens each).
 struct Chunks {
-    int64_t start[64];
+    int64_t start[64];  // at most 3 x 16 chunks (16 threads or more cut as 16), then the end
     int64_t count = 0;
 
     Chunks(int64_t units, int threads) {
