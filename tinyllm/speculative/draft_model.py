@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -12,7 +13,8 @@ from torch import nn
 from ..cache.kv_cache import KVCache
 from ..cache.paged_cache import PagedStorage
 from ..errors import TinyLLMError
-from ..model.fused_decode import MAX_TOKENS, build_stack, decode_logits, unsupported
+from ..kernels.decode_step import StepTokens
+from ..model.fused_decode import MAX_TOKENS, build_stack, step_logits, unsupported
 from ..model.llama import LlamaForCausalLM
 
 BLOCK = 16  # slots per block of the native draft's storage (its slot p is position p)
@@ -52,12 +54,14 @@ class NativeDraftCache:
         """Store the keys of ids after the first `length` positions -> the logits after the last [V]."""
         for start in range(0, len(ids), MAX_TOKENS):
             part = ids[start : start + MAX_TOKENS]
-            n = len(part)
-            positions = torch.arange(self.length, self.length + n)  # [n], also their slots
-            keys = torch.arange(self.length + n).expand(n, -1)  # [n, S]: each reads up to its own position
-            last = torch.tensor([n - 1])
-            logits = decode_logits(model, self.stack, torch.tensor(part), positions, positions, keys, last)[0]
-            self.length += n
+            n, stop = len(part), self.length + len(part)
+            blocks = -(-stop // BLOCK)  # one row of blocks 0, 1, ...: slot p is position p
+            tokens = StepTokens(
+                array("q", part), array("q", range(self.length, stop)), array("q", [0] * n),
+                array("q", range(blocks)), blocks, BLOCK, stop,
+            )  # fmt: skip
+            logits = step_logits(model, self.stack, tokens, array("q", [n - 1]))[0]
+            self.length = stop
         return logits
 
     def truncate(self, length: int) -> None:
