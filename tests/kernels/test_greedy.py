@@ -73,3 +73,27 @@ def test_nan_or_no_finite_value_names_the_first_such_row(bad, threads):
             rows[r, 17] = bad
     with pytest.raises(ValueError, match="row 1 "):
         greedy_rows(rows)
+
+
+def test_a_rows_result_is_the_same_bits_alone_batched_and_at_any_thread_count():
+    """A row's spans are fixed (8192 logits each), so its sums are added in one order however many threads
+    share its two passes and whatever rows come with it; across spans the first maximum is still the first."""
+    v = 3 * 8192 + 5
+    rows = rows_of("plain", v, seed=3)
+    rows[1, 8192 + 7] = rows[1, 2 * 8192 + 1] = 50.0  # a tie across spans: the earlier index wins
+    rows[2, v - 1] = 60.0  # the maximum in the tail
+    before = torch.get_num_threads()
+    try:
+        got = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            got.append(greedy_rows(rows))
+            got.append([greedy_rows(rows[i : i + 1]) for i in range(rows.shape[0])])
+    finally:
+        torch.set_num_threads(before)
+    batched, alone = got[0], got[1]
+    assert batched[0][1:3] == [8192 + 7, v - 1]
+    assert got[2] == batched and all(g == alone for g in got[1::2])
+    assert [tuple(x[0] for x in a) for a in alone] == list(zip(*batched))
+    ref = torch_greedy(rows)
+    assert batched[0] == ref[0] and batched[1] == pytest.approx(ref[1], abs=1e-6)

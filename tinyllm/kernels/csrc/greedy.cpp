@@ -5,20 +5,22 @@
 #include "pool.h"
 #include "vmath.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 namespace tl {
 
-// The first index of the row's maximum, or -1 for a NaN or a row of -inf only.
-static int64_t first_max(const float* z, int64_t v) {
+// The maximum of z[0..n) (-inf for -inf only), or NaN when z holds a NaN.
+static float span_max(const float* z, int64_t n) {
     float m = -INFINITY;
     int64_t i = 0;
 #ifdef TL_SIMD
     bool nan = false;  // the vector part: its maximum and whether it holds a NaN
 #ifdef TL_AVX2
     __m256 mv = _mm256_set1_ps(-INFINITY), unordered = _mm256_setzero_ps();
-    for (; i + 8 <= v; i += 8) {
+    for (; i + 8 <= n; i += 8) {
         const __m256 x = _mm256_loadu_ps(z + i);
         unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
         mv = _mm256_max_ps(mv, x);
@@ -30,7 +32,7 @@ static int64_t first_max(const float* z, int64_t v) {
 #else
     float32x4_t mv = vdupq_n_f32(-INFINITY);
     uint32x4_t ordered = vdupq_n_u32(0xFFFFFFFFu);
-    for (; i + 4 <= v; i += 4) {
+    for (; i + 4 <= n; i += 4) {
         const float32x4_t x = vld1q_f32(z + i);
         ordered = vandq_u32(ordered, vceqq_f32(x, x));  // false for a NaN
         mv = vmaxq_f32(mv, x);
@@ -38,33 +40,30 @@ static int64_t first_max(const float* z, int64_t v) {
     nan = vminvq_u32(ordered) == 0;
     if (!nan) m = vmaxvq_f32(mv);
 #endif
-    if (nan) return -1;
-    for (int64_t j = i; j < v; ++j) {
-        if (z[j] != z[j]) return -1;
-        m = z[j] > m ? z[j] : m;
+    if (nan) return NAN;
+#endif
+    for (; i < n; ++i) {
+        if (z[i] != z[i]) return NAN;
+        m = z[i] > m ? z[i] : m;
     }
-    if (m == -INFINITY) return -1;
-    int64_t j = 0;  // the first index holding m: eight at a time, then the one
-#ifdef TL_AVX2
+    return m;
+}
+
+// The first index of m in z[0..n), or -1.
+static int64_t first_index(const float* z, int64_t n, float m) {
+    int64_t j = 0;  // eight at a time, then the one
+#if defined(TL_AVX2)
     const __m256 target = _mm256_set1_ps(m);
-    for (; j + 8 <= v; j += 8)
+    for (; j + 8 <= n; j += 8)
         if (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(z + j), target, _CMP_EQ_OQ))) break;
-#else
+#elif defined(TL_NEON)
     const float32x4_t target = vdupq_n_f32(m);
-    for (; j + 8 <= v; j += 8)
+    for (; j + 8 <= n; j += 8)
         if (vmaxvq_u32(vorrq_u32(vceqq_f32(vld1q_f32(z + j), target), vceqq_f32(vld1q_f32(z + j + 4), target)))) break;
 #endif
-    for (; j < v; ++j)
+    for (; j < n; ++j)
         if (z[j] == m) return j;
     return -1;
-#else
-    int64_t at = -1;
-    for (; i < v; ++i) {
-        if (z[i] != z[i]) return -1;
-        if (z[i] > m) m = z[i], at = i;
-    }
-    return at;
-#endif
 }
 
 // S and T of the header for one row whose maximum is m.
@@ -127,37 +126,76 @@ static void sums(const float* z, int64_t v, float m, double* s_out, double* t_ou
     *t_out = t;
 }
 
+// Elements of a row one chunk covers. Fixed, so a row's sums are added in one order whatever the thread count
+// or the other rows: a lone row's two passes still spread over the threads.
+constexpr int64_t SPAN = 8192;
+
 struct GreedyJob {
     const float* logits;
-    int64_t v;
-    int64_t* token;  // -1 marks a refused row
-    double *logprob, *entropy;
+    int64_t v, spans;
+    float* max;           // [b * spans]: each span's maximum (NaN: it holds a NaN)
+    const float* row;     // [b]: each row's maximum, NaN for a refused row
+    double *s, *t;        // [b * spans]: each span's S and T
 };
 
-static void greedy_row(void* ctx, int64_t r) {
+static void max_chunk(void* ctx, int64_t c) {
     const GreedyJob& j = *static_cast<const GreedyJob*>(ctx);
-    const float* z = j.logits + r * j.v;
-    const int64_t at = first_max(z, j.v);
-    j.token[r] = at;
-    if (at < 0) return;
-    double s, t;
-    sums(z, j.v, z[at], &s, &t);
-    j.logprob[r] = -std::log(s);
-    j.entropy[r] = std::log(s) + t / s;
+    const int64_t r = c / j.spans, at = (c % j.spans) * SPAN;
+    j.max[c] = span_max(j.logits + r * j.v + at, std::min(SPAN, j.v - at));
+}
+
+static void sums_chunk(void* ctx, int64_t c) {
+    const GreedyJob& j = *static_cast<const GreedyJob*>(ctx);
+    const int64_t r = c / j.spans, at = (c % j.spans) * SPAN;
+    if (j.row[r] != j.row[r]) return;
+    sums(j.logits + r * j.v + at, std::min(SPAN, j.v - at), j.row[r], j.s + c, j.t + c);
 }
 
 }  // namespace tl
 
 extern "C" {
 
-// For each of b rows of v logits: token[r], its log-probability and the entropy (nats) of softmax(row); rows
-// spread over the kernels' threads. Returns 0, or -1 - r for the first row r holding a NaN or no finite value.
+// For each of b rows of v logits: token[r], its log-probability and the entropy (nats) of softmax(row); each
+// row's spans spread over the kernels' threads. Returns 0, or -1 - r for the first row r holding a NaN or no
+// finite value.
 int64_t tl_greedy_rows(const float* logits, int64_t b, int64_t v, int64_t* token, double* logprob, double* entropy,
                        int threads) {
-    tl::GreedyJob job{logits, v, token, logprob, entropy};
-    tl::pool().run(tl::greedy_row, &job, b, threads);
-    for (int64_t r = 0; r < b; ++r)
-        if (token[r] < 0) return -1 - r;
-    return 0;
+    const int64_t spans = std::max<int64_t>(1, (v + tl::SPAN - 1) / tl::SPAN);
+    thread_local std::vector<float> max, row;
+    thread_local std::vector<double> s, t;
+    max.assign(b * spans, 0.0f);
+    row.assign(b, NAN);
+    s.assign(b * spans, 0.0);
+    t.assign(b * spans, 0.0);
+    tl::GreedyJob job{logits, v, spans, max.data(), row.data(), s.data(), t.data()};
+    tl::pool().run(tl::max_chunk, &job, b * spans, threads);
+    int64_t refused = -1;
+    for (int64_t r = 0; r < b; ++r) {  // the row's maximum, then its first index: in the first span holding it
+        float m = -INFINITY;
+        bool nan = false;
+        for (int64_t k = 0; k < spans; ++k) {
+            const float x = max[r * spans + k];
+            nan = nan || x != x;
+            m = x > m ? x : m;
+        }
+        token[r] = -1;
+        if (nan || m == -INFINITY) {
+            if (refused < 0) refused = r;
+            continue;
+        }
+        row[r] = m;
+        for (int64_t k = 0; k < spans && token[r] < 0; ++k)
+            if (max[r * spans + k] == m)
+                token[r] = k * tl::SPAN + tl::first_index(logits + r * v + k * tl::SPAN, std::min(tl::SPAN, v - k * tl::SPAN), m);
+    }
+    tl::pool().run(tl::sums_chunk, &job, b * spans, threads);
+    for (int64_t r = 0; r < b; ++r) {
+        if (token[r] < 0) continue;
+        double S = 0.0, T = 0.0;
+        for (int64_t k = 0; k < spans; ++k) S += s[r * spans + k], T += t[r * spans + k];
+        logprob[r] = -std::log(S);
+        entropy[r] = std::log(S) + T / S;
+    }
+    return refused < 0 ? 0 : -1 - refused;
 }
 }
