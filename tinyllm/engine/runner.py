@@ -58,8 +58,9 @@ class PagedBatch:
 
 @dataclass
 class StepInputs:
-    """Everything one forward needs besides the weights and the KV storage. It holds slots, not block tables,
-    so a tensor-parallel rank with its own storage of the same shape in blocks can run it as it is."""
+    """Everything one forward needs besides the weights and the KV storage. The module path's holds slots, not
+    block tables, so a tensor-parallel rank with its own storage of the same shape in blocks can run it as it
+    is; the native step's (NativeKeys) holds the tokens and the block tables as flat arrays."""
 
     block_copies: list[tuple[int, int]]  # copy-on-write: (src, dst) blocks, applied before the forward
     ids: torch.Tensor | None  # [1, N]; None with NativeKeys, which hold the tokens
