@@ -9,6 +9,7 @@ import pytest
 
 from helpers.model_files import random_tiny_llama, write_gguf, write_hf_folder
 from tinyllm.cli import main
+from tinyllm.kernels import native
 
 HAS_REFERENCE = importlib.util.find_spec("transformers") is not None
 HAS_PLOT = importlib.util.find_spec("matplotlib") is not None
@@ -26,6 +27,10 @@ def bench(kind, folder, out, *extra):
         result = json.load(f)
     assert result["bench"] == kind and result["options"]["quick"] is True
     assert result["machine"]["cpu_count"] >= 1 and result["model"] == os.path.abspath(folder)
+    for when in ("compute_before", "compute_after"):  # the cores' FMA rate around the runs
+        rates = result["machine"][when]
+        assert len(rates) == 2 and all(v is None or positive(v) for v in rates.values())
+        assert any(v is not None for v in rates.values()) or native.library() is None
     assert os.path.isfile(os.path.join(out, f"{kind}.png")) == (HAS_PLOT and kind not in ("load", "step"))
     return result
 

@@ -49,3 +49,16 @@ def test_failed_build_falls_back_with_one_warning_naming_the_reason(tmp_path):
     ok, count, message = out.split(" ", 2)
     assert (ok, count) == ("False", "1"), err
     assert "building them failed" in message and "false" in message
+
+
+def test_the_fma_probe_counts_multiply_adds_and_refuses_bad_arguments():
+    from tinyllm.kernels import native
+
+    lib = native.library()
+    if lib is None:
+        pytest.skip("no native library")
+    for threads in (1, 2):
+        rate = lib.tl_fma_rate(threads, 0.05)
+        assert 1e8 < rate < 1e13  # any core does more than 0.1 G multiply-adds a second, none 10 T
+    assert lib.tl_fma_rate(0, 0.05) == -1.0 and lib.tl_fma_rate(-3, 0.05) == -1.0
+    assert lib.tl_fma_rate(1, 0.0) == -1.0 and lib.tl_fma_rate(1, float("nan")) == -1.0

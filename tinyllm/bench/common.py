@@ -115,6 +115,23 @@ def load_now() -> float | None:
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
+def fma_rate(threads: int, seconds: float = 0.2) -> float | None:
+    """G float32 multiply-adds a second that `threads` threads get right now on registers alone (no memory),
+    or None without the native library. On a shared or virtual machine it moves between runs (two cores whose
+    sibling hardware threads the host gives to other work deliver about one core's FMAs), so a result file
+    records it before and after its runs: a run's rate over it is the share of the machine's compute it used."""
+    from ..kernels import native
+
+    lib = native.library()
+    return None if lib is None else lib.tl_fma_rate(threads, seconds) / 1e9
+
+
+def compute_now() -> dict:
+    """fma_rate on one thread and on torch's thread count."""
+    n = torch_threads()
+    return {"fma_gmacs_1_thread": fma_rate(1), f"fma_gmacs_{n}_threads": fma_rate(n)}
+
+
 def machine_info() -> dict:
     import torch
 
@@ -127,6 +144,7 @@ def machine_info() -> dict:
         "cpu": _cpu_model(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "compute_before": compute_now(),
     }
     try:
         import transformers
@@ -183,10 +201,25 @@ def write_plot(out_dir: str, name: str, draw: Callable) -> str | None:
 
 def save(out_dir: str, name: str, result: dict, draw: Callable | None, report: Callable[[dict], str]) -> dict:
     """The end of every bench: the PNG (if drawn), the JSON, and the report on stdout."""
+    machine = result.get("machine")
+    if isinstance(machine, dict) and "compute_before" in machine:
+        machine["compute_after"] = compute_now()
     result["png"] = write_plot(out_dir, name, draw) if draw is not None else None
     result["json"] = write_json(out_dir, name, result)
     print(report(result))
+    if isinstance(machine, dict) and "compute_before" in machine:
+        print(compute_line(machine["compute_before"], machine["compute_after"]))
     return result
+
+
+def compute_line(before: dict, after: dict) -> str:
+    """The FMA rates before and after the runs, on one line of the report."""
+
+    def rates(d: dict) -> str:
+        return " / ".join("n/a" if v is None else f"{v:.1f}" for v in d.values())
+
+    threads = " / ".join(k.removeprefix("fma_gmacs_").replace("_", " ") for k in before)
+    return f"cores' float32 FMA rate, G multiply-adds/s ({threads}): before {rates(before)}, after {rates(after)}"
 
 
 # ---- models

@@ -133,6 +133,4 @@ def run(args, models: common.Models | None = None) -> dict:
     models = models or common.load_models(args)
     result = common.header("load", args, models)
     result.update(measure(models, args.prompt_tokens, args.new_tokens, args.repeats, args.seed))
-    result["json"] = common.write_json(args.out, "load", result)
-    print(report(result))
-    return result
+    return common.save(args.out, "load", result, None, report)

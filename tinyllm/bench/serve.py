@@ -225,12 +225,14 @@ def run_serve_bench(args) -> dict:
     result = {"bench": "serve", "model": path, "machine": common.machine_info(), "options": options}
     result["http"], result["engine"] = measure(llm, args, work)
     result["comparison"] = compare(result["http"], result["engine"])
-    out = getattr(args, "out", "bench-results")
-    result["png"] = common.write_plot(out, "serve", draw(result))
-    result["json"] = common.write_json(out, "serve", result)
-    for row in result["comparison"]:
-        print("  " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
-    return result
+    return common.save(getattr(args, "out", "bench-results"), "serve", result, draw(result), report)
+
+
+def report(result: dict) -> str:
+    return "\n".join(
+        "  " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items())
+        for row in result["comparison"]
+    )
 
 
 run = run_serve_bench  # the interface `tinyllm bench` expects of a kind

@@ -32,7 +32,8 @@ from .threads import kernel_threads
 
 CSRC = Path(__file__).parent / "csrc"
 SOURCES = ["blocks.h", "kv.h", "pool.h", "q8act.h", "simd.h", "tile.h", "vmath.h"]
-UNITS = ["qmatmul.cpp", "q8act.cpp", "q8pack.cpp", "decode.cpp", "greedy.cpp"]  # compiled into one library
+# compiled into one library
+UNITS = ["qmatmul.cpp", "q8act.cpp", "q8pack.cpp", "decode.cpp", "greedy.cpp", "probe.cpp"]
 SOURCES += UNITS
 FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-fPIC", "-shared", "-pthread"]
 LIB_NAME = "libtinyllm_kernels.so"
@@ -128,6 +129,8 @@ def load(path: Path) -> ctypes.CDLL:
     lib.tl_greedy_rows.restype = _I64
     lib.tl_kv_round.argtypes = [_I64, _PTR, _I64, _PTR]
     lib.tl_kv_round.restype = ctypes.c_int
+    lib.tl_fma_rate.argtypes = [ctypes.c_int, ctypes.c_double]
+    lib.tl_fma_rate.restype = ctypes.c_double
     return lib
 
 
