@@ -267,24 +267,32 @@ template <int F> static inline void decode16(const uint8_t* b, int sub, const fl
         const __m512 d = _mm512_broadcastss_ps(dm);
         const int qh_off = has_min ? 4 : 2, qs_off = qh_off + (five ? 4 : 0);
         const __m512i q = bytes16(b + qs_off);
-        __m512i lo = _mm512_and_si512(q, low4), hi = _mm512_srli_epi32(q, 4);
-        const __m512i sixteen = _mm512_set1_epi32(16);
-        const uint32_t qh = five ? u32(b + qh_off) : 0;  // bit l: element l's fifth bit
-        if constexpr (F == Q5_1) {
-            lo = _mm512_mask_or_epi32(lo, (__mmask16)(qh & 0xFFFF), lo, sixteen);
-            hi = _mm512_mask_or_epi32(hi, (__mmask16)(qh >> 16), hi, sixteen);
-        }
-        if constexpr (F == Q5_0) {  // (lo | bit << 4) - 16: lo where the bit is set, lo - 16 where not
-            w01 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_mask_sub_epi32(lo, (__mmask16)~qh, lo, sixteen)));
-            w23 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_mask_sub_epi32(hi, (__mmask16)(~qh >> 16), hi, sixteen)));
-        } else if constexpr (has_min) {
-            const __m512 m = _mm512_broadcastss_ps(_mm_movehdup_ps(dm));
-            w01 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lo), m);  // d * q exact
-            w23 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(hi), m);
+        const __m512i hi4 = _mm512_srli_epi32(q, 4);
+        const __m512 q16 = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        // Q4_0, Q4_1, Q5_0: a block's weights take 16 or 32 values, one per q. Each is worked out once, by the
+        // operation decode32 applies to every element (d * (q - offset), or d * q + m in one rounding), into a
+        // table the q's then index (vpermps): the same values with fewer vector ops, measured per 32 weights
+        // on one row, Q4_0 -22%, Q4_1 -3%, Q5_0 -9%. Q5_1's two tables, each with its own FMA, were 10% slower.
+        if constexpr (!five) {  // the index's low 4 bits: q's byte holds lo in bits 0-3 and hi in 4-7
+            const __m512 table = has_min ? _mm512_fmadd_ps(d, q16, _mm512_broadcastss_ps(_mm_movehdup_ps(dm)))
+                                         : _mm512_mul_ps(d, _mm512_sub_ps(q16, _mm512_set1_ps(8.0f)));
+            w01 = _mm512_permutexvar_ps(q, table);
+            w23 = _mm512_permutexvar_ps(hi4, table);
         } else {
-            const __m512i off = _mm512_set1_epi32(8);
-            w01 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(lo, off)));
-            w23 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(hi, off)));
+            const uint32_t qh = u32(b + qh_off);  // bit l: element l's fifth bit
+            const __m512i sixteen = _mm512_set1_epi32(16), lo4 = _mm512_and_si512(q, low4);
+            const __m512i lo = _mm512_mask_or_epi32(lo4, (__mmask16)(qh & 0xFFFF), lo4, sixteen);  // q | bit << 4
+            const __m512i hi = _mm512_mask_or_epi32(hi4, (__mmask16)(qh >> 16), hi4, sixteen);
+            if constexpr (has_min) {
+                const __m512 m = _mm512_broadcastss_ps(_mm_movehdup_ps(dm));
+                w01 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lo), m);  // d * q exact
+                w23 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(hi), m);
+            } else {  // tables of q = 0..15 and 16..31, chosen by the index's fifth bit
+                const __m512 t0 = _mm512_mul_ps(d, _mm512_sub_ps(q16, _mm512_set1_ps(16.0f)));
+                const __m512 t1 = _mm512_mul_ps(d, q16);
+                w01 = _mm512_permutex2var_ps(t0, lo, t1);
+                w23 = _mm512_permutex2var_ps(t0, hi, t1);
+            }
         }
     } else if constexpr (F == Q8_0) {
         const __m512 d = _mm512_set1_ps(f16(b));
