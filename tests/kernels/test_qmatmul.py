@@ -74,6 +74,32 @@ def test_a_row_is_the_same_bits_at_any_number_of_rows(path, fmt):
         torch.set_num_threads(before)
 
 
+@pytest.mark.parametrize("fmt", ["Q4_1", "Q6_K"])
+def test_a_prompt_sized_batch_splits_on_the_threads_and_keeps_each_rows_bits(path, fmt):
+    """Past 2^16 activations the tile kernel's reordering of x runs in chunks on the pool: every row is
+    still the row computed alone, at 1, 2 and 3 threads (a gap or overlap between chunks would not be)."""
+    if path == "fallback":
+        pytest.skip("F.linear makes no such promise")
+    lib = native.library()
+    k = 3 * FORMATS[fmt].block_size
+    m = (1 << 16) // k + 5  # just past the threshold, not a multiple of any chunk count
+    w = weight(fmt, 21, k, seed=3)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(5))
+    alone = torch.empty(m, 21)
+    for i in range(m):
+        native.matmul_into(lib, x[i : i + 1].contiguous(), 1, w, alone[i : i + 1])
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            y = torch.full((m, 21), float("nan"))
+            native.matmul_into(lib, x, m, w, y)
+            assert torch.equal(y, alone), threads
+    finally:
+        torch.set_num_threads(before)
+    assert_within_summation_bound(alone, x, dequantize(w))
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("m", [1, 5, 13, 40])
 def test_threads_split_rows_without_gaps(path, threads, m):

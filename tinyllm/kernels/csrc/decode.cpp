@@ -153,6 +153,23 @@ static void rms_norm(const float* x, const float* w, int64_t n, int64_t c, doubl
     }
 }
 
+// f(r0, r1) over rows 0..n in chunks on the pool's threads, or on the caller alone for a few rows (waking a
+// helper costs more than they do). Row-wise work only: a row's result does not depend on the split.
+constexpr int64_t ROWS_PER_TASK = 8;
+
+template <class F> static void for_rows(int64_t n, int threads, F&& f) {
+    if (threads <= 1 || n < 2 * ROWS_PER_TASK) return f(int64_t(0), n);
+    struct Ctx {
+        F* f;
+        int64_t n, chunks;
+    } ctx{&f, n, std::min<int64_t>(4 * threads, n / ROWS_PER_TASK)};
+    auto chunk = [](void* c, int64_t i) {
+        const Ctx& t = *static_cast<const Ctx*>(c);
+        (*t.f)(t.n * i / t.chunks, t.n * (i + 1) / t.chunks);
+    };
+    pool().run(chunk, &ctx, ctx.chunks, threads);
+}
+
 // `a`: x quantized to 8 bits (a projection's parts share it), or null where no part takes 8-bit activations.
 static void matmul(const QW& w, const float* x, const Q8Act* a, int64_t m, float* y, int threads) {
     if (w.fmt & INT8_ACTIVATIONS)
@@ -178,7 +195,9 @@ static void matmul(const Proj& p, const float* x, int64_t m, float* y, float* pa
     for (int64_t i = 0; i < p.count; ++i) {
         const QW& w = p.part[i];
         matmul(w, x, &a, m, part, threads);
-        for (int64_t r = 0; r < m; ++r) std::copy(part + r * w.n, part + (r + 1) * w.n, y + r * width + at);
+        for_rows(m, threads, [&](int64_t r0, int64_t r1) {  // on the pool: see SplitJob in qmatmul.cpp
+            for (int64_t r = r0; r < r1; ++r) std::copy(part + r * w.n, part + (r + 1) * w.n, y + r * width + at);
+        });
         at += w.n;
     }
 }
@@ -602,22 +621,6 @@ static int64_t attention_group(const ModelArgs& md, int64_t n, int64_t smax) {
     return std::max<int64_t>(1, std::min<int64_t>(n, (int64_t(1) << 20) / per_token));
 }
 
-// f(r0, r1) over rows 0..n in chunks on the pool's threads, or on the caller alone for a few rows (waking a
-// helper costs more than they do). Row-wise work only: a row's result does not depend on the split.
-constexpr int64_t ROWS_PER_TASK = 8;
-
-template <class F> static void for_rows(int64_t n, int threads, F&& f) {
-    if (threads <= 1 || n < 2 * ROWS_PER_TASK) return f(int64_t(0), n);
-    struct Ctx {
-        F* f;
-        int64_t n, chunks;
-    } ctx{&f, n, std::min<int64_t>(4 * threads, n / ROWS_PER_TASK)};
-    auto chunk = [](void* c, int64_t i) {
-        const Ctx& t = *static_cast<const Ctx*>(c);
-        (*t.f)(t.n * i / t.chunks, t.n * (i + 1) / t.chunks);
-    };
-    pool().run(chunk, &ctx, ctx.chunks, threads);
-}
 
 // Attention of the step's N tokens (qkv [N, width] rotated, their keys and values stored) into attn [N, H * D].
 static void attention(const ModelArgs& md, const LayerArgs& L, const StepArgs& st, const float* qkv, float* attn,
