@@ -422,7 +422,7 @@ static bool reads_alone(const StepArgs& st, int64_t i) {
 // them there. The same arithmetic per head as the chunk's other path (measured: 29-34 -> 21-23 ns per head and
 // key on one thread, 15 -> 12 on two, with keys and values in memory; keys in cache gain nothing).
 // Eight rows read a head's part at a time is a pattern the hardware prefetcher does not follow (a test program:
-// 7-8 GB/s on one thread against 20-25 for the same bytes in order), so the span's key rows are asked for at
+// 6-9 GB/s on one thread against 19-26 for the same bytes in order), so the span's key rows are asked for at
 // the start, and again eight keys ahead: 32 sequences at ~280 keys, attention 33-35 -> 25-30 ms a step.
 template <class T>
 static void attend_streaming(const AttnJob& j, const float* q, const int64_t* slots, int64_t first, int64_t last,
@@ -620,7 +620,6 @@ static int64_t attention_group(const ModelArgs& md, int64_t n, int64_t smax) {
     const int64_t per_token = md.heads * ((smax + SPAN - 1) / SPAN) * (md.head_dim + 2);
     return std::max<int64_t>(1, std::min<int64_t>(n, (int64_t(1) << 20) / per_token));
 }
-
 
 // Attention of the step's N tokens (qkv [N, width] rotated, their keys and values stored) into attn [N, H * D].
 static void attention(const ModelArgs& md, const LayerArgs& L, const StepArgs& st, const float* qkv, float* attn,

@@ -4,7 +4,6 @@
 // other work on their sibling hardware threads give about half their FMAs.
 #include "simd.h"
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <thread>
