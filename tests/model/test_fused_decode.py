@@ -165,7 +165,7 @@ def test_the_engines_native_step_equals_the_tensor_step(name, threads, monkeypat
         stack = build_stack(model, storage)
         assert stack.embeds and stack.has_head
         ours = step_logits(model, stack, tokens, array("q", rows.tolist()))
-        x = stack._x[: len(lengths)].clone()  # the layers' output the head ran on
+        x = stack._x[rows].clone()  # the layers' output the head ran on (the rows it read)
         monkeypatch.setattr(fused_decode, "GROUP_TOKENS", 2)  # offsets into the arrays
         grouped = step_logits(model, build_stack(model, copy_storage(twin)), tokens, array("q", rows.tolist()))
         monkeypatch.undo()
@@ -175,7 +175,7 @@ def test_the_engines_native_step_equals_the_tensor_step(name, threads, monkeypat
         assert not (python_stack.embeds or python_stack.has_head)
         ref = decode_logits(model, python_stack, ids, inputs.positions, inputs.write_slots, key_slots, rows)
         y = python_stack.run(model.embed(inputs.ids)[0].contiguous(), inputs.positions, inputs.write_slots, key_slots)
-        assert torch.equal(x, y)  # the same lookup, slots and layers
+        assert torch.equal(x, y[rows])  # the same lookup, slots and layers
         assert torch.equal(storage.k, twin.k) and torch.equal(storage.v, twin.v)  # the same slots written
         assert (ours - ref).abs().max() <= 1e-6 * ref.abs().max()
         module_ends = step_logits(model, python_stack, tokens, array("q", rows.tolist()))
@@ -231,6 +231,44 @@ def test_shared_key_rows_and_token_groups_change_no_bit(name, monkeypatch):
         monkeypatch.setattr(fused_decode, "GROUP_TOKENS", 7)
         grouped = decode_logits(model, stack, ids, positions, write, key_slots, rows, shared)
     assert torch.equal(one, again) and torch.equal(one, grouped) and torch.equal(one, alone)
+
+
+@pytest.mark.parametrize("int8", [False, True])
+@pytest.mark.parametrize("name", ["llama-int8", "window", "gemma2", "qwen3", "three-per-kv", "mixed-formats"])
+def test_the_last_layer_for_the_read_rows_alone_changes_no_bit(name, int8, threads):
+    """A step of a 40-token prompt chunk and two decode tokens whose logits are read at four rows (unsorted,
+    one twice): past storing every token's keys and values, the last layer runs for those rows alone. Their
+    logits, and every key and value stored, are the bits of the step that runs the last layer for all rows, in
+    one call and in groups of 7 tokens (groups with no row read run none). Kept rows attend as a few tokens
+    alone on a row or sharing one, where the full step attends a chunk per token: the same arithmetic."""
+    model = variant(name)
+    for w in quant_weights(model):
+        w.int8_activations = int8
+    lengths, chunk = [70, 3, 300], 40
+    storage, inputs, key_slots = scattered_step(model, lengths, seed=11, num_blocks=120)
+    g = torch.Generator().manual_seed(5)
+    positions = torch.cat([torch.arange(lengths[2] - chunk, lengths[2]), inputs.positions[:2]])
+    ids = torch.cat([torch.randint(0, model.config.vocab_size, (chunk,), generator=g), inputs.ids[0, :2]])
+    nb = (key_slots.shape[1] + 3) // 4
+    blocks = torch.zeros(len(lengths), nb, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        blocks[i, : (n + 3) // 4] = key_slots[i, :n:4] // 4
+    key_rows = [2] * chunk + [0, 1]
+    ints = (ids.tolist(), positions.tolist(), key_rows, blocks.view(-1).tolist())
+    tokens = StepTokens(*(array("q", t) for t in ints), nb, 4, key_slots.shape[1])
+    rows = array("q", [len(ids) - 1, chunk - 1, 19, 19, chunk])
+    with torch.inference_mode():
+        for group in (256, 7):
+            full, part = copy_storage(storage), copy_storage(storage)
+            every = build_stack(model, full).logits(tokens, rows, group, every_row=True)
+            read = build_stack(model, part).logits(tokens, rows, group)
+            assert torch.equal(read, every)
+            assert torch.equal(part.k, full.k) and torch.equal(part.v, full.v)
+            assert not torch.equal(part.k, storage.k)  # the step stored the chunk's keys
+        stack, x = build_stack(model, copy_storage(storage)), torch.empty(len(ids), model.config.hidden_size)
+        for bad in ([3, 2], [0, len(ids)], [-1]):
+            with pytest.raises(ValueError, match="out_rows"):
+                stack.run_tokens(x, tokens, out_rows=array("q", bad))
 
 
 def test_spans_do_not_depend_on_the_thread_count():

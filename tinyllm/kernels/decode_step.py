@@ -86,6 +86,8 @@ class _Step(ctypes.Structure):
         ("blocks_per_row", _I64),
         ("block_size", _I64),
         ("ids", ctypes.c_void_p),
+        ("out_rows", ctypes.c_void_p),
+        ("num_out", _I64),
     ]
 
 
@@ -159,6 +161,9 @@ class StepTokens:
     per_row: int
     block_size: int
     smax: int  # positions a row covers
+
+
+_NO_ROWS = array("q", [0])  # the address passed for an empty out_rows: null would mean every row
 
 
 def _address(a: array, offset: int = 0) -> int:
@@ -269,11 +274,19 @@ class DecodeStack:
         return x
 
     def run_tokens(
-        self, x: torch.Tensor, tokens: StepTokens, a: int = 0, b: int | None = None, check_rows: bool = True
+        self,
+        x: torch.Tensor,
+        tokens: StepTokens,
+        a: int = 0,
+        b: int | None = None,
+        check_rows: bool = True,
+        out_rows: array | None = None,
     ) -> torch.Tensor:
         """Tokens a..b of `tokens` through the layers: x [b - a, C] float32 (contiguous; at least b - a rows
         without check_rows), their embeddings, or anything when the stack looks them up itself (`embeds`) -> the
-        last layer's output, in place."""
+        last layer's output, in place. With out_rows (increasing int64 rows of x below b - a) only those rows
+        hold it: every token's keys and values are stored, but the last layer's attention, projection and MLP
+        run for those rows alone (a prompt's other tokens are never sampled)."""
         b = len(tokens.ids) if b is None else b
         if x.shape[0] < b - a or (check_rows and x.shape[0] != b - a):
             raise ValueError(f"x has {x.shape[0]} rows for tokens {a}..{b}")
@@ -281,29 +294,37 @@ class DecodeStack:
         got = self._call(
             x.data_ptr(), b - a, _address(tokens.positions, a), None, None, _address(tokens.key_rows, a),
             tokens.smax, _address(tokens.blocks), len(tokens.blocks) // tokens.per_row, tokens.per_row,
-            tokens.block_size, ids,
+            tokens.block_size, ids, out_rows,
         )  # fmt: skip
+        if got == -3:
+            raise ValueError(f"out_rows {list(out_rows)} are not increasing rows below {b - a}")
         self._check(got, tokens.ids[a:b] if ids else None)
         return x
 
-    def logits(self, tokens: StepTokens, rows: array, group: int) -> torch.Tensor:
+    def logits(self, tokens: StepTokens, rows: array, group: int, every_row: bool = False) -> torch.Tensor:
         """A whole step for a stack with the embeddings and the head: tokens through the layers `group` at a
-        time (into a buffer kept between steps), then the logits of rows [len(rows), V]."""
+        time (into a buffer kept between steps), then the logits of rows [len(rows), V]. The last layer runs
+        past the keys for those rows alone (run_tokens' out_rows), unless every_row."""
         n = len(tokens.ids)
         if self._x.shape[0] < n:
             self._x = torch.empty(n, self.shape.hidden)
+        wanted = sorted(set(rows))
         for a in range(0, n, group):
             b = min(n, a + group)
-            self.run_tokens(self._x[a:b] if n > group else self._x, tokens, a, b, check_rows=False)
+            out = None if every_row else array("q", (r - a for r in wanted if a <= r < b))
+            self.run_tokens(self._x[a:b] if n > group else self._x, tokens, a, b, check_rows=False, out_rows=out)
         return self.head(self._x, rows, n)
 
-    def _call(self, x, n, positions, write_slots, key_slots, key_rows, smax, blocks, rows, per_row, block_size, ids):
+    def _call(
+        self, x, n, positions, write_slots, key_slots, key_rows, smax, blocks, rows, per_row, block_size, ids, out=None
+    ):
         need = self.lib.tl_decode_scratch_floats(ctypes.byref(self._model), n, smax)
         if self._scratch.numel() < need:
             self._scratch = torch.empty(need)
         step = _Step(
             n, positions, write_slots, key_slots, key_rows, smax, self._scratch.data_ptr(), kernel_threads(),
             None if self.timings is None else self.timings.data_ptr(), blocks, rows, per_row, block_size, ids,
+            None if out is None else _address(out or _NO_ROWS), 0 if out is None else len(out),
         )  # fmt: skip
         return self.lib.tl_decode_layers(ctypes.byref(self._model), ctypes.byref(step), x)
 

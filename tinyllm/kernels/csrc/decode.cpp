@@ -86,6 +86,11 @@ struct StepArgs {
     const int64_t* blocks;
     int64_t rows, blocks_per_row, block_size;
     const int64_t* ids;  // [N] tokens whose embeddings the step writes into x first, or null: x holds them
+    // The tokens whose output the caller reads (num_out increasing indices below N), or null: all of them. The
+    // last layer stores every token's key and value, then runs the rest for these alone; the other rows of x
+    // are left unspecified.
+    const int64_t* out_rows;
+    int64_t num_out;
 };
 
 // Adds the time since the last mark to one phase of st.timings (a no-op when timings are off).
@@ -689,11 +694,35 @@ static StepArgs paged_slots(const StepArgs& st, std::vector<int64_t>& keys, std:
     return out;
 }
 
-static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& st, const float* trig, float* x) {
-    const int64_t N = st.n, C = md.hidden, H = md.heads, D = md.head_dim, I = md.inter;
+// st for the tokens keep[0..m) alone (increasing), their qkv rows and x rows moved to rows 0..m in place (a row
+// moves down or stays); their keys are read where st reads them. pos and rows hold the new arrays.
+static StepArgs keep_rows(const StepArgs& st, const int64_t* keep, int64_t m, int64_t C, int64_t width, float* qkv,
+                          float* x, std::vector<int64_t>& pos, std::vector<int64_t>& rows) {
+    pos.resize(m);
+    rows.resize(m);
+    for (int64_t j = 0; j < m; ++j) {
+        const int64_t i = keep[j];
+        pos[j] = st.positions[i];
+        rows[j] = st.key_rows ? st.key_rows[i] : i;
+        if (i == j) continue;
+        std::copy(qkv + i * width, qkv + (i + 1) * width, qkv + j * width);
+        std::copy(x + i * C, x + (i + 1) * C, x + j * C);
+    }
+    StepArgs out = st;
+    out.n = m;
+    out.positions = pos.data();
+    out.key_rows = rows.data();
+    out.write_slots = nullptr;  // stored already
+    return out;
+}
+
+// keep != null: the layer's keys and values for all st.n tokens, the rest for keep[0..m) alone (keep_rows).
+static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& all, const float* trig, float* x,
+                       const int64_t* keep = nullptr, int64_t m = 0) {
+    const int64_t N = all.n, C = md.hidden, H = md.heads, D = md.head_dim, I = md.inter;
     const int64_t width = (H + 2 * md.kv_heads) * D;
-    const int threads = (int)st.threads;
-    float* h = st.scratch;           // [N, C]
+    const int threads = (int)all.threads;
+    float* h = all.scratch;          // [N, C]
     float* qkv = h + N * C;          // [N, width]
     float* attn = qkv + N * width;   // [N, H * D]
     float* tmp = attn + N * H * D;   // [N, C]
@@ -702,7 +731,7 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
     float* part = act + N * I;       // [N, max(width, 2I)]: one part of a projection stored in several
     float* partial = part + N * std::max(width, 2 * I);  // [group * H, spans, D + 2]
 
-    Clock clock{st.timings};
+    Clock clock{all.timings};
     for_rows(N, threads, [&](int64_t r0, int64_t r1) { rms_norm(x + r0 * C, L.attn_norm, r1 - r0, C, md.eps, h + r0 * C); });
     clock.mark(Clock::OTHER);
     matmul(L.qkv, h, N, qkv, part, threads);
@@ -712,33 +741,39 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
         if (L.qkv_bias)
             for (int64_t i = r0; i < r1; ++i) add_into(qkv + i * width, L.qkv_bias, width);
         if (L.q_norm) qk_norm(md, L, r0, r1, qkv);
-        rope(md, L, st, trig, qkv, r0, r1);
+        rope(md, L, all, trig, qkv, r0, r1);
     });
+    thread_local std::vector<int64_t> kept_pos, kept_rows;
+    const StepArgs st = keep ? keep_rows(all, keep, m, C, width, qkv, x, kept_pos, kept_rows) : all;
+    const int64_t M = st.n;  // the rows the rest runs for
     clock.mark(Clock::OTHER);
+    if (M == 0) return;
     attention(md, L, st, qkv, attn, partial);
     clock.mark(Clock::ATTENTION);
-    matmul(L.o, attn, N, tmp, threads);
+    matmul(L.o, attn, M, tmp, threads);
     clock.mark(Clock::MATMUL);
-    for_rows(N, threads, [&](int64_t r0, int64_t r1) {  // the residual, then the MLP's norm, row by row
+    for_rows(M, threads, [&](int64_t r0, int64_t r1) {  // the residual, then the MLP's norm, row by row
         float *xr = x + r0 * C, *tr = tmp + r0 * C;
         if (L.attn_out_norm) rms_norm(tr, L.attn_out_norm, r1 - r0, C, md.eps, tr);
         add_into(xr, tr, (r1 - r0) * C);
         rms_norm(xr, L.mlp_norm, r1 - r0, C, md.eps, h + r0 * C);
     });
     clock.mark(Clock::OTHER);
-    matmul(L.gate_up, h, N, gu, part, threads);
+    matmul(L.gate_up, h, M, gu, part, threads);
     clock.mark(Clock::MATMUL);
-    for_rows(N, threads, [&](int64_t r0, int64_t r1) {
+    for_rows(M, threads, [&](int64_t r0, int64_t r1) {
         (md.activation == 1 ? gelu_mul : silu_mul)(gu + r0 * 2 * I, r1 - r0, I, act + r0 * I);
     });
     clock.mark(Clock::OTHER);
-    matmul(L.down, act, N, tmp, threads);
+    matmul(L.down, act, M, tmp, threads);
     clock.mark(Clock::MATMUL);
-    for_rows(N, threads, [&](int64_t r0, int64_t r1) {
+    for_rows(M, threads, [&](int64_t r0, int64_t r1) {
         float *xr = x + r0 * C, *tr = tmp + r0 * C;
         if (L.mlp_out_norm) rms_norm(tr, L.mlp_out_norm, r1 - r0, C, md.eps, tr);
         add_into(xr, tr, (r1 - r0) * C);
     });
+    for (int64_t j = M - 1; j >= 0 && keep; --j)  // the kept rows back where the caller reads them
+        if (keep[j] != j) std::copy(x + j * C, x + (j + 1) * C, x + keep[j] * C);
     clock.mark(Clock::OTHER);
 }
 
@@ -771,16 +806,23 @@ int tl_kv_round(int64_t kv_type, const float* x, int64_t n, void* out) {
 }
 
 // x [n, hidden]: the tokens' embeddings in (or written first, from st.ids), the last layer's output (before the
-// final norm) out. Returns 0, -1 when the rotary dims are more than the head's, or -2 for an id outside the
-// embeddings (or no embeddings to look it up in).
+// final norm) out, in the rows of st.out_rows when set. Returns 0, -1 when the rotary dims are more than the
+// head's, -2 for an id outside the embeddings (or no embeddings to look it up in), or -3 when out_rows are not
+// increasing rows below n.
 int tl_decode_layers(const tl::ModelArgs* md, const tl::StepArgs* args, float* x) {
     if (md->rotary_dim > md->head_dim) return -1;
+    for (int64_t j = 0; args->out_rows && j < args->num_out; ++j)
+        if (args->out_rows[j] < (j ? args->out_rows[j - 1] + 1 : 0) || args->out_rows[j] >= args->n) return -3;
     if (args->ids && tl::embed(*md, args->ids, args->n, x) != 0) return -2;
     thread_local std::vector<int64_t> keys, writes;
     const tl::StepArgs st = tl::paged_slots(*args, keys, writes);
     float* trig = st.scratch + tl_decode_scratch_floats(md, st.n, st.smax) - 2 * st.n * md->rotary_dim;
     tl::rotary_angles(*md, st, trig);
-    for (int64_t l = 0; l < md->num_layers; ++l) tl::layer_step(*md, md->layers[l], st, trig, x);
+    const bool some = st.out_rows && st.num_out < st.n;
+    for (int64_t l = 0; l < md->num_layers; ++l) {
+        const bool last = l + 1 == md->num_layers;
+        tl::layer_step(*md, md->layers[l], st, trig, x, last && some ? st.out_rows : nullptr, st.num_out);
+    }
     return 0;
 }
 
