@@ -200,7 +200,7 @@ static void matmul(const Proj& p, const float* x, int64_t m, float* y, float* pa
     for (int64_t i = 0; i < p.count; ++i) {
         const QW& w = p.part[i];
         matmul(w, x, &a, m, part, threads);
-        for_rows(m, threads, [&](int64_t r0, int64_t r1) {  // on the pool: see SplitJob in qmatmul.cpp
+        for_rows(m, threads, [&](int64_t r0, int64_t r1) {  // on the pool: see PackJob in qmatmul.cpp
             for (int64_t r = r0; r < r1; ++r) std::copy(part + r * w.n, part + (r + 1) * w.n, y + r * width + at);
         });
         at += w.n;

@@ -21,8 +21,8 @@ struct Weight {
     int64_t n, k, stride;  // rows, columns, bytes between rows
 };
 
-// Weight rows n0..n1 as float32 rows of k at out (leading dim ld); SPLIT: in tile.h's split order.
-template <int F, bool SPLIT = false>
+// Weight rows n0..n1 as float32 rows of k at out (leading dim ld); PACKED: as one strip packed for tile.h.
+template <int F, bool PACKED = false>
 static void decode_rows(const Weight& w, int64_t n0, int64_t n1, float* out, int64_t ld) {
     using T = Traits<F>;
     const int64_t num_blocks = w.k / T::block;
@@ -40,13 +40,13 @@ static void decode_rows(const Weight& w, int64_t n0, int64_t n1, float* out, int
                 __m512 v[2 * S];
                 decode_group<F>(row + b * T::bytes, g, ks, v);
                 for (int i = 0; i < S; ++i, o += 32) {
-                    if constexpr (SPLIT) {  // the four 8-element vectors of sub-block j to their quarters
-                        const int64_t j = b * (T::block / 32) + g * S + i, q = w.k / 4;
-                        float* r = out + (n - n0) * ld + 8 * j;
+                    if constexpr (PACKED) {  // vector g of sub-block j is vector g k / 32 + j (tile.h)
+                        const int64_t j = b * (T::block / 32) + g * S + i, nr = n1 - n0, vs = w.k / 32 * nr * 8;
+                        float* r = out + (j * nr + (n - n0)) * 8;
                         _mm256_storeu_ps(r, _mm512_castps512_ps256(v[2 * i]));
-                        _mm256_storeu_ps(r + q, high256(v[2 * i]));
-                        _mm256_storeu_ps(r + 2 * q, _mm512_castps512_ps256(v[2 * i + 1]));
-                        _mm256_storeu_ps(r + 3 * q, high256(v[2 * i + 1]));
+                        _mm256_storeu_ps(r + vs, high256(v[2 * i]));
+                        _mm256_storeu_ps(r + 2 * vs, _mm512_castps512_ps256(v[2 * i + 1]));
+                        _mm256_storeu_ps(r + 3 * vs, high256(v[2 * i + 1]));
                     } else {
                         _mm512_storeu_ps(o, v[2 * i]);
                         _mm512_storeu_ps(o + 16, v[2 * i + 1]);
@@ -59,10 +59,10 @@ static void decode_rows(const Weight& w, int64_t n0, int64_t n1, float* out, int
                 V8 v[4 * S];
                 decode_group8<F>(row + b * T::bytes, gr, ks, v);
                 for (int i = 0; i < S; ++i, o += 32) {
-                    if constexpr (SPLIT) {
-                        const int64_t j = b * (T::block / 32) + gr * S + i, q = w.k / 4;
-                        float* r = out + (n - n0) * ld;
-                        for (int g = 0; g < 4; ++g) v8_store(r + g * q + 8 * j, v[4 * i + g]);
+                    if constexpr (PACKED) {
+                        const int64_t j = b * (T::block / 32) + gr * S + i, nr = n1 - n0, vs = w.k / 32 * nr * 8;
+                        float* r = out + (j * nr + (n - n0)) * 8;
+                        for (int g = 0; g < 4; ++g) v8_store(r + g * vs, v[4 * i + g]);
                     } else {
                         for (int g = 0; g < 4; ++g) v8_store(o + 8 * g, v[4 * i + g]);
                     }
@@ -187,7 +187,7 @@ template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t
 #ifdef TL_SIMD
     if (m >= TL_TILE_MIN_M) {
         auto decode = [&w](int64_t r0, int64_t r1, float* out) { decode_rows<F, true>(w, r0, r1, out, w.k); };
-        tile_rows(decode, w.k, x, m, y, w.n, n0, n1);  // x in split order (matmul)
+        tile_rows(decode, w.k, x, m, y, w.n, n0, n1);  // x packed (matmul)
         return;
     }
 #endif
@@ -244,30 +244,29 @@ static Job job_of(const Weight& w, const float* x, int64_t m, float* y, int thre
 }
 
 #ifdef TL_SIMD
-// Rows of x in split order, on the pool's threads for many rows. A prompt chunk's activations are megabytes:
-// split on the caller alone they took long enough (~0.1 ms) for the pool's helper to go to sleep, and waking it
+// Rows of x packed for the tile (pack_row), on the pool's threads for many rows. A prompt chunk's activations are
+// megabytes: packed on the caller alone they took long enough (~0.1 ms) for the pool's helper to go to sleep, and waking it
 // made it late for its chunk of the matmul. Steps of 256 prompt and decode tokens: medians 501 -> 442-450 ms
 // (alternating steps in one process).
-struct SplitJob {
+struct PackJob {
     const float* x;
     float* out;
     int64_t m, k, chunks;
 };
 
-static void split_chunk(void* ctx, int64_t c) {
-    const SplitJob& j = *static_cast<const SplitJob*>(ctx);
-    for (int64_t i = j.m * c / j.chunks; i < j.m * (c + 1) / j.chunks; ++i)
-        split(j.x + i * j.k, j.k, j.out + i * j.k);
+static void pack_chunk(void* ctx, int64_t c) {
+    const PackJob& j = *static_cast<const PackJob*>(ctx);
+    for (int64_t i = j.m * c / j.chunks; i < j.m * (c + 1) / j.chunks; ++i) pack_row(j.x + i * j.k, j.k, i, j.m, j.out);
 }
 #endif
 
 template <int F> static void matmul(const Weight& w, const float* x, int64_t m, float* y, int threads) {
 #ifdef TL_SIMD
-    if (m >= TL_TILE_MIN_M) {  // the tile kernel reads the activations in split order (tile.h)
+    if (m >= TL_TILE_MIN_M) {  // the tile kernel reads the activations packed (tile.h)
         static thread_local std::vector<float> xs;
         if ((int64_t)xs.size() < m * w.k) xs.resize(m * w.k);
-        SplitJob job{x, xs.data(), m, w.k, m * w.k >= (1 << 16) ? 2 * (int64_t)std::max(1, threads) : 1};
-        pool().run(split_chunk, &job, job.chunks, threads);
+        PackJob job{x, xs.data(), m, w.k, m * w.k >= (1 << 16) ? 2 * (int64_t)std::max(1, threads) : 1};
+        pool().run(pack_chunk, &job, job.chunks, threads);
         x = xs.data();
     }
 #endif
