@@ -87,6 +87,49 @@ def test_decode_and_load_beside_llamacpp(tmp_path):
     assert positive(r["load"]["llamacpp_s"]) and r["load"]["ours_rss_added"] is not None
 
 
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
+    model = random_tiny_llama(3, hidden_size=64, max_position_embeddings=512)
+    write_gguf(model, path, quant_types={"weight": "Q8_0"}, pre="gpt-2")
+    return path
+
+
+@pytest.mark.skipif(not HAS_LLAMACPP, reason="llama-cpp-python is not installed")
+def test_throughput_beside_llamacpp(tiny_gguf, tmp_path):
+    r = bench("throughput", tiny_gguf, tmp_path, "--no-reference")
+    peers = r["llamacpp_batched"]
+    assert [p["concurrency"] for p in peers] == [3]  # --quick: the larger of ours, 1 and 3
+    for p, ours in zip(peers, r["closed"][1:]):  # the same requests: the same prompt and output tokens
+        assert (p["prompt_tokens"], p["output_tokens"]) == (ours["prompt_tokens"], ours["output_tokens"])
+        assert positive(p["output_tokens_per_s"]) and p["ttft_s"]["n"] == p["requests"] == ours["requests"]
+        assert 0 <= p["ttft_s"]["p50"] <= p["ttft_s"]["p99"] and p["itl_s"]["p50"] > 0
+    assert positive(r["comparison"]["output_tokens_per_s_over_llamacpp_at_3"])
+    assert positive(r["comparison"]["decode_tokens_per_s_over_llamacpp_at_3"])
+
+
+@pytest.mark.skipif(not HAS_LLAMACPP, reason="llama-cpp-python is not installed")
+def test_llamacpp_batched_gives_each_request_its_own_tokens(tiny_gguf):
+    """Three requests of different prompts run at once, with a budget that splits the prompts over steps,
+    each get the tokens llama.cpp's one-sequence decode gives that prompt alone."""
+    from tinyllm.bench import llamacpp, llamacpp_batch
+    from tinyllm.bench.workload import Work
+
+    prompts = [[5 + i % 50 for i in range(n)] for n in (9, 23, 4)]
+    prompts[1][0] = 77  # no two prompts share a first token
+    work = [Work(p, m) for p, m in zip(prompts, (6, 3, 8))]
+    batched = llamacpp_batch.drive(tiny_gguf, work, threads=1, budget=8, keep_ids=True)
+    assert [len(ids) for ids in batched["ids"]] == [6, 3, 8] and batched["steps"] > 23 / 8
+    peer = llamacpp.load(tiny_gguf, threads=1)
+    try:
+        alone = [llamacpp.decode(peer, w.ids, w.max_tokens)["ids"] for w in work]
+    finally:
+        llamacpp.close(peer)
+    assert batched["ids"] == alone
+    with pytest.raises(ValueError, match="budget of 2 .* 3 requests"):
+        llamacpp_batch.drive(tiny_gguf, work, threads=1, budget=2)
+
+
 def test_step(folder, tmp_path):
     r = bench("step", folder, tmp_path)
     b = r["breakdown"]

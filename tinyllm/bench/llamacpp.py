@@ -106,15 +106,20 @@ def decode(peer: LlamaCpp, ids: list[int], n: int) -> dict:
     }
 
 
-def peer_for(path: str, threads: int) -> LlamaCpp | None:
-    """llama.cpp on the same file, or None (with a note) when it is not installed or the model is not GGUF."""
+def peer_usable(path: str) -> bool:
+    """Whether llama.cpp can run the model at `path`; when not, a note saying why."""
     if not available():
         print("llama-cpp-python is not installed (pip install -e '.[bench]'): the llama.cpp rows stay empty")
-        return None
+        return False
     if not path.endswith(".gguf"):
         print(f"llama.cpp runs GGUF files only; {path!r} is not one: the llama.cpp rows stay empty")
-        return None
-    return load(path, threads)
+        return False
+    return True
+
+
+def peer_for(path: str, threads: int) -> LlamaCpp | None:
+    """llama.cpp on the same file, or None (with a note) when it is not installed or the model is not GGUF."""
+    return load(path, threads) if peer_usable(path) else None
 
 
 def prefill_pair(ours, peer: LlamaCpp | None, ids: list[int], repeats: int) -> dict:

@@ -1,6 +1,7 @@
 """N concurrent requests of mixed prompt and output lengths through the engine (aggregate output tokens/s,
-time to first token and inter-token latency p50/p99), a Poisson-arrival run at a few rates, and HF
-transformers' static-batch generate on the same weights and prompts.
+time to first token and inter-token latency p50/p99), a Poisson-arrival run at a few rates, HF
+transformers' static-batch generate on the same weights and prompts, and llama.cpp running the same requests
+at once (a GGUF model, llama-cpp-python installed).
 
 Each engine's KV pool is written through once before its run (unless --cold-pool), as a serving engine's pool
 is after its first requests: the pool is mapped lazily, and a first write to each page costs the kernel (and on
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import gc
 
-from . import common
+from . import common, llamacpp, llamacpp_batch
 from .workload import drive_engine, drive_reference, make_workload, poisson
 
 QUICK = dict(
@@ -24,9 +25,10 @@ QUICK = dict(
     poisson_requests=3,
     hf_batch=[2],
     hf_requests=3,
+    llamacpp=[3],
     kv_memory_mb=16,
 )
-AIM_TOKENS_PER_S = 300.0  # aggregate decode at 32 streams
+AIM_TOKENS_PER_S = 300.0  # aggregate output tokens/s of 32 concurrent requests
 
 
 def add_args(p) -> None:
@@ -51,6 +53,13 @@ def add_args(p) -> None:
         "--hf-batch", type=int, nargs="*", default=[8, 32], help="HF static batch sizes (default 8 32; none to skip)"
     )
     p.add_argument("--hf-requests", type=int, default=32, help="requests HF runs, the first of the workload")
+    p.add_argument(
+        "--llamacpp",
+        type=int,
+        nargs="*",
+        default=[32],
+        help="numbers of requests llama.cpp runs at once, the first of the workload (default 32; none to skip)",
+    )
     p.add_argument("--max-batched-tokens", type=int, default=256, help="engine token budget per step")
     p.add_argument("--kv-memory-mb", type=int, default=1024, help="engine KV pool size (default 1024 MiB)")
     p.add_argument(
@@ -104,12 +113,24 @@ def measure(models: common.Models, args) -> dict:
             }
         )
         _progress(f"poisson {rate}/s", arrivals[-1])
+    peers = []
+    if args.llamacpp and llamacpp.peer_usable(models.path):
+        for n in args.llamacpp:
+            run = llamacpp_batch.drive(models.path, work[:n], common.torch_threads(), args.max_batched_tokens)
+            peers.append({"concurrency": n, **run})
+            _progress("llama.cpp", peers[-1])
     ref = []
     if models.reference is not None:
         for b in args.hf_batch:
             ref.append(drive_reference(models.reference, work[: args.hf_requests], b, common.pad_id(llm)))
             _progress(f"HF batch {b}", ref[-1])
-    return {"closed": closed, "poisson": arrivals, "reference_static": ref, "comparison": compare(closed, ref)}
+    return {
+        "closed": closed,
+        "poisson": arrivals,
+        "reference_static": ref,
+        "llamacpp_batched": peers,
+        "comparison": compare(closed, ref, peers),
+    }
 
 
 def _progress(what: str, r: dict) -> None:
@@ -119,13 +140,21 @@ def _progress(what: str, r: dict) -> None:
     )
 
 
-def compare(closed: list[dict], ref: list[dict]) -> dict:
-    """Ours at the concurrency equal to the number of requests HF ran, over each HF batch size."""
-    out = {"aim_decode_tokens_per_s_at_32": AIM_TOKENS_PER_S}
+def compare(closed: list[dict], ref: list[dict], peers: list[dict]) -> dict:
+    """Ours at 32 requests against the aim; ours at the concurrency equal to the number of requests HF ran,
+    over each HF batch size; ours over llama.cpp at each concurrency both ran."""
+    out = {"aim_output_tokens_per_s_at_32": AIM_TOKENS_PER_S}
     at32 = next((c for c in closed if c["concurrency"] == 32), None)
     if at32:
+        out["output_tokens_per_s_at_32"] = at32["output_tokens_per_s"]
         out["decode_tokens_per_s_at_32"] = at32["decode_tokens_per_s"]
-        out["aim_reached"] = at32["decode_tokens_per_s"] >= AIM_TOKENS_PER_S
+        out["aim_reached"] = at32["output_tokens_per_s"] >= AIM_TOKENS_PER_S
+        out["aim_reached_in_decode_steps"] = at32["decode_tokens_per_s"] >= AIM_TOKENS_PER_S
+    for p in peers:
+        same = next((c for c in closed if c["concurrency"] == p["concurrency"]), None)
+        if same:
+            for key in ("output_tokens_per_s", "decode_tokens_per_s"):
+                out[f"{key}_over_llamacpp_at_{p['concurrency']}"] = common.ratio(same[key], p[key])
     for r in ref:
         same = next((c for c in closed if c["concurrency"] == r["requests"]), None)
         if same:
@@ -152,6 +181,8 @@ def draw(result: dict):
                 s=60,
                 label=f"HF static batch {r['batch_size']}",
             )
+        for p in result["llamacpp_batched"]:
+            rate_ax.scatter([p["concurrency"]], [p["output_tokens_per_s"]], marker="^", s=60, label="llama.cpp, output")
         rate_ax.set(xlabel="concurrent requests", ylabel="tokens/s", title="aggregate throughput", xscale="log")
         for key, style in (("ttft_s", "o"), ("itl_s", "s")):
             for q in ("p50", "p99"):
@@ -187,6 +218,7 @@ def report(result: dict) -> str:
     lines += [row(f"engine N={c['concurrency']}", c) for c in result["closed"]]
     lines += [row(f"engine poisson {p['rate']:g}/s", p) for p in result["poisson"]]
     lines += [row(f"HF static batch {r['batch_size']}", r) for r in result["reference_static"]]
+    lines += [row(f"llama.cpp N={p['concurrency']}", p) for p in result["llamacpp_batched"]]
     lines += [f"{k}: {v:.2f}" if isinstance(v, float) else f"{k}: {v}" for k, v in result["comparison"].items()]
     return "\n".join(lines)
 
