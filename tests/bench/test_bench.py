@@ -108,6 +108,14 @@ def test_throughput_beside_llamacpp(tiny_gguf, tmp_path):
     assert positive(r["comparison"]["decode_tokens_per_s_over_llamacpp_at_3"])
 
 
+@pytest.mark.parametrize("counts", [["0"], ["4", "300"]])
+def test_throughput_names_a_llamacpp_count_it_cannot_run(folder, tmp_path, counts, capsys):
+    assert main(["bench", "throughput", "--model", folder, "--out", str(tmp_path), "--llamacpp", *counts]) == 2
+    err = capsys.readouterr().err
+    assert f"--llamacpp {counts[-1]}:" in err and "--max-batched-tokens 256" in err
+    assert not os.listdir(tmp_path)  # nothing ran
+
+
 @pytest.mark.skipif(not HAS_LLAMACPP, reason="llama-cpp-python is not installed")
 def test_llamacpp_batched_gives_each_request_its_own_tokens(tiny_gguf):
     """Three requests of different prompts run at once, with a budget that splits the prompts over steps,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 
+from ..errors import TinyLLMError
 from . import common, llamacpp, llamacpp_batch
 from .workload import drive_engine, drive_reference, make_workload, poisson
 
@@ -92,7 +93,7 @@ def engine_for(llm, args, max_num_seqs: int):
 
 def measure(models: common.Models, args) -> dict:
     llm = models.llm
-    largest = max(args.concurrency + [args.poisson_requests, args.hf_requests])
+    largest = max(args.concurrency + (args.llamacpp or []) + [args.poisson_requests, args.hf_requests])
     work = make_workload(llm.tokenizer, largest, args.prompt_range, args.output_range, args.seed)
     drive_engine(engine_for(llm, args, 2), work[:2])  # first-call set-up
     closed = []
@@ -223,7 +224,18 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
+def check_args(args) -> None:
+    """Counts the runs cannot meet, named before anything loads."""
+    for n in args.llamacpp or []:
+        if not 1 <= n <= args.max_batched_tokens:
+            raise TinyLLMError(
+                f"--llamacpp {n}: llama.cpp's requests run at once, so each count must be 1 to the token budget "
+                f"(--max-batched-tokens {args.max_batched_tokens})"
+            )
+
+
 def run(args, models: common.Models | None = None) -> dict:
+    check_args(args)
     models = models or common.load_models(args)
     result = common.header("throughput", args, models)
     result.update(measure(models, args))
