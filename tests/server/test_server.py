@@ -161,6 +161,25 @@ def test_bad_prompts_are_400(client):
         client.completions.create(model=MODEL, prompt=[10**9], max_tokens=2)
 
 
+@pytest.mark.parametrize("role", ["user", "system", "tool"])
+def test_a_message_without_content_is_400_naming_it(client, role):
+    messages = [{"role": "user", "content": "Hi"}, {"role": role}]
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
+    assert info.value.body["param"] == "messages"
+    assert info.value.body["message"] == f"messages[1].content is missing; a {role!r} message needs its text"
+
+
+def test_an_assistant_message_may_leave_its_content_out(client):
+    messages = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": None},
+        {"role": "user", "content": "Go"},
+    ]
+    out = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
+    assert out.choices[0].finish_reason == "length"
+
+
 def test_wrong_key_and_unknown_model(server, client):
     bad = openai.OpenAI(base_url=f"{server.url}/v1", api_key="nope", max_retries=0)
     with pytest.raises(openai.AuthenticationError):

@@ -14,10 +14,13 @@ MAX_PROMPTS = 64  # prompts x n choices in one completions request: all of them 
 
 def _plain_messages(messages: list[ChatMessage]) -> list[dict]:
     """{"role", "content": str} dicts for the template (with an assistant's tool_calls and a tool message's
-    tool_call_id when sent); text content parts are joined in order."""
+    tool_call_id when sent); text content parts are joined in order. Only an assistant message may leave its
+    content out (null or absent), as OpenAI's API allows."""
     plain = []
     for i, m in enumerate(messages):
         content = m.content
+        if content is None and m.role != "assistant":  # an assistant's turn may be tool calls alone
+            raise bad_request(f"messages[{i}].content is missing; a {m.role!r} message needs its text", "messages")
         if isinstance(content, list):
             bad = next((p for p in content if p.type != "text" or p.text is None), None)
             if bad is not None:
