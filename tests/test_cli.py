@@ -177,6 +177,12 @@ def test_structured_output_flags(tiny_gguf, tmp_path):
     assert r.returncode == 2 and "the regex cannot be compiled" in r.stderr and "Traceback" not in r.stderr
     r = run(*base, "--json-schema", str(tmp_path / "missing.json"))
     assert r.returncode == 2 and "--json-schema file" in r.stderr
+    (tmp_path / "not.json").write_text("root: {")
+    (tmp_path / "bytes.gbnf").write_bytes(b"\xff\xfe")
+    r = run(*base, "--json-schema", str(tmp_path / "not.json"))
+    assert r.returncode == 2 and f"--json-schema file {str(tmp_path / 'not.json')!r}: the json_schema" in r.stderr
+    r = run(*base, "--grammar", str(tmp_path / "bytes.gbnf"))
+    assert r.returncode == 2 and "is not UTF-8 text" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_serve_takes_the_weight_options():

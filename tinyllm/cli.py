@@ -110,7 +110,12 @@ def _structured(args):
                     text = f.read()
             except OSError as exc:
                 raise TinyLLMError(f"{flag} file {path!r} cannot be read ({exc.strerror})") from None
-            return make(text)
+            except UnicodeDecodeError:
+                raise TinyLLMError(f"{flag} file {path!r} is not UTF-8 text") from None
+            try:
+                return make(text)
+            except TinyLLMError as exc:
+                raise TinyLLMError(f"{flag} file {path!r}: {exc}") from None
     return None
 
 
