@@ -115,10 +115,11 @@ template <int F> static float dot_row16(const uint8_t* row, int64_t num_blocks, 
         const uint8_t* blk = row + b * T::bytes;
         alignas(32) float ks[16];
         k_scales<F>(blk, ks);
+        const float* scales = T::block > 32 ? from_memory(ks) : ks;
         constexpr int S = group_subs<F>();
         for (int g = 0; g < T::block / 32 / S; ++g) {
             __m512 w[2 * S];
-            decode_group<F>(blk, g, ks, w);
+            decode_group<F>(blk, g, scales, w);
             for (int i = 0; i < S; ++i, x += 32) {  // sub-blocks in order
                 a01 = _mm512_fmadd_ps(w[2 * i], _mm512_loadu_ps(x), a01);
                 a23 = _mm512_fmadd_ps(w[2 * i + 1], _mm512_loadu_ps(x + 16), a23);
