@@ -251,10 +251,10 @@ template <int F> static inline void decode_group8(const uint8_t* b, int g, const
 #endif
 
 #if defined(TL_AVX2) && defined(__AVX512F__)
-// p, hidden from the optimizer, so that values read through it are loaded from memory. A K block's scales
-// (k_scales), once kept in registers, cost a shuffle and a register broadcast each (valignd, vbroadcastss) on
-// the ports the decode's own shuffles use; broadcast from memory, each is a load. One row, paired runs against
-// registers: Q4_K 2-7%, Q5_K 4-5%, Q6_K 0-13% less time, the same bits.
+// p, hidden from the optimizer, so that values read through it are loaded from memory. A block's scales kept
+// in registers cost a shuffle and a register broadcast each (valignd or vmovshdup, vbroadcastss) on the ports
+// the decode's own shuffles use; broadcast from memory, each is a load. One row, paired runs against registers:
+// Q4_1 3-8%, Q4_K 2-7%, Q5_K 4-5%, Q6_K 0-13% less time, the same bits (Q8_0's one scale: 5% more, so not there).
 static inline const float* from_memory(const float* p) {
     asm volatile("" : "+r"(p)::"memory");
     return p;
@@ -272,8 +272,10 @@ template <int F> static inline void decode16(const uint8_t* b, int sub, const fl
     const __m512i low4 = _mm512_set1_epi32(15);
     if constexpr (F == Q4_0 || F == Q4_1 || F == Q5_0 || F == Q5_1) {
         constexpr bool has_min = F == Q4_1 || F == Q5_1, five = F == Q5_0 || F == Q5_1;
-        const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(has_min ? (int)u32(b) : (int)*(const uint16_t*)b));
-        const __m512 d = _mm512_broadcastss_ps(dm);
+        alignas(16) float dm[4];  // d (and m) converted together, then broadcast from memory (from_memory)
+        _mm_store_ps(dm, _mm_cvtph_ps(_mm_cvtsi32_si128(has_min ? (int)u32(b) : (int)*(const uint16_t*)b)));
+        const float* dmp = from_memory(dm);
+        const __m512 d = _mm512_set1_ps(dmp[0]);
         const int qh_off = has_min ? 4 : 2, qs_off = qh_off + (five ? 4 : 0);
         const __m512i q = bytes16(b + qs_off);
         const __m512i hi4 = _mm512_srli_epi32(q, 4);
@@ -283,7 +285,7 @@ template <int F> static inline void decode16(const uint8_t* b, int sub, const fl
         // table the q's then index (vpermps): the same values with fewer vector ops, measured per 32 weights
         // on one row, Q4_0 -22%, Q4_1 -3%, Q5_0 -9%. Q5_1's two tables, each with its own FMA, were 10% slower.
         if constexpr (!five) {  // the index's low 4 bits: q's byte holds lo in bits 0-3 and hi in 4-7
-            const __m512 table = has_min ? _mm512_fmadd_ps(d, q16, _mm512_broadcastss_ps(_mm_movehdup_ps(dm)))
+            const __m512 table = has_min ? _mm512_fmadd_ps(d, q16, _mm512_set1_ps(dmp[1]))
                                          : _mm512_mul_ps(d, _mm512_sub_ps(q16, _mm512_set1_ps(8.0f)));
             w01 = _mm512_permutexvar_ps(q, table);
             w23 = _mm512_permutexvar_ps(hi4, table);
@@ -293,7 +295,7 @@ template <int F> static inline void decode16(const uint8_t* b, int sub, const fl
             const __m512i lo = _mm512_mask_or_epi32(lo4, (__mmask16)(qh & 0xFFFF), lo4, sixteen);  // q | bit << 4
             const __m512i hi = _mm512_mask_or_epi32(hi4, (__mmask16)(qh >> 16), hi4, sixteen);
             if constexpr (has_min) {
-                const __m512 m = _mm512_broadcastss_ps(_mm_movehdup_ps(dm));
+                const __m512 m = _mm512_set1_ps(dmp[1]);
                 w01 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lo), m);  // d * q exact
                 w23 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(hi), m);
             } else {  // tables of q = 0..15 and 16..31, chosen by the index's fifth bit
