@@ -255,8 +255,8 @@ template <int F> static inline void decode_group8(const uint8_t* b, int g, const
 // in registers cost a shuffle and a register broadcast each (valignd or vmovshdup, vbroadcastss) on the ports
 // the decode's own shuffles use; broadcast from memory, each is a load. One row, paired runs against registers:
 // Q4_1 3-8%, Q4_K 2-7%, Q5_K 4-5%, Q6_K 0-13% less time, the same bits (Q8_0's one scale: 5% more, so not there).
-static inline const float* from_memory(const float* p) {
-    asm volatile("" : "+r"(p)::"memory");
+template <int N> static inline const float* from_memory(const float* p) {
+    asm volatile("" : "+r"(p) : "m"(*(const float(*)[N])p));  // the N floats at p are read (so stored first)
     return p;
 }
 
@@ -274,7 +274,7 @@ template <int F> static inline void decode16(const uint8_t* b, int sub, const fl
         constexpr bool has_min = F == Q4_1 || F == Q5_1, five = F == Q5_0 || F == Q5_1;
         alignas(16) float dm[4];  // d (and m) converted together, then broadcast from memory (from_memory)
         _mm_store_ps(dm, _mm_cvtph_ps(_mm_cvtsi32_si128(has_min ? (int)u32(b) : (int)*(const uint16_t*)b)));
-        const float* dmp = from_memory(dm);
+        const float* dmp = from_memory<4>(dm);
         const __m512 d = _mm512_set1_ps(dmp[0]);
         const int qh_off = has_min ? 4 : 2, qs_off = qh_off + (five ? 4 : 0);
         const __m512i q = bytes16(b + qs_off);
