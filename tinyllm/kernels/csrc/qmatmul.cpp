@@ -177,8 +177,8 @@ static void dot_row_m(const uint8_t* row, int64_t num_blocks, const float* x, in
 
 #if defined(TL_AVX2) && defined(__AVX512F__)
 // dot_row_m sixteen lanes at a time (decode_group), as dot_row16 is dot_row's: each output's accumulators are
-// dot_row16's, so the same bits. Paired runs against dot_row_m, one thread, M = 2..6: Q8_0 1-23%, Q4_K 11-19%,
-// Q5_K 14-18%, Q6_K 12-39% less time; Q4_0, Q4_1, Q5_0 and Q5_1 27-84% more, so they keep dot_row_m.
+// dot_row16's, so the same bits. Paired runs against dot_row_m, one thread, M = 2..6: Q8_0 1-23%, Q4_K 11-20%,
+// Q5_K 14-20%, Q6_K 12-40% less time; Q4_0, Q4_1, Q5_0 and Q5_1 27-84% more, so they keep dot_row_m.
 template <int F, int MT>
 static void dot_row_m16(const uint8_t* row, int64_t num_blocks, const float* x, int64_t k, float* y, int64_t ldy) {
     using T = Traits<F>;
