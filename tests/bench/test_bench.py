@@ -168,6 +168,18 @@ def test_throughput(folder, tmp_path):
         assert positive(run["output_tokens_per_s"]) and run["ttft_s"]["n"] == run["requests"]
         assert 0 <= run["ttft_s"]["p50"] <= run["ttft_s"]["p99"] and run["itl_s"]["p50"] >= 0
     assert r["poisson"][0]["rate"] == 8.0
+    for c in r["closed"]:  # each request's (prompt, output, cached) tokens, and the run's float32 floor from them
+        assert [sum(t[i] for t in c["request_tokens"]) for i in range(3)] == [
+            c["prompt_tokens"],
+            c["output_tokens"],
+            c["cached_tokens"],
+        ]
+        floor = c["float32_floor"]
+        if native.library() is None:
+            assert floor is None
+            continue
+        assert floor["float32_floor_s"] == pytest.approx(floor["float32_gmacs"] / floor["fma_gmacs_per_s"])
+        assert 0 < floor["share_of_floor"] < 1 and floor["most_output_tokens_per_s"] > c["output_tokens_per_s"]
     assert len(r["reference_static"]) == (1 if HAS_REFERENCE else 0)
     if HAS_REFERENCE:
         hf = r["reference_static"][0]

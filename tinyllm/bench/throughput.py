@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 
 from ..errors import TinyLLMError
-from . import common, llamacpp, llamacpp_batch
+from . import bound, common, llamacpp, llamacpp_batch
 from .workload import drive_engine, drive_reference, make_workload, poisson
 
 QUICK = dict(
@@ -130,7 +130,6 @@ def measure(models: common.Models, args) -> dict:
         "poisson": arrivals,
         "reference_static": ref,
         "llamacpp_batched": peers,
-        "comparison": compare(closed, ref, peers),
     }
 
 
@@ -151,6 +150,11 @@ def compare(closed: list[dict], ref: list[dict], peers: list[dict]) -> dict:
         out["decode_tokens_per_s_at_32"] = at32["decode_tokens_per_s"]
         out["aim_reached"] = at32["output_tokens_per_s"] >= AIM_TOKENS_PER_S
         out["aim_reached_in_decode_steps"] = at32["decode_tokens_per_s"] >= AIM_TOKENS_PER_S
+        floor = at32.get("float32_floor")
+        if floor:
+            out["most_output_tokens_per_s_at_32"] = floor["most_output_tokens_per_s"]
+            # the share of the cores' FMA rate the aim needs: the floor's time over the aim's wall time
+            out["aim_needs_share_of_fma_rate"] = floor["float32_floor_s"] * AIM_TOKENS_PER_S / at32["output_tokens"]
     for p in peers:
         same = next((c for c in closed if c["concurrency"] == p["concurrency"]), None)
         if same:
@@ -221,7 +225,17 @@ def report(result: dict) -> str:
     lines += [row(f"HF static batch {r['batch_size']}", r) for r in result["reference_static"]]
     lines += [row(f"llama.cpp N={p['concurrency']}", p) for p in result["llamacpp_batched"]]
     lines += [f"{k}: {v:.2f}" if isinstance(v, float) else f"{k}: {v}" for k, v in result["comparison"].items()]
+    lines += [floor_line(c) for c in result["closed"] if c.get("float32_floor")]
     return "\n".join(lines)
+
+
+def floor_line(c: dict) -> str:
+    f = c["float32_floor"]
+    return (
+        f"float32 floor, N={c['concurrency']}: {f['float32_gmacs']:.1f} G multiply-adds, {f['float32_floor_s']:.2f} s "
+        f"at the cores' {f['fma_gmacs_per_s']:.1f} G/s: at most {f['most_output_tokens_per_s']:.1f} output tok/s; "
+        f"this run {c['output_tokens_per_s']:.1f}, {100 * f['share_of_floor']:.0f}% of that"
+    )
 
 
 def check_args(args) -> None:
@@ -234,9 +248,25 @@ def check_args(args) -> None:
             )
 
 
+def add_floors(result: dict, model) -> None:
+    """Each closed run's float32 floor (bound.py) at the higher of the FMA rates measured before the runs and
+    now, so the floor is the least time at the best rate the cores gave; then the comparison."""
+    n = common.torch_threads()
+    before = (result.get("machine") or {}).get("compute_before", {}).get(f"fma_gmacs_{n}_threads")
+    rates = [r for r in (before, common.fma_rate(n)) if r]
+    for c in result["closed"]:
+        floor = bound.floor(model, c["request_tokens"], max(rates, default=None))
+        if floor:
+            floor["most_output_tokens_per_s"] = common.per_second(c["output_tokens"], floor["float32_floor_s"])
+            floor["share_of_floor"] = floor["float32_floor_s"] / c["wall_s"]  # of the cores' rate, this run
+        c["float32_floor"] = floor
+    result["comparison"] = compare(result["closed"], result["reference_static"], result["llamacpp_batched"])
+
+
 def run(args, models: common.Models | None = None) -> dict:
     check_args(args)
     models = models or common.load_models(args)
     result = common.header("throughput", args, models)
     result.update(measure(models, args))
+    add_floors(result, models.llm.model)
     return common.save(args.out, "throughput", result, draw(result), report)

@@ -98,6 +98,7 @@ def summarize_engine(gens: dict, arrivals: dict, steps: list, t0: float, end: fl
         "output_tokens": out_tokens,
         "prompt_tokens": sum(len(g.prompt_ids) for g in gens.values()),
         "cached_tokens": cached,
+        "request_tokens": [[len(g.prompt_ids), len(g.ids), g.stats["cached_tokens"]] for g in gens.values()],
         "output_tokens_per_s": common.per_second(out_tokens, end - t0),
         "decode_tokens_per_s": common.per_second(sum(n for _, n in pure), sum(d for d, _ in pure)),
         "steps": len(steps),

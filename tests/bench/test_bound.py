@@ -1,0 +1,94 @@
+"""The float32 floor of a run (bench/bound.py): its multiply-adds against torch's own count of a forward, and its
+closed forms against a position-by-position count."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from helpers.model_files import random_tiny_llama
+from tinyllm.bench import bound
+from tinyllm.cache.kv_cache import KVCache
+
+
+@pytest.mark.parametrize("stored", [0, 5, 17])
+def test_a_decode_token_costs_what_torch_counts(stored):
+    # a soft-capped model runs attention as two matmuls, which torch's flop counter sees (its CPU SDPA it does not)
+    model = random_tiny_llama(attn_softcap=50.0)
+    c = model.config
+    cache = KVCache(c.num_layers, c.num_kv_heads, c.head_dim, 32)
+    with torch.no_grad():
+        if stored:
+            model(torch.arange(stored).view(1, -1) % c.vocab_size, cache=cache)
+        with FlopCounterMode(display=False) as counter:
+            model(torch.tensor([[3]]), cache=cache)
+    k = bound.costs(model)
+    keys = stored + 1
+    assert 2 * (k.layers + k.head + c.num_layers * k.per_key * keys) == counter.get_total_flops()
+    # and the layers' linear maps alone, by the weights' shapes
+    hidden, inner, q, kv = c.hidden_size, c.intermediate_size, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    assert k.layers == c.num_layers * (hidden * (q + 2 * kv) + q * hidden + 3 * hidden * inner)
+    assert k.last_layer == k.layers // c.num_layers and k.last_layer_kv == hidden * 2 * kv
+    assert k.head == hidden * c.vocab_size and k.per_key == 2 * q
+
+
+def by_position(k: bound.Costs, prompt: int, output: int, cached: int) -> int:
+    """request_macs counted one fed position and one layer at a time."""
+    total = output * k.head
+    last = len(k.windows) - 1
+    for pos in range(cached, prompt + output - 1):
+        unread = pos < prompt - 1  # a prompt row whose logits no one reads
+        for layer, window in enumerate(k.windows):
+            if layer == last and unread:
+                total += k.last_layer_kv
+                continue
+            total += k.layers // len(k.windows)  # every layer's linear maps are alike here
+            total += k.per_key * (pos + 1 if window is None else min(pos + 1, window))
+    return total
+
+
+@pytest.mark.parametrize("windows", [(None, None, None), (4, None, 4), (None, 3, 1)])
+def test_closed_forms_equal_the_count_by_position(windows):
+    base = bound.costs(random_tiny_llama())
+    k = bound.Costs(base.layers, base.last_layer, base.last_layer_kv, base.head, base.per_key, windows)
+    for prompt, output, cached in [(1, 1, 0), (1, 5, 0), (6, 1, 0), (9, 4, 0), (9, 4, 4), (9, 4, 8), (9, 4, 9)]:
+        assert bound.request_macs(k, prompt, output, cached) == by_position(k, prompt, output, cached), (
+            windows,
+            prompt,
+            output,
+            cached,
+        )
+    assert bound.request_macs(k, 3, 0, 0) == 0  # nothing out: nothing it needed
+
+
+def test_the_default_model_costs(default_model_path):
+    from tinyllm.llm import LLM
+
+    llm = LLM(default_model_path)
+    k = bound.costs(llm.model)
+    assert (k.layers, k.last_layer_kv, k.head) == (30 * 3_538_944, 576 * 384, 576 * 49152)  # SmolLM2-135M's shapes
+    f = bound.floor(llm.model, [(100, 50, 0), (20, 1, 16)], 100.0)
+    macs = bound.request_macs(k, 100, 50, 0) + bound.request_macs(k, 20, 1, 16)
+    assert f == {"float32_gmacs": macs / 1e9, "fma_gmacs_per_s": 100.0, "float32_floor_s": macs / 1e9 / 100.0}
+    assert bound.floor(llm.model, [(100, 50, 0)], None) is None  # no FMA rate measured
+
+
+@pytest.mark.parametrize("request_", [(5, 2, 6), (5, -1, 0), (5, 2, -1)])
+def test_a_request_that_cannot_be_is_named(request_):
+    k = bound.costs(random_tiny_llama())
+    with pytest.raises(ValueError, match="prompt tokens"):
+        bound.request_macs(k, *request_)
+
+
+def test_the_aim_is_read_against_the_floor():
+    from tinyllm.bench.throughput import compare
+
+    floor = {"float32_floor_s": 9.0, "most_output_tokens_per_s": 3000 / 9.0}
+    run = {"concurrency": 32, "output_tokens": 3000, "output_tokens_per_s": 150.0, "decode_tokens_per_s": 310.0}
+    out = compare([{**run, "float32_floor": floor}], [], [])
+    # 3000 tokens at the aim's 300 a second take 10 s, of which the floor's 9 s at the cores' FMA rate: 90%
+    assert out["aim_needs_share_of_fma_rate"] == pytest.approx(0.9)
+    assert out["most_output_tokens_per_s_at_32"] == pytest.approx(3000 / 9.0)
+    assert not out["aim_reached"] and out["aim_reached_in_decode_steps"]
+    assert "aim_needs_share_of_fma_rate" not in compare([{**run, "float32_floor": None}], [], [])

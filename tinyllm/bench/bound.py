@@ -1,0 +1,95 @@
+"""The float32 floor of a serving run: the multiply-adds its requests need at the least, and the time they take
+at the cores' measured FMA rate. Every float32 engine does one FMA per multiply-add, so no such engine can run
+the requests in less time on the same cores, whatever its kernels; a run's wall time over the floor says how
+much of the machine it used.
+
+What a run needs at the least, per request of p prompt tokens (c of them from the prefix cache) and o output
+tokens:
+- the layers' linear maps for its p - c uncached prompt tokens and o - 1 output tokens (the last output token
+  is never fed back); of the last layer, only the key and value projections for prompt tokens no one reads;
+- the head once per output token;
+- attention: each fed token's query against the keys it sees (its position + 1, or the layer's window), one
+  multiply-add per key and head dimension for the scores and one for the weighted values (in the last layer,
+  only for the rows read).
+Memory traffic is not counted (the cores could in principle overlap it), so the floor is a bound, not an
+estimate: a real run also waits for weights and the KV cache."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..model.attention import GQAttention
+from ..model.llama import LlamaForCausalLM
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Multiply-adds per token of one model: the layers' linear maps, the last layer's key and value
+    projections, the head; and per (query, key) pair of each layer."""
+
+    layers: int
+    last_layer: int
+    last_layer_kv: int
+    head: int
+    per_key: int
+    windows: tuple[int | None, ...]
+
+
+def _linear_macs(module) -> int:
+    return sum(m.in_features * m.out_features for m in module.modules() if hasattr(m, "in_features"))
+
+
+def costs(model) -> Costs | None:
+    """The model's Costs, or None for a model this count does not cover (any but LlamaForCausalLM's families
+    with grouped-query attention)."""
+    if not isinstance(model, LlamaForCausalLM):
+        return None
+    layers = model.model.layers
+    attn = [getattr(layer, "self_attn", None) for layer in layers]
+    if not all(isinstance(a, GQAttention) for a in attn):
+        return None
+    c = model.config
+    kv = attn[-1].qkv_proj.in_features * 2 * c.num_kv_heads * c.head_dim
+    return Costs(
+        layers=_linear_macs(layers),
+        last_layer=_linear_macs(layers[-1]),
+        last_layer_kv=kv,
+        head=model.lm_head.in_features * model.lm_head.out_features,
+        per_key=2 * c.num_heads * c.head_dim,
+        windows=tuple(c.layer_window(i) for i in range(c.num_layers)),
+    )
+
+
+def _keys_seen(first: int, last: int, window: int | None) -> int:
+    """Sum over positions first..last - 1 of the keys a query there sees: position + 1, at most window."""
+    if last <= first:
+        return 0
+    if window is None:
+        return (last * (last + 1) - first * (first + 1)) // 2
+    cut = min(max(window, first), last)  # positions below cut see position + 1 keys, the rest window
+    return (cut * (cut + 1) - first * (first + 1)) // 2 + (last - cut) * window
+
+
+def request_macs(c: Costs, prompt: int, output: int, cached: int = 0) -> int:
+    """The least multiply-adds of one request (module docstring)."""
+    if not 0 <= cached <= prompt or output < 0:
+        raise ValueError(f"request of {prompt} prompt tokens ({cached} cached) and {output} output tokens")
+    if output == 0:
+        return 0
+    fed = prompt + output - 1  # positions 0 .. fed - 1 go through the layers; the first `cached` were done before
+    unread = prompt - 1 - cached if prompt > cached else 0  # uncached prompt rows whose logits no one reads
+    linear = (fed - cached) * c.layers - unread * (c.last_layer - c.last_layer_kv)
+    *full, last = c.windows  # the last layer attends from the rows read alone
+    attention = sum(c.per_key * _keys_seen(cached, fed, w) for w in full)
+    attention += c.per_key * _keys_seen(max(cached, prompt - 1), fed, last)
+    return linear + output * c.head + attention
+
+
+def floor(model, requests: list[tuple[int, int, int]], gmacs: float | None) -> dict | None:
+    """The float32 floor of requests [(prompt, output, cached), ...] at gmacs G multiply-adds a second; None
+    where costs() does not cover the model or no FMA rate was measured."""
+    c = costs(model)
+    if c is None or not gmacs:
+        return None
+    macs = sum(request_macs(c, p, o, k) for p, o, k in requests)
+    return {"float32_gmacs": macs / 1e9, "fma_gmacs_per_s": gmacs, "float32_floor_s": macs / 1e9 / gmacs}
