@@ -59,6 +59,14 @@ def test_decode(folder, tmp_path):
         assert row["new_tokens"] in (4, 8) and positive(row["wall_s"]) and positive(row["decode_tokens_per_s"])
         if row["mode"] in ("none", "engine", "reference"):
             assert row["same_ids_as_contiguous"] is True
+        floor = row["memory_floor"]  # the main model's cached modes: the bytes their decode steps read at the least
+        assert (floor is not None) == (row["mode"] in ("contiguous", "engine", "engine-f16"))
+        if floor:
+            assert positive(floor["read_gb_per_s"]) and floor["weight_mb_per_step"] > 0 and floor["kv_mb_per_step"] > 0
+            assert 0 < row["share_of_memory_floor"] == row["decode_tokens_per_s"] / floor["most_tokens_per_s"]
+    f16 = {row["new_tokens"]: row["memory_floor"]["kv_mb_per_step"] for row in r["rows"] if row["mode"] == "engine-f16"}
+    f32 = {row["new_tokens"]: row["memory_floor"]["kv_mb_per_step"] for row in r["rows"] if row["mode"] == "engine"}
+    assert f16 == pytest.approx({n: v / 2 for n, v in f32.items()})
     assert positive(r["ratios"]["contiguous_over_none"]["8"])
     assert r["ratios"]["aims"]["at"] == 8
 
@@ -78,6 +86,12 @@ def test_decode_and_load_beside_llamacpp(tmp_path):
     r = bench("decode", path, tmp_path / "d", "--no-reference", "--modes", "engine", "engine-int8")
     rows = {row["mode"]: row for row in r["rows"] if row["new_tokens"] == 8}
     assert set(rows) == {"engine", "engine-int8", "llama.cpp"} and positive(rows["llama.cpp"]["decode_tokens_per_s"])
+    # the same file's weights for both; llama.cpp keeps keys and values in float16, ours in float32 here
+    ours, peer = rows["engine"]["memory_floor"], rows["llama.cpp"]["memory_floor"]
+    assert peer["weight_mb_per_step"] == ours["weight_mb_per_step"] and peer["kv_mb_per_step"] * 2 == pytest.approx(
+        ours["kv_mb_per_step"]
+    )
+    assert rows["engine-int8"]["memory_floor"] is None
     assert positive(r["ratios"]["engine_over_llamacpp"]["8"]) and positive(
         r["ratios"]["engine_int8_over_llamacpp"]["8"]
     )

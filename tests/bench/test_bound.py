@@ -74,6 +74,39 @@ def test_the_default_model_costs(default_model_path):
     assert bound.floor(llm.model, [(100, 50, 0)], None) is None  # no FMA rate measured
 
 
+def test_a_decode_step_reads_the_file_s_weights(default_model_path):
+    import gguf
+
+    from tinyllm.llm import LLM
+
+    llm = LLM(default_model_path)
+    tensors = gguf.GGUFReader(default_model_path).tensors
+    stored = sum(
+        t.n_bytes for t in tensors if t.name.startswith("blk.") or t.name in ("token_embd.weight", "output_norm.weight")
+    )
+    c = llm.model.config
+    weights, kv = bound.decode_bytes(llm.model, 4, 32, 9)
+    assert weights == stored  # the layers, the head (tied: the embedding's Q8_0 blocks) and the final norm
+    # steps at positions 32..39 read 33..40 keys and values of every layer
+    assert kv == sum(range(33, 41)) * c.num_layers * 2 * c.num_kv_heads * c.head_dim * 4
+    f = bound.memory_floor(llm.model, 4, 32, 9, 25.0)
+    assert f["floor_s"] == pytest.approx((8 * weights + kv) / 25e9) and f["most_tokens_per_s"] == pytest.approx(
+        8 / f["floor_s"]
+    )
+    assert bound.memory_floor(llm.model, 4, 32, 1, 25.0) is None  # no decode step
+
+
+@pytest.mark.parametrize("kinds", [("full", "full", "full"), ("sliding", "full", "sliding")])
+def test_key_and_value_bytes_by_position(kinds):
+    model = random_tiny_llama(layer_kinds=kinds, sliding_window=4)
+    c = model.config
+    weights, kv = bound.decode_bytes(model, 2, 5, 7)
+    assert weights == sum(p.nbytes for p in model.parameters()) - model.model.embed_tokens.weight.nbytes
+    per_key = 2 * c.num_kv_heads * c.head_dim * 2  # a key and its value in float16
+    seen = [pos + 1 if kind == "full" else min(pos + 1, 4) for pos in range(5, 11) for kind in kinds]
+    assert kv == per_key * sum(seen)
+
+
 @pytest.mark.parametrize("request_", [(5, 2, 6), (5, -1, 0), (5, 2, -1)])
 def test_a_request_that_cannot_be_is_named(request_):
     k = bound.costs(random_tiny_llama())

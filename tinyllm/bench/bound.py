@@ -1,4 +1,6 @@
-"""The float32 floor of a serving run: the multiply-adds its requests need at the least, and the time they take
+"""Floors that no engine can go below on the same machine, for the benchmarks to report beside their figures.
+
+The float32 floor of a serving run: the multiply-adds its requests need at the least, and the time they take
 at the cores' measured FMA rate. Every float32 engine does one FMA per multiply-add, so no such engine can run
 the requests in less time on the same cores, whatever its kernels; a run's wall time over the floor says how
 much of the machine it used.
@@ -12,7 +14,11 @@ tokens:
   multiply-add per key and head dimension for the scores and one for the weighted values (in the last layer,
   only for the rows read).
 Memory traffic is not counted (the cores could in principle overlap it), so the floor is a bound, not an
-estimate: a real run also waits for weights and the KV cache."""
+estimate: a real run also waits for weights and the KV cache.
+
+The memory floor of batch-1 decode: each step reads every weight of the layers and the head as stored
+(quantized blocks or floats) and the keys and values its query sees, so a sequence's decode steps take at least
+those bytes over the machine's measured read rate."""
 
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from dataclasses import dataclass
 
 from ..model.attention import GQAttention
 from ..model.llama import LlamaForCausalLM
+from ..model.quant_linear import QuantLinear
 
 
 @dataclass(frozen=True)
@@ -93,3 +100,38 @@ def floor(model, requests: list[tuple[int, int, int]], gmacs: float | None) -> d
         return None
     macs = sum(request_macs(c, p, o, k) for p, o, k in requests)
     return {"float32_gmacs": macs / 1e9, "fma_gmacs_per_s": gmacs, "float32_floor_s": macs / 1e9 / gmacs}
+
+
+def _stored_bytes(module) -> int:
+    """Bytes of the module's weights as stored: quantized blocks and float parameters."""
+    quant = sum(w.data.nbytes for m in module.modules() if isinstance(m, QuantLinear) for w in m.parts)
+    return quant + sum(p.nbytes for p in module.parameters())
+
+
+def decode_bytes(model, kv_itemsize: int, prompt: int, new: int) -> tuple[int, int] | None:
+    """(weight bytes one decode step reads, key and value bytes all the decode steps of one sequence read) for
+    `new` tokens after a prompt of `prompt`: steps at positions prompt .. prompt + new - 2 (the first new token
+    comes from the prefill); None where costs() does not cover the model."""
+    c = costs(model)
+    if c is None:
+        return None
+    weights = _stored_bytes(model.model.layers) + _stored_bytes(model.lm_head) + _stored_bytes(model.model.norm)
+    per_key = 2 * model.config.num_kv_heads * model.config.head_dim * kv_itemsize  # a key and its value
+    kv = sum(per_key * _keys_seen(prompt, prompt + new - 1, w) for w in c.windows)
+    return weights, kv
+
+
+def memory_floor(model, kv_itemsize: int, prompt: int, new: int, gbytes: float | None) -> dict | None:
+    """The memory floor of one sequence's decode steps at gbytes GB a second (module docstring)."""
+    counted = decode_bytes(model, kv_itemsize, prompt, new)
+    if counted is None or not gbytes or new < 2:
+        return None
+    weights, kv = counted
+    seconds = ((new - 1) * weights + kv) / 1e9 / gbytes
+    return {
+        "weight_mb_per_step": weights / 1e6,
+        "kv_mb_per_step": kv / (new - 1) / 1e6,
+        "read_gb_per_s": gbytes,
+        "floor_s": seconds,
+        "most_tokens_per_s": (new - 1) / seconds,
+    }

@@ -126,6 +126,21 @@ def fma_rate(threads: int, seconds: float = 0.2) -> float | None:
     return None if lib is None else lib.tl_fma_rate(threads, seconds) / 1e9
 
 
+def read_rate(threads: int | None = None, mb: int = 256, tries: int = 5) -> float:
+    """GB a second torch reads from memory here: the best of `tries` sums over a float32 buffer of `mb` MB (far
+    larger than the caches), on `threads` threads (torch's count by default)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        buf = torch.ones(mb << 18)  # written first, so every page is there before the timing
+        best = min(timed(buf.sum)[1] for _ in range(tries))
+        return buf.nbytes / best / 1e9
+    finally:
+        torch.set_num_threads(before)
+
+
 def compute_now() -> dict:
     """fma_rate on one thread and on torch's thread count."""
     n = torch_threads()

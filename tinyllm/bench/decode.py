@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from . import common, llamacpp
+from . import bound, common, llamacpp
 
 QUICK = dict(new_tokens=[4, 8], prompt_tokens=16, repeats=1, prefill_tokens=32)
 # (row name, LLM.generate keywords), one row each: the reference loop without a cache and with a contiguous
@@ -230,6 +230,14 @@ def report(result: dict) -> str:
         f"{'-' if pf['llamacpp_tokens_per_s'] is None else format(pf['llamacpp_tokens_per_s'], '.1f')}"
         + (f"  ours, 8-bit activations {pf['ours_int8_tokens_per_s']:.1f}" if "ours_int8_tokens_per_s" in pf else "")
     )
+    for r in result["rows"]:
+        f = r.get("memory_floor")
+        if f:
+            lines.append(
+                f"memory floor, {r['mode']} {r['new_tokens']}: weights {f['weight_mb_per_step']:.1f} MB + KV "
+                f"{f['kv_mb_per_step']:.1f} MB a step at {f['read_gb_per_s']:.1f} GB/s: at most "
+                f"{f['most_tokens_per_s']:.1f} tok/s; {100 * r['share_of_memory_floor']:.0f}% of that"
+            )
     for key, per_n in result["ratios"].items():
         if key != "aims":
             cells = (f"{n}: {'-' if v is None else f'{v:.2f}'}" for n, v in per_n.items())
@@ -268,4 +276,21 @@ def run(args, models: common.Models | None = None) -> dict:
         int8_s = min(engine_prefill(int8, prompt) for _ in range(repeats + 1))  # the first run sets up
         result["prefill"]["ours_int8_tokens_per_s"] = len(prompt) / int8_s
     llamacpp.close(peer)
+    add_memory_floors(result, models.llm.model)
     return common.save(args.out, "decode", result, draw(result), report)
+
+
+FLOORED = {"contiguous": 4, "engine": 4, "engine-f16": 2, "llama.cpp": 2}  # KV bytes an element (llama.cpp: f16)
+
+
+def add_memory_floors(result: dict, model) -> None:
+    """Each row of the main model's weights with the memory floor of its decode steps (bound.py) at the read
+    rate measured now, and the share of it the row reached. The 8-bit rows hold weights of their own and have
+    none."""
+    rate = common.read_rate()
+    for r in result["rows"]:
+        itemsize = FLOORED.get(r["mode"])
+        floor = itemsize and bound.memory_floor(model, itemsize, result["prompt_tokens"], r["new_tokens"], rate)
+        r["memory_floor"] = floor or None
+        if floor:
+            r["share_of_memory_floor"] = r["decode_tokens_per_s"] / floor["most_tokens_per_s"]
