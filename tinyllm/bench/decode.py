@@ -1,7 +1,8 @@
 """Greedy decode tokens/s of the reference loop with cache none vs contiguous, and of the engine (the product
 path: paged KV, float32 and float16; and with 8-bit activations, weights="native-int8", loaded beside), for
 growing numbers of new tokens, beside HF transformers' cached generate and llama.cpp at batch 1 on the same
-weights; and prefill tokens/s of a long prompt through the engine, beside llama.cpp's.
+weights; and prefill tokens/s of a long prompt through the engine, beside llama.cpp's. Beside each cached row,
+its memory floor (bound.py): the most tokens/s the bytes a decode step reads allow at the measured read rate.
 
 Writes decode.json and decode.png (time against new tokens for every mode)."""
 

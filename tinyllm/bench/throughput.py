@@ -1,7 +1,8 @@
 """N concurrent requests of mixed prompt and output lengths through the engine (aggregate output tokens/s,
 time to first token and inter-token latency p50/p99), a Poisson-arrival run at a few rates, HF
 transformers' static-batch generate on the same weights and prompts, and llama.cpp running the same requests
-at once (a GGUF model, llama-cpp-python installed).
+at once (a GGUF model, llama-cpp-python installed); beside each run, its float32 floor (bound.py): the most
+output tokens/s any float32 engine could give on these cores.
 
 Each engine's KV pool is written through once before its run (unless --cold-pool), as a serving engine's pool
 is after its first requests: the pool is mapped lazily, and a first write to each page costs the kernel (and on
