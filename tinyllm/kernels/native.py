@@ -1,108 +1,32 @@
-"""Build the C++ kernels at first use, cache the shared library, load it with ctypes and call it.
+"""Load the C++ kernels' shared library with ctypes (building it first where needed: `build.py`) and call it.
 
-The library is plain C++ without torch headers (a few seconds to build) with its own small thread pool,
-compiled by the machine's compiler (`$CXX`, else g++, c++ or clang++) with `-O3 -march=native
--ffp-contract=off` (nothing fused, so decoded weights stay bit-identical to the reference; no -march on 64-bit
-ARM, whose NEON path needs none) and cached under `~/.cache/tinyllm/kernels/<hash>/`, keyed by the sources,
-the compiler's version, the flags and the CPU's features. x86 with AVX2 takes the AVX2 (and AVX-512) kernels,
-64-bit ARM the NEON ones, anything else the portable C++. A build goes into a temporary folder renamed into
-place, so two processes building at once both end with a whole library. Without a compiler, after a failed
-build, or with TINYLLM_NATIVE=0, `library()` is None and one warning says why. TINYLLM_NATIVE=scalar builds
-the portable path (what a CPU without AVX2 or NEON runs) and TINYLLM_NATIVE=avx2 the AVX2 path on a CPU with
-AVX-512, so that each can be tested on one machine.
+The library is plain C++ without torch headers with its own small thread pool. `pip install` builds it for the
+installing machine (setup.py); when that did not happen, or the machine, compiler or sources changed since, the
+first use builds it and says so on stderr. Without a compiler, after a failed build, or with TINYLLM_NATIVE=0,
+`library()` is None and one warning says why. x86 with AVX2 takes the AVX2 (and AVX-512) kernels, 64-bit ARM
+the NEON ones, anything else the portable C++ (TINYLLM_NATIVE=scalar and =avx2 force the lesser paths; see
+build.py).
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import platform
-import shutil
 import subprocess
-import tempfile
 import warnings
 from pathlib import Path
 
 import torch
 
+from .build import LIB_NAME, build, cache_root, cpu_features, find_compiler, flags
 from .formats import FORMATS
 from .qweight import QuantWeight
 from .threads import kernel_threads
 
-CSRC = Path(__file__).parent / "csrc"
-SOURCES = ["blocks.h", "kv.h", "pool.h", "q8act.h", "simd.h", "tile.h", "vmath.h"]
-# compiled into one library
-UNITS = ["qmatmul.cpp", "q8act.cpp", "q8pack.cpp", "decode.cpp", "greedy.cpp", "probe.cpp"]
-SOURCES += UNITS
-FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-fPIC", "-shared", "-pthread"]
-LIB_NAME = "libtinyllm_kernels.so"
+__all__ = ["LIB_NAME", "cache_root", "cpu_features", "find_compiler", "flags", "library", "reset"]
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 
 _state: dict = {}  # "lib": the loaded library or None once decided; the process-wide cache of the build
-
-
-def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tinyllm" / "kernels"
-
-
-def find_compiler() -> str | None:
-    for name in [os.environ.get("CXX"), "g++", "c++", "clang++"]:
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-def flags(machine: str | None = None) -> list[str]:
-    """The compiler's flags. On 64-bit ARM no -march: NEON and its fused multiply-add are baseline there, and
-    not every compiler for it takes -march=native."""
-    extra = {"scalar": ["-DTL_SCALAR"], "avx2": ["-mno-avx512f"]}.get(os.environ.get("TINYLLM_NATIVE", ""), [])
-    arm = (machine or platform.machine()).lower() in ("aarch64", "arm64")
-    return [f for f in FLAGS if not (arm and f == "-march=native")] + extra
-
-
-def cpu_features() -> str:
-    """The CPU's feature flags: -march=native code from one CPU may not run on another sharing the cache."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line for line in f if line.startswith(("flags", "Features"))), platform.machine())
-    except OSError:
-        return platform.machine() + platform.processor()
-
-
-def build_key(compiler: str) -> str:
-    """Hash of the sources, the compiler's version, the flags and the CPU's features: a change to any rebuilds."""
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
-    h = hashlib.sha256()
-    for name in SOURCES:
-        h.update((CSRC / name).read_bytes())
-    for part in (version, " ".join(flags()), cpu_features()):
-        h.update(part.encode())
-    return h.hexdigest()[:16]
-
-
-def build(compiler: str) -> Path:
-    """The cached library for these sources, compiling it first if absent. Raises RuntimeError on failure."""
-    root = cache_root()
-    final = root / build_key(compiler)
-    if (final / LIB_NAME).exists():
-        return final / LIB_NAME
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="build-", dir=root))
-    try:
-        cmd = [compiler, *flags(), *(str(CSRC / u) for u in UNITS), "-o", str(tmp / LIB_NAME)]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr.strip()[-2000:]}")
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not (final / LIB_NAME).exists():  # not another process winning the race: a real failure
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final / LIB_NAME
 
 
 def load(path: Path) -> ctypes.CDLL:
