@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from . import figure
+
 # ---- timing and statistics
 
 
@@ -193,33 +195,12 @@ def write_json(out_dir: str, name: str, data: dict) -> str:
     return path
 
 
-def write_plot(out_dir: str, name: str, draw: Callable) -> str | None:
-    """Draw with draw(fig) and save a PNG; None when matplotlib is not installed (it is an optional extra)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")  # files only, never a window
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    os.makedirs(out_dir, exist_ok=True)
-    fig = plt.figure(figsize=(11, 4.5))
-    try:
-        draw(fig)
-        fig.tight_layout()
-        path = os.path.join(out_dir, f"{name}.png")
-        fig.savefig(path, dpi=110)
-    finally:
-        plt.close(fig)
-    return path
-
-
 def save(out_dir: str, name: str, result: dict, draw: Callable | None, report: Callable[[dict], str]) -> dict:
-    """The end of every bench: the PNG (if drawn), the JSON, and the report on stdout."""
+    """The end of every bench: the captioned PNG, the JSON, and the report on stdout."""
     machine = result.get("machine")
     if isinstance(machine, dict) and "compute_before" in machine:
         machine["compute_after"] = compute_now()
-    result["png"] = write_plot(out_dir, name, draw) if draw is not None else None
+    result["png"] = figure.write(out_dir, name, draw, result) if draw is not None else None
     result["json"] = write_json(out_dir, name, result)
     print(report(result))
     if isinstance(machine, dict) and "compute_before" in machine:

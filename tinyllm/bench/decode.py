@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from . import bound, common, llamacpp
+from . import bound, common, figure, llamacpp
 
 QUICK = dict(new_tokens=[4, 8], prompt_tokens=16, repeats=1, prefill_tokens=32)
 # (row name, LLM.generate keywords), one row each: the reference loop without a cache and with a contiguous
@@ -196,6 +196,7 @@ def ratios(rows: list[dict], new_tokens: list[int]) -> dict:
 def draw(result: dict):
     def plot(fig):
         left, right = fig.subplots(1, 2)
+        lines = 0
         for name in [m for m, _ in MODES] + ["reference", "llama.cpp"]:
             pts = [
                 (r["new_tokens"], r["wall_s"], r["decode_tokens_per_s"]) for r in result["rows"] if r["mode"] == name
@@ -203,11 +204,14 @@ def draw(result: dict):
             if not pts:
                 continue
             label = "HF transformers (cached)" if name == "reference" else name
-            left.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
-            right.plot([p[0] for p in pts], [p[2] for p in pts], marker="o", label=label)
+            left.plot([p[0] for p in pts], [p[1] for p in pts], label=label, **figure.style(lines))
+            right.plot([p[0] for p in pts], [p[2] for p in pts], label=label, **figure.style(lines))
+            lines += 1
         left.set(xlabel="new tokens", ylabel="wall time (s)", title="greedy generate, batch 1")
         right.set(xlabel="new tokens", ylabel="decode tokens/s", title="decode rate", yscale="log")
+        counts = sorted({r["new_tokens"] for r in result["rows"]})
         for ax in (left, right):
+            ax.set_xticks(counts, [str(n) for n in counts])
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
 
@@ -278,6 +282,8 @@ def run(args, models: common.Models | None = None) -> dict:
         result["prefill"]["ours_int8_tokens_per_s"] = len(prompt) / int8_s
     llamacpp.close(peer)
     add_memory_floors(result, models.llm.model)
+    modes = {r["mode"] for r in result["rows"]}
+    result["peers"] = {"HF transformers": "reference" in modes, "llama.cpp": "llama.cpp" in modes}
     return common.save(args.out, "decode", result, draw(result), report)
 
 

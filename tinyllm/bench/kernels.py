@@ -3,14 +3,16 @@ activations as weights="native-int8" runs it) vs float32 F.linear vs dequantize 
 weight bytes read, and one whole decode token's matmuls.
 
 Weights are random blocks (timing does not depend on the values) with enough copies of each shape to exceed
-the last-level cache, cycled through as a model's layers are, so M = 1 reads its weights from memory."""
+the last-level cache, cycled through as a model's layers are, so M = 1 reads its weights from memory.
+
+Writes kernels.json and kernels.png (one decode step's matmuls per activation row, at each M)."""
 
 from __future__ import annotations
 
 import math
 import time
 
-from . import common
+from . import common, figure
 
 QUICK = dict(m=[1, 8], min_time=0.01, cache_mb=2)
 # (format, N, K, uses per decode token) of SmolLM2-135M: 30 layers of q, k, v, o, gate, up, down; tied head.
@@ -158,6 +160,20 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
+def draw(result: dict):
+    ms = list(result["token_ms"])
+    modes = {"native (float32 activations)": "native", "native, 8-bit activations": "native_int8"}
+    modes["float32 F.linear"] = "float32"
+
+    def plot(fig):
+        ax = fig.add_subplot(1, 1, 1)
+        series = {name: [result["token_ms"][m][key] / m for m in ms] for name, key in modes.items()}
+        figure.grouped_bars(ax, [f"M = {m}" for m in ms], series, "{:.3f}")
+        ax.set(ylabel="ms per activation row", title="one decode step's matmuls (the default model's shapes)")
+
+    return plot
+
+
 def run(args) -> dict:
     from ..kernels import native_available
 
@@ -182,4 +198,4 @@ def run(args) -> dict:
     # a whole step holds ~100 MB of blocks and ~540 MB as float32: not in a --quick smoke run
     result["token_measured"] = {} if args.quick else {m: measured_token(m, args.min_time) for m in args.m if m <= 8}
     result["machine"]["load_average_after"] = common.load_now()
-    return common.save(args.out, "kernels", result, None, report)
+    return common.save(args.out, "kernels", result, draw(result), report)

@@ -1,9 +1,11 @@
 """Load time and resident memory added by loading (beside llama.cpp's on a GGUF file); prefill tokens/s on
-a long prompt and uncached greedy tokens/s, each beside HF transformers on the same weights in the same run."""
+a long prompt and uncached greedy tokens/s, each beside HF transformers on the same weights in the same run.
+
+Writes load.json and load.png."""
 
 from __future__ import annotations
 
-from . import common, llamacpp
+from . import common, figure, llamacpp
 
 QUICK = dict(prompt_tokens=32, new_tokens=4, repeats=1)
 
@@ -129,8 +131,36 @@ def report(result: dict) -> str:
     return "\n".join(f"{a:34s} {b:>10s} {c:>10s} {d:>14s}" for a, b, c, d in rows)
 
 
+def draw(result: dict):
+    ld, pf, dc = result["load"], result["prefill"], result["uncached_decode"]
+    names = ["tinyllm", "HF transformers", "llama.cpp"]
+
+    def plot(fig):
+        load_ax, mem_ax, rate_ax = fig.subplots(1, 3)
+        figure.grouped_bars(load_ax, names, {"": [ld["ours_s"], ld["reference_s"], ld["llamacpp_s"]]}, "{:.2f}")
+        load_ax.set(ylabel="seconds", title="load time")
+        mb = [None if b is None else b / 2**20 for b in (ld["ours_rss_added"], ld["llamacpp_rss_added"])]
+        figure.grouped_bars(mem_ax, [names[0], names[2]], {"": mb}, "{:.0f}")
+        mem_ax.set(ylabel="MB", title="resident memory added by loading")
+        figure.grouped_bars(
+            rate_ax,
+            [f"prefill\n{pf['prompt_tokens']}-token prompt", f"no cache\n{dc['new_tokens']} greedy tokens"],
+            {
+                names[0]: [pf["ours_tokens_per_s"], dc["ours_tokens_per_s"]],
+                names[1]: [pf["reference_tokens_per_s"], dc.get("reference_tokens_per_s")],
+            },
+        )
+        rate_ax.set(ylabel="tokens/s", title="prefill, and decode without a cache")
+
+    return plot
+
+
 def run(args, models: common.Models | None = None) -> dict:
     models = models or common.load_models(args)
     result = common.header("load", args, models)
     result.update(measure(models, args.prompt_tokens, args.new_tokens, args.repeats, args.seed))
-    return common.save(args.out, "load", result, None, report)
+    result["peers"] = {
+        "HF transformers": result["load"]["reference_s"] is not None,
+        "llama.cpp": result["load"]["llamacpp_s"] is not None,
+    }
+    return common.save(args.out, "load", result, draw(result), report)

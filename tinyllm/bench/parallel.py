@@ -6,13 +6,15 @@ On paper: each layer ends its attention and its MLP with one all-reduce of the n
 decode token of batch 1 costs 2·L all-reduces of C·itemsize bytes. A ring all-reduce moves 2(N-1)/N of those
 bytes in and out of every rank and pays about 2(N-1) link latencies; the smaller the message, the more the
 latency dominates. The link figures below are round published numbers, the latency an assumed order of
-magnitude for a small NCCL all-reduce, not measurements."""
+magnitude for a small NCCL all-reduce, not measurements.
+
+Writes decode-tp.json and decode-tp.png."""
 
 from __future__ import annotations
 
 import time
 
-from . import common
+from . import common, figure
 
 LINKS = {  # name: (bytes/s one way, seconds per hop)
     "NVLink (H100/H200, 450 GB/s)": (450e9, 2e-6),
@@ -28,7 +30,9 @@ def run(args) -> dict:
 
     path = common.model_path(args.model)
     common.warm_file_cache(path)
-    result = {"bench": "decode-tensor-parallel", "model": path, "machine": common.machine_info(), "rows": []}
+    options = {k: v for k, v in vars(args).items() if k not in ("func", "bench_run")}
+    result = {"bench": "decode-tensor-parallel", "model": path, "machine": common.machine_info(), "options": options}
+    result["rows"] = []
     expected = None
     for size in args.tensor_parallel_size:
         llm = LLM(path, dtype=args.dtype, weights=args.weights, quantize=args.quantize, parallel=ParallelConfig(size))
@@ -43,7 +47,7 @@ def run(args) -> dict:
         result["rows"] += rows
         result["config"] = {k: getattr(llm.config, k) for k in ("num_layers", "hidden_size", "num_heads")}
     result["on_paper"] = on_paper(result["config"]["num_layers"], result["config"]["hidden_size"])
-    return common.save(args.out, "decode-tp", result, None, report)
+    return common.save(args.out, "decode-tp", result, draw(result), report)
 
 
 def measure(llm, size: int, ids: list[int], new_tokens: list[int], repeats: int) -> list[dict]:
@@ -87,6 +91,26 @@ def on_paper(num_layers: int, hidden_size: int, itemsize: int = 2) -> list[dict]
             row[link] = 1e3 * (moved / bandwidth + per_token * 2 * (n - 1) * hop)  # ms per token
         out.append(row)
     return out
+
+
+def draw(result: dict):
+    def plot(fig):
+        rate_ax, reduce_ax = fig.subplots(1, 2)
+        sizes = sorted({r["tensor_parallel_size"] for r in result["rows"]})
+        for i, n in enumerate(sorted({r["new_tokens"] for r in result["rows"]})):
+            rows = sorted((r for r in result["rows"] if r["new_tokens"] == n), key=lambda r: r["tensor_parallel_size"])
+            xs = [r["tensor_parallel_size"] for r in rows]
+            label = f"{n} new tokens"
+            rate_ax.plot(xs, [r["decode_tokens_per_s"] for r in rows], label=label, **figure.style(i))
+            reduce_ax.plot(xs, [r["all_reduce_ms_per_token"] for r in rows], label=label, **figure.style(i))
+        rate_ax.set(xlabel="processes", ylabel="decode tokens/s", title="greedy decode, batch 1", ylim=(0, None))
+        reduce_ax.set(xlabel="processes", ylabel="ms per token", title="the driver's all-reduce time", ylim=(0, None))
+        for ax in (rate_ax, reduce_ax):
+            ax.set_xticks(sizes, [str(n) for n in sizes])
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+
+    return plot
 
 
 def report(result: dict) -> str:

@@ -1,5 +1,11 @@
 """Prefix sharing: requests that share a long system prompt, run with the engine's prefix cache on and off
-— peak KV blocks used, time to first token and time until every prefill is done, cached tokens.
+— KV blocks held per running request and at the peak, time to first token and time until every prefill is
+done, cached tokens.
+
+The peak alone misleads: with sharing, a request's prompt is mostly cached, so the token budget admits every
+request at once and the peak holds all of them; without, each prompt is computed in full, requests are
+admitted a few at a time and early ones finish before late ones start, so fewer run together. The figure
+shows blocks held and requests running step by step, and the blocks per running request.
 
 Writes prefix.json and prefix.png."""
 
@@ -8,7 +14,7 @@ from __future__ import annotations
 import gc
 import random
 
-from . import common
+from . import common, figure
 from .workload import Work, drive_engine
 
 # A small token budget, so later requests are admitted after the shared blocks are computed (a request
@@ -56,7 +62,7 @@ def one_run(llm, args, work: list[Work], caching: bool) -> dict:
         kv_memory_bytes=args.kv_memory_mb << 20,
         enable_prefix_caching=caching,
     )
-    r = drive_engine(engine, work, keep_ids=True)
+    r = drive_engine(engine, work, keep_ids=True, keep_timeline=True)
     r["all_prefilled_s"] = r["ttft_s"]["max"]  # every request arrives at once: the last first token
     r["pool_blocks"] = engine.pool_stats().total
     return r
@@ -92,49 +98,60 @@ def measure(models: common.Models, args) -> dict:
     }
 
 
+RUNS = {"sharing": "prefix sharing", "no_sharing": "no sharing"}
+
+
 def draw(result: dict):
     def plot(fig):
-        blocks_ax, time_ax = fig.subplots(1, 2)
-        names = ["sharing", "no_sharing"]
-        keys = ("peak_blocks_used", "blocks_per_running_request")
-        for i, name in enumerate(names):
-            blocks_ax.bar(
-                [j + (i - 0.5) * 0.4 for j in range(len(keys))], [result[name][k] for k in keys], 0.4, label=name
+        held_ax, per_ax, time_ax = fig.subplots(1, 3, gridspec_kw={"width_ratios": [2.2, 1, 1.4]})
+        for i, (key, label) in enumerate(RUNS.items()):
+            run = result[key]
+            ts = [0.0] + [t for t, _, _ in run["timeline"]]
+            held = [0] + [u for _, _, u in run["timeline"]]
+            held_ax.step(ts, held, where="post", label=label, color=f"C{i}", **figure.style(i) | {"marker": None})
+            peak = max(range(len(held)), key=held.__getitem__)
+            running = run["timeline"][peak - 1][1] if peak else 0
+            on_right = ts[peak] > 0.5 * max(r["wall_s"] for r in (result[k] for k in RUNS))
+            held_ax.annotate(
+                f"peak {held[peak]} blocks, {running} running",
+                (ts[peak], held[peak]),
+                xytext=(-8 if on_right else 8, 6),
+                textcoords="offset points",
+                ha="right" if on_right else "left",
+                fontsize=7,
+                color=f"C{i}",
             )
-        blocks_ax.set_xticks(range(len(keys)), ["peak blocks used", "blocks per running request"])
-        blocks_ax.set(
-            yscale="log",
-            ylabel="KV blocks",
-            title=f"{result['requests']} requests, {result['system_tokens']}-token shared prefix",
+        alone = result["blocks_without_sharing_in_theory"]
+        held_ax.axhline(alone, color="0.5", lw=0.8, ls=":")
+        held_ax.annotate(
+            f"all {result['requests']} at once without sharing: {alone}",
+            (0, alone),
+            xytext=(4, 2),
+            textcoords="offset points",
+            fontsize=7,
         )
-        blocks_ax.legend(fontsize=8)
-        width = 0.25
-        metrics = [
-            ("ttft p50", lambda r: r["ttft_s"]["p50"]),
-            ("all prefilled", lambda r: r["all_prefilled_s"]),
-            ("wall", lambda r: r["wall_s"]),
-        ]
-        for i, name in enumerate(names):
-            xs = [j + (i - 0.5) * width for j in range(len(metrics))]
-            time_ax.bar(xs, [f(result[name]) for _, f in metrics], width, label=name)
-        time_ax.set_xticks(range(len(metrics)), [m for m, _ in metrics])
-        time_ax.set(ylabel="seconds", title="time")
-        time_ax.legend(fontsize=8)
-        for ax in (blocks_ax, time_ax):
-            ax.grid(alpha=0.3, axis="y")
+        held_ax.set(xlabel="seconds", ylabel="KV blocks held", ylim=(0, alone * 1.12), xlim=(0, None))
+        held_ax.set_title(f"{result['requests']} requests, {result['system_tokens']}-token shared prefix", fontsize=10)
+        held_ax.legend(fontsize=7, loc="center right")
+        figure.grouped_bars(per_ax, list(RUNS.values()), {"": [result[k]["blocks_per_running_request"] for k in RUNS]})
+        per_ax.set(ylabel="KV blocks", title=f"per running request ({result['blocks_per_request_saved']:.0%} fewer)")
+        metrics = {"ttft p50": ("ttft_s", "p50"), "all prefilled": ("all_prefilled_s", None), "end": ("wall_s", None)}
+        series = {RUNS[k]: [result[k][a] if b is None else result[k][a][b] for a, b in metrics.values()] for k in RUNS}
+        figure.grouped_bars(time_ax, list(metrics), series, "{:.2f}")
+        time_ax.set(ylabel="seconds", title=f"time (all prefilled {result['all_prefilled_speedup']:.1f}x sooner)")
 
     return plot
 
 
 def report(result: dict) -> str:
     lines = [
-        f"{'run':12s} {'peak blocks':>11s} {'blocks/req':>10s} {'cached tok':>10s} {'ttft p50':>9s} "
+        f"{'run':12s} {'peak blocks':>11s} {'running':>7s} {'blocks/req':>10s} {'cached tok':>10s} {'ttft p50':>9s} "
         f"{'all prefilled s':>15s} {'wall s':>8s}"
     ]
     for name in ("sharing", "no_sharing"):
         r = result[name]
         lines.append(
-            f"{name:12s} {r['peak_blocks_used']:11d} {r['blocks_per_running_request']:10.1f} "
+            f"{name:12s} {r['peak_blocks_used']:11d} {r['peak_running']:7d} {r['blocks_per_running_request']:10.1f} "
             f"{r['cached_tokens']:10d} {r['ttft_s']['p50']:9.2f} {r['all_prefilled_s']:15.2f} "
             f"{r['wall_s']:8.2f}"
         )

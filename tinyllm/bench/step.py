@@ -5,14 +5,16 @@ run of cached decode steps. The engine's path (LLM.generate): the native decode 
 the head, the runner's and the engine's Python (bench/step_engine.py).
 
 The wall time per token is measured without the profiler; the split comes from the profiler's own times,
-scaled to that wall time (the profiler slows every call a little, the small ones most)."""
+scaled to that wall time (the profiler slows every call a little, the small ones most).
+
+Writes step.json and step.png."""
 
 from __future__ import annotations
 
 import contextlib
 import time
 
-from . import common
+from . import common, figure
 from .step_engine import engine_breakdown
 
 QUICK = dict(prompt_tokens=16, steps=4)
@@ -146,6 +148,36 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
+def draw(result: dict):
+    """One stacked bar per path: the parts of a token's time, each labelled with its ms where it fits."""
+    paths = [("module path", result["breakdown"]["ms_per_token"])]
+    if (result.get("engine") or {}).get("native_step"):
+        paths.insert(0, ("engine (native step)", result["engine"]["ms_per_token"]))
+
+    def plot(fig):
+        ax = fig.add_subplot(1, 1, 1)
+        longest = max(sum(parts.values()) for _, parts in paths) or 1.0
+        colour = 0
+        for row, (name, parts) in enumerate(paths):
+            left = 0.0
+            for part, ms in parts.items():
+                hatch = figure.HATCHES[colour % len(figure.HATCHES)]
+                ax.barh(row, ms, left=left, color=f"C{colour % 10}", hatch=hatch, label=f"{name}: {part}")
+                if ms > 0.06 * longest:
+                    ax.text(left + ms / 2, row, f"{ms:.2f}", ha="center", va="center", fontsize=7)
+                left += ms
+                colour += 1
+            ax.text(left, row, f"  {left:.2f} ms", va="center", fontsize=8)
+        ax.set_yticks(range(len(paths)), [name for name, _ in paths])
+        ax.set(xlabel="ms per token", xlim=(0, longest * 1.15))
+        ax.set_title(f"where a batch-1 decode token's time goes, after a {result['prompt_tokens']}-token prompt")
+        ax.invert_yaxis()
+        ax.grid(alpha=0.3, axis="x")
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+
+    return plot
+
+
 def run(args, models: common.Models | None = None) -> dict:
     args.no_reference = True
     models = models or common.load_models(args, want_reference=False)
@@ -153,4 +185,4 @@ def run(args, models: common.Models | None = None) -> dict:
     ids = common.windows(common.corpus_ids(models.llm.tokenizer), [args.prompt_tokens], args.seed)[0]
     result.update(prompt_tokens=len(ids), steps=args.steps, breakdown=profile_steps(models.llm.model, ids, args.steps))
     result["engine"] = engine_breakdown(models.llm, ids, args.steps)
-    return common.save(args.out, "step", result, None, report)
+    return common.save(args.out, "step", result, draw(result), report)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import gc
 
 from ..errors import TinyLLMError
-from . import bound, common, llamacpp, llamacpp_batch
+from . import bound, common, figure, llamacpp, llamacpp_batch
 from .workload import drive_engine, drive_reference, make_workload, poisson
 
 QUICK = dict(
@@ -177,8 +177,11 @@ def draw(result: dict):
     def plot(fig):
         rate_ax, lat_ax, poi_ax = fig.subplots(1, 3)
         xs = [c["concurrency"] for c in result["closed"]]
-        rate_ax.plot(xs, [c["output_tokens_per_s"] for c in result["closed"]], marker="o", label="ours, output")
-        rate_ax.plot(xs, [c["decode_tokens_per_s"] for c in result["closed"]], marker="s", label="ours, decode steps")
+        out_label = "tinyllm, output (prefill included)"
+        rate_ax.plot(xs, [c["output_tokens_per_s"] for c in result["closed"]], label=out_label, **figure.style(0))
+        rate_ax.plot(
+            xs, [c["decode_tokens_per_s"] for c in result["closed"]], label="tinyllm, decode steps", **figure.style(1)
+        )
         for r in result["reference_static"]:
             rate_ax.scatter(
                 [r["batch_size"]],
@@ -190,21 +193,29 @@ def draw(result: dict):
         for p in result["llamacpp_batched"]:
             rate_ax.scatter([p["concurrency"]], [p["output_tokens_per_s"]], marker="^", s=60, label="llama.cpp, output")
         rate_ax.set(xlabel="concurrent requests", ylabel="tokens/s", title="aggregate throughput", xscale="log")
-        for key, style in (("ttft_s", "o"), ("itl_s", "s")):
+        rate_ax.set_ylim(bottom=0)
+        i = 0
+        for key in ("ttft_s", "itl_s"):
             for q in ("p50", "p99"):
-                lat_ax.plot(xs, [c[key][q] for c in result["closed"]], marker=style, label=f"{key[:-2]} {q}")
+                lat_ax.plot(xs, [c[key][q] for c in result["closed"]], label=f"{key[:-2]} {q}", **figure.style(i))
+                i += 1
         lat_ax.set(xlabel="concurrent requests", ylabel="seconds", title="latency", xscale="log", yscale="log")
         rates = [p["rate"] for p in result["poisson"]]
-        for q in ("p50", "p99"):
-            poi_ax.plot(rates, [p["ttft_s"][q] for p in result["poisson"]], marker="o", label=f"ttft {q}")
-            poi_ax.plot(rates, [p["itl_s"][q] for p in result["poisson"]], marker="s", label=f"itl {q}")
+        i = 0
+        for key in ("ttft_s", "itl_s"):  # the latency panel's order, so each series keeps its look
+            for q in ("p50", "p99"):
+                poi_ax.plot(rates, [p[key][q] for p in result["poisson"]], label=f"{key[:-2]} {q}", **figure.style(i))
+                i += 1
         poi_ax.set(xlabel="arrival rate (requests/s)", ylabel="seconds", title="Poisson arrivals", yscale="log")
+        if not rates:
+            poi_ax.text(0.5, 0.5, "not run (--rates with no rate)", ha="center", transform=poi_ax.transAxes)
         for ax in (rate_ax, lat_ax):
             ax.set_xticks(xs, [str(x) for x in xs])  # plain numbers on the log axis
             ax.minorticks_off()
         for ax in (rate_ax, lat_ax, poi_ax):
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
 
     return plot
 
@@ -272,4 +283,8 @@ def run(args, models: common.Models | None = None) -> dict:
     result = common.header("throughput", args, models)
     result.update(measure(models, args))
     add_floors(result, models.llm.model)
+    result["peers"] = {
+        "HF transformers": bool(result["reference_static"]),
+        "llama.cpp": bool(result["llamacpp_batched"]),
+    }
     return common.save(args.out, "throughput", result, draw(result), report)

@@ -48,9 +48,10 @@ def _decode_only(engine) -> bool:
     return engine.num_waiting() == 0 or len(running) >= engine.config.max_num_seqs
 
 
-def drive_engine(engine, work: list[Work], keep_ids: bool = False) -> dict:
-    """Add each request at its arrival time while stepping; return per-request and per-step timings (and
-    with keep_ids, every request's output ids in arrival order)."""
+def drive_engine(engine, work: list[Work], keep_ids: bool = False, keep_timeline: bool = False) -> dict:
+    """Add each request at its arrival time while stepping; return per-request and per-step timings (with
+    keep_ids, every request's output ids in arrival order; with keep_timeline, after each step its end in
+    seconds from the start, the requests running and the KV blocks held)."""
     from ..sampling.params import SamplingParams
 
     pending = deque(sorted(work, key=lambda w: w.arrival))
@@ -75,6 +76,8 @@ def drive_engine(engine, work: list[Work], keep_ids: bool = False) -> dict:
     out = summarize_engine(gens, arrivals, steps, t0, end)
     if keep_ids:
         out["ids"] = [g.ids for g in gens.values()]
+    if keep_timeline:
+        out["timeline"] = [[e - t0, running, used] for _, e, _, _, running, used in steps]
     return out
 
 
@@ -104,6 +107,7 @@ def summarize_engine(gens: dict, arrivals: dict, steps: list, t0: float, end: fl
         "steps": len(steps),
         "decode_only_steps": len(pure),
         "mean_running": sum(r for *_, r, _ in steps) / len(steps) if steps else 0.0,
+        "peak_running": max((r for *_, r, _ in steps), default=0),
         "peak_blocks_used": max((u for *_, u in steps), default=0),
         "blocks_per_running_request": sum(per_request) / len(per_request) if per_request else 0.0,
         "ttft_s": common.summary(ttft),
