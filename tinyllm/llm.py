@@ -9,6 +9,7 @@ against. An LLM is not thread-safe; streams of one LLM may be interleaved in one
 from __future__ import annotations
 
 import os
+import weakref
 from collections import deque
 from collections.abc import Iterator, Sequence
 
@@ -135,6 +136,7 @@ class LLM:
         self.tensor_parallel = None
         if parallel.tensor_parallel_size > 1:
             self.tensor_parallel = TensorParallel(parallel, self.model, source)
+            weakref.finalize(self, self.tensor_parallel.close)  # a dropped LLM stops its workers
 
     def close(self) -> None:
         """Stop this LLM's tensor-parallel workers, if any (the LLM can generate no more); idempotent."""
@@ -274,8 +276,9 @@ class LLM:
             for rid in rids:
                 while self._pending[rid]:
                     out = self._pending[rid].popleft()
-                    if out.error is not None:
-                        raise RuntimeError(f"request {rid} failed: {out.error}")
+                    if out.error is not None:  # a grammar that failed is the caller's error, anything else ours
+                        error = TinyLLMError if out.error_kind == "grammar" else RuntimeError
+                        raise error(f"request {rid} failed: {out.error}")
                     if out.finished:
                         live.discard(rid)
                     yield out

@@ -83,6 +83,7 @@ class RequestOutput:
     completion_tokens: int = 0
     error: str | None = None  # finish_reason "error": what failed
     prompt_logprobs: list | None = None  # on a request's first output, when asked: [None, TokenLogprob, ...]
+    error_kind: str | None = None  # "grammar": the request's own grammar failed (its fault, not the engine's)
 
 
 @dataclass

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import time
+from concurrent.futures import FIRST_COMPLETED
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 
 import torch
@@ -40,6 +42,9 @@ class EngineConfig:
     kv_dtype: str | None = None  # default: the model's dtype
     enable_prefix_caching: bool = True
     speculative: SpeculativeConfig | None = None
+    # False: a grammar not compiled yet compiles on a grammar thread while its request waits (and fails
+    # alone if it cannot), so add_request never compiles on the thread that steps the engine (the server)
+    compile_grammars_on_add: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "kv_memory_bytes"):
@@ -90,9 +95,14 @@ class Engine:
         """Queue a request; raise TinyLLMError (and queue nothing) if it can never run. `speculative`
         overrides the engine's speculative config for this request."""
         req = self._make_request(prompt, params, request_id, speculative)
+        self._queue(req)
+        return req.request_id
+
+    def _queue(self, req: Request) -> None:
         self.requests[req.request_id] = req
         self.scheduler.add(req)
-        return req.request_id
+        if req.constraint is not None:  # its first masks, while it waits and prefills
+            req.constraint.prefetch([req.output_ids])
 
     def _make_request(
         self,
@@ -118,7 +128,7 @@ class Engine:
         if request_id in self.requests:
             raise TinyLLMError(f"request id {request_id!r} is already in use")
         max_new = token_budget(len(ids), params.max_tokens, max_len, self.pool.num_blocks * self.pool.block_size)
-        constraint = self.grammars.constraint(params.structured)
+        constraint = self.grammars.constraint(params.structured, wait=self.config.compile_grammars_on_add)
         req = Request.create(request_id, ids, params, max_new, self.tokenizer, self.eos_ids, constraint)
         spec = speculative or self.config.speculative
         if spec is not None:
@@ -144,9 +154,11 @@ class Engine:
     def step(self) -> list[RequestOutput]:
         """One forward over the scheduled batch; returns each touched request's new text and ids."""
         outputs, self._early = self._early, []
+        outputs += self._fail_grammars()
         self._propose_drafts()
         plan = self.scheduler.schedule()
         if not plan.chunks:
+            self._wait_for_masks()
             return outputs
         now = time.perf_counter()
         for chunk in plan.chunks:
@@ -172,6 +184,28 @@ class Engine:
             room = min(req.num_draft_tokens, req.max_new - len(req.output_ids) - 1)
             if room > 0:
                 req.draft_ids = req.proposer.propose(req.prompt_ids + req.output_ids, room)
+                if req.constraint is not None and req.draft_ids:  # a mask per verified row
+                    out = req.output_ids
+                    req.constraint.prefetch([out + req.draft_ids[:i] for i in range(len(req.draft_ids) + 1)])
+
+    def _constrained(self) -> list[Request]:
+        return [r for r in (*self.scheduler.running, *self.scheduler.waiting) if r.constraint is not None]
+
+    def _fail_grammars(self) -> list[RequestOutput]:
+        """Fail, alone, each request whose grammar failed or ran past its budget on a grammar thread."""
+        now, outputs = time.perf_counter(), []
+        for req in self._constrained():
+            error = req.constraint.failure()
+            if error is not None:
+                outputs.append(self._fail(req, error, now))
+        return outputs
+
+    def _wait_for_masks(self) -> None:
+        """Nothing could run: every unfinished request waits for its grammar. Sleep until one is ready (a
+        short while at most, so new requests and budgets are looked at again)."""
+        pending = [job for r in self._constrained() if (job := r.constraint.pending()) is not None]
+        if pending:
+            wait_futures(pending, timeout=0.05, return_when=FIRST_COMPLETED)
 
     def _sample(self, chunks, logits) -> list[RequestOutput]:
         """Sample every chunk's rows: one batched draw for plain rows, verification for drafted ones."""
@@ -205,12 +239,13 @@ class Engine:
 
     def _apply_or_fail(self, req: Request, results: list | None, error: Exception | None, now: float):
         output, error = (None, error) if error is not None else isolated(req, lambda: self._apply(req, results, now))
-        if error is None:
-            return output
+        return output if error is None else self._fail(req, error, now)
+
+    def _fail(self, req: Request, error: Exception, now: float) -> RequestOutput:
         self.scheduler.finish(req, RequestStatus.FINISHED_ERROR)  # its blocks back; the step goes on
         req.times.finished = now
         output = self._output(req, "", 0)
-        output.error = describe(error)
+        output.error, output.error_kind = describe(error)
         return output
 
     def _apply(self, req: Request, results: list, now: float) -> RequestOutput:
@@ -227,6 +262,8 @@ class Engine:
             req.num_computed = req.num_committed - 1
             self.kv.truncate(req, req.num_computed)
             req.proposer.rollback(req.num_computed)
+        if req.constraint is not None and not req.status.is_finished:  # the next masks, during others' steps
+            req.constraint.prefetch([req.output_ids])
         return self._output(req, applied.text, applied.num_new)
 
     def _output(self, req: Request, text: str, n_new: int) -> RequestOutput:
@@ -275,8 +312,7 @@ class Engine:
             raise TinyLLMError(f"got {len(plist)} sampling params for {len(prompts)} prompts")
         reqs = [self._make_request(p, sp, None, speculative) for p, sp in zip(prompts, plist)]
         for req in reqs:
-            self.requests[req.request_id] = req
-            self.scheduler.add(req)
+            self._queue(req)
         return [r.request_id for r in reqs]
 
     def generate(self, prompts: list, params: SamplingParams | list[SamplingParams]) -> list[Generation]:

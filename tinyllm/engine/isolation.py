@@ -2,7 +2,8 @@
 raising fails that request only; the other requests of the step go on as if it had not been there.
 
 A failed request finishes with status FINISHED_ERROR (finish reason "error") and its blocks go back to the
-pool; its output carries the error's text for the caller (the server answers it with a 500 or an error event).
+pool; its output carries the error's text for the caller (the server answers it with a 500 or an error event;
+a 400 when the request's own grammar failed).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
+from ..sampling.constraint import GrammarError
 from ..sampling.sampler import SampleResult, sample_batch
 from .request import Request
 
@@ -51,10 +53,17 @@ def isolated(req: Request, work: Callable[[], T]) -> tuple[T | None, Exception |
     """work()'s value, or the exception it raised (logged with the request's id)."""
     try:
         return work(), None
+    except GrammarError as exc:  # the request's own grammar: one line, no traceback
+        log.warning("request %s: %s", req.request_id, exc)
+        return None, exc
     except Exception as exc:
         log.exception("request %s failed while processing its output", req.request_id)
         return None, exc
 
 
-def describe(error: Exception) -> str:
-    return f"the request failed while processing its output ({type(error).__name__}: {error})"
+def describe(error: Exception) -> tuple[str, str | None]:
+    """What to tell the caller about a failed request, and the error's kind ("grammar": the request's own
+    grammar failed, see sampling/constraint.py; None: the engine's fault)."""
+    if isinstance(error, GrammarError):
+        return str(error), "grammar"
+    return f"the request failed while processing its output ({type(error).__name__}: {error})", None

@@ -9,7 +9,8 @@ that leave part of a prompt for later) take at most `long_prefill_token_threshol
 them, and a long prompt that gets none of them lets shorter ones behind it in, so a short prompt arriving
 during a long prefill is admitted in the very next step instead of after the whole long prefill. When blocks
 run out, the most recently admitted request is preempted: its blocks are freed and it waits to be recomputed.
-The scheduler touches no tensors.
+A constrained request whose next token masks are still being computed (on a grammar thread) sits out the
+steps that would sample it, so a slow grammar delays no one else. The scheduler touches no tensors.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class Scheduler:
             if req.status is not RequestStatus.RUNNING:  # preempted while scheduling an earlier one
                 continue
             n = self._chunk_len(req, budget, contended=bool(self.waiting))
-            if n == 0:
+            if n == 0 or (n == req.num_tokens - req.num_computed and not can_sample(req)):
                 continue
             if not self._allocate_or_preempt(req, n, out):
                 continue
@@ -146,6 +147,9 @@ class Scheduler:
             req = self.waiting[0]
             if req in out.preempted:
                 break  # not in the step that preempted it
+            if not can_sample(req):  # its first masks are not ready: it keeps its place for a later step
+                deferred.append(self.waiting.popleft())
+                continue
             cached = self.kv.match_prefix(req)
             req.num_computed = cached
             n = self._chunk_len(req, budget, contended=len(self.waiting) + len(deferred) > 1)
@@ -166,6 +170,11 @@ class Scheduler:
             out.chunks.append(ScheduledChunk(req, req.num_computed, n))
             budget.take(n, partial=n < req.num_tokens - req.num_computed)
         self.waiting.extendleft(reversed(deferred))  # they keep their places at the head of the queue
+
+
+def can_sample(req: Request) -> bool:
+    """Whether a step may sample req: it has no grammar, or its grammar's next masks are ready."""
+    return req.constraint is None or req.constraint.is_ready()
 
 
 @dataclass
