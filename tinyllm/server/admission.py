@@ -9,12 +9,12 @@ Lone UTF-16 surrogates (JSON accepts "\\ud800") become U+FFFD before tokenizing:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from .errors import APIError
+from .limits import MAX_STOP_CHARS, MAX_STOP_STRINGS
 
-MAX_STOP_STRINGS = 16
-MAX_STOP_CHARS = 1024  # per stop string
 CONTEXT_CODE = "context_length_exceeded"
 
 
@@ -73,19 +73,41 @@ class PromptLimits:
                 "messages",
             )
 
-    def check_messages(self, messages: list) -> None:
+    def check_messages(self, messages: list, tools: list | None = None) -> None:
+        """Messages (and the tools the template will render with them) against the context, before rendering:
+        a tool's JSON is counted as text, since templates write it out."""
         self.check_message_count(len(messages))
-        self.check_text(sum(_content_chars(m.content) for m in messages), "messages")
+        chars = sum(_message_chars(m) for m in messages)
+        if not tools:
+            self.check_text(chars, "messages")
+            return
+        tools_chars = len(json.dumps(tools, ensure_ascii=False))
+        if chars + tools_chars > self.max_chars:
+            raise context_error(
+                f"messages and tools have {chars + tools_chars} characters together ({tools_chars} of them the "
+                f"tools' JSON), more than any prompt that fits the {self.context_length}-token context can have "
+                f"({self.max_chars})",
+                "messages" if chars > self.max_chars else "tools",
+            )
 
-    def check_room(self, num_prompt: int, max_tokens: int | None, param: str) -> None:
-        """The prompt must leave room for max_tokens (or at least one token) in the context."""
+    def check_room(
+        self, num_prompt: int, max_tokens: int | None, param: str, max_tokens_param: str = "max_tokens"
+    ) -> None:
+        """The prompt must leave room for max_tokens (or at least one token) in the context; `max_tokens_param`
+        is the request field that set it (max_completion_tokens, max_output_tokens)."""
         self.check_ids(num_prompt, param)
         if max_tokens is not None and num_prompt + max_tokens > self.context_length:
             raise context_error(
-                f"the prompt has {num_prompt} tokens and max_tokens is {max_tokens}, more than "
+                f"the prompt has {num_prompt} tokens and {max_tokens_param} is {max_tokens}, more than "
                 f"the model's context of {self.context_length} tokens",
-                "max_tokens",
+                max_tokens_param,
             )
+
+
+def _message_chars(message) -> int:
+    """The characters of a message's text, and of the tool calls an assistant message carries."""
+    calls = (message.model_extra or {}).get("tool_calls")
+    return _content_chars(message.content) + (len(json.dumps(calls, ensure_ascii=False)) if calls else 0)
 
 
 def _content_chars(content) -> int:

@@ -1,24 +1,24 @@
 """create_app: the OpenAI-compatible HTTP API over one model.
 
-/v1/*, /tokenize, /detokenize, /openapi.json and /docs need the API key when one is set; /health and
-/metrics stay open for probes and scrapers (and show no file-system paths). CORS is off unless origins
-are allowed, and no redirect is ever built from the Host header (no trailing-slash redirects). The model loads
-in a background thread once the server is up, so /health can say 503 (loading) and then 200.
+/v1/* (each also without the /v1 prefix, as vLLM and llama.cpp answer), /tokenize, /detokenize, /tokenizer_info,
+/openapi.json and /docs need the API key when one is set; /health and /metrics stay open for probes and scrapers
+(and show no file-system paths). CORS is off unless origins are allowed, a Host header outside `allowed_hosts`
+is refused (hosts.py), and no redirect is ever built from the Host header (no trailing-slash redirects). The model
+loads in a background thread once the server is up, so /health can say 503 (loading) and then 200.
 """
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from .. import __version__
-from ..errors import TinyLLMError
 from .body import (
     add_body_schemas,
     chat_counts,
@@ -27,12 +27,13 @@ from .body import (
     request_body_doc,
     responses_counts,
 )
+from .body_limit import BodyLimit
 from .chat import chat_completion
 from .completions import completion
-from .errors import APIError, bad_request, install_error_handlers
-from .limits import BodyLimit
+from .errors import APIError, install_error_handlers
+from .hosts import HostAllowList
+from .limits import MAX_BODY_BYTES
 from .metrics import CONTENT_TYPE, ServerMetrics
-from .prompts import chat_prompt_text, encode_text
 from .protocol import (
     ChatCompletionChunk,
     ChatCompletionRequest,
@@ -40,18 +41,15 @@ from .protocol import (
     CompletionRequest,
     CompletionResponse,
     DetokenizeRequest,
-    DetokenizeResponse,
     ModelCard,
     ModelList,
     ResponsesRequest,
     TokenizeRequest,
-    TokenizeResponse,
 )
 from .responses import create_response
 from .slow_clients import ConnectionLimits
 from .state import Ready, ServerState
-
-MAX_BODY_BYTES = 16 << 20  # far above any prompt that fits a context, far below a memory problem
+from .tokenization import add_tokenizer_routes
 
 
 def _auth_dependency(api_key: str | None):
@@ -74,12 +72,14 @@ def create_app(
     served_model_name: str | None = None,
     api_key: str | None = None,
     allowed_origins: list[str] | None = None,
+    allowed_hosts: Sequence[str] | None = None,
     limits: ConnectionLimits | None = None,
     **engine_options,
 ) -> FastAPI:
     """An app serving `llm_or_loader`: an LLM, or a callable returning one (called in a background
     thread at startup). engine_options go to the Engine (max_num_seqs, kv_memory_bytes, ...);
-    `allowed_origins` turns CORS on for those browser origins ("*" for any)."""
+    `allowed_origins` turns CORS on for those browser origins ("*" for any); `allowed_hosts` are the Host
+    header values answered (hosts.py; None: any)."""
     limits = limits or ConnectionLimits()
     metrics = ServerMetrics()
     state = ServerState(llm_or_loader, engine_options, served_model_name, metrics)
@@ -113,6 +113,8 @@ def create_app(
             allow_methods=["GET", "POST"],
             allow_headers=["authorization", "content-type"],
         )
+    if allowed_hosts is not None:  # added last: the outermost check
+        app.add_middleware(HostAllowList, allowed=tuple(allowed_hosts))
     install_error_handlers(app)
     auth = [Depends(_auth_dependency(api_key))]
     _add_docs_routes(app, auth)
@@ -122,6 +124,7 @@ def create_app(
 
     _add_generation_routes(app, auth, ready)
     _add_model_routes(app, auth, ready)
+    add_tokenizer_routes(app, auth, ready)
     _add_ops_routes(app, state, metrics)
     add_body_schemas(
         app, [ChatCompletionRequest, CompletionRequest, ResponsesRequest, TokenizeRequest, DetokenizeRequest]
@@ -139,10 +142,21 @@ def _add_docs_routes(app: FastAPI, auth: list) -> None:
         return get_swagger_ui_html(openapi_url="/openapi.json", title="tinyllm")
 
 
+def _both(route, path: str, **options):
+    """A decorator registering the handler at /v1{path} and, undocumented, at {path}."""
+
+    def register(handler):
+        route(f"/v1{path}", **options)(handler)
+        return route(path, **{**options, "include_in_schema": False})(handler)
+
+    return register
+
+
 def _add_generation_routes(app: FastAPI, auth: list, ready) -> None:
     # Bodies are parsed off the event loop, counts checked before validation (body.py).
-    @app.post(
-        "/v1/chat/completions",
+    @_both(
+        app.post,
+        "/chat/completions",
         dependencies=auth,
         response_model=ChatCompletionResponse,
         openapi_extra=request_body_doc(ChatCompletionRequest),
@@ -153,8 +167,9 @@ def _add_generation_routes(app: FastAPI, auth: list, ready) -> None:
         body = await parse_body(request, ChatCompletionRequest, chat_counts(ctx.limits))
         return await chat_completion(body, request, ctx)
 
-    @app.post(
-        "/v1/completions",
+    @_both(
+        app.post,
+        "/completions",
         dependencies=auth,
         response_model=CompletionResponse,
         openapi_extra=request_body_doc(CompletionRequest),
@@ -164,7 +179,7 @@ def _add_generation_routes(app: FastAPI, auth: list, ready) -> None:
         body = await parse_body(request, CompletionRequest, completion_counts(ctx.limits))
         return await completion(body, request, ctx)
 
-    @app.post("/v1/responses", dependencies=auth, openapi_extra=request_body_doc(ResponsesRequest))
+    @_both(app.post, "/responses", dependencies=auth, openapi_extra=request_body_doc(ResponsesRequest))
     async def respond(request: Request, ctx: Ready = Depends(ready)) -> Response:
         """A minimal Responses API: text or message input, instructions, max_output_tokens, temperature,
         top_p and stream; other fields that would change the answer are a 400."""
@@ -173,52 +188,15 @@ def _add_generation_routes(app: FastAPI, auth: list, ready) -> None:
 
 
 def _add_model_routes(app: FastAPI, auth: list, ready) -> None:
-    @app.get("/v1/models", dependencies=auth, response_model=ModelList)
+    @_both(app.get, "/models", dependencies=auth, response_model=ModelList)
     async def models(ctx: Ready = Depends(ready)) -> ModelList:
         return ModelList(data=[ModelCard(id=ctx.model_name, max_model_len=ctx.context_length)])
 
-    @app.get("/v1/models/{model_id:path}", dependencies=auth, response_model=ModelCard)
+    @_both(app.get, "/models/{model_id:path}", dependencies=auth, response_model=ModelCard)
     async def model(model_id: str, ctx: Ready = Depends(ready)) -> ModelCard:
         """The served model by its name or an alias (its file name); any other name is a 404."""
         ctx.check_model(model_id)
         return ModelCard(id=ctx.model_name, max_model_len=ctx.context_length)
-
-    @app.post(
-        "/tokenize", dependencies=auth, response_model=TokenizeResponse, openapi_extra=request_body_doc(TokenizeRequest)
-    )
-    async def tokenize(request: Request, ctx: Ready = Depends(ready)) -> TokenizeResponse:
-        """Token ids of a prompt, or of messages rendered with the chat template (as chat would send)."""
-        body = await parse_body(request, TokenizeRequest, chat_counts(ctx.limits))
-        ctx.check_model(body.model)
-        if body.messages is None:
-            ctx.limits.check_text(len(body.prompt), "prompt")
-        else:
-            ctx.limits.check_messages(body.messages)
-        ids = await run_in_threadpool(_token_ids, ctx.tokenizer, body)
-        return TokenizeResponse(tokens=ids, count=len(ids), max_model_len=ctx.context_length)
-
-    @app.post(
-        "/detokenize",
-        dependencies=auth,
-        response_model=DetokenizeResponse,
-        openapi_extra=request_body_doc(DetokenizeRequest),
-    )
-    async def detokenize(request: Request, ctx: Ready = Depends(ready)) -> DetokenizeResponse:
-        body = await parse_body(request, DetokenizeRequest)
-        ctx.check_model(body.model)
-        try:
-            return DetokenizeResponse(prompt=ctx.tokenizer.decode(body.tokens))
-        except TinyLLMError as exc:
-            raise bad_request(str(exc), "tokens") from None
-
-
-def _token_ids(tok, body: TokenizeRequest) -> list[int]:
-    if body.messages is None:
-        return encode_text(tok, body.prompt, add_special_tokens=body.add_special_tokens is not False)
-    add_prompt = True if body.add_generation_prompt is None else body.add_generation_prompt
-    # Like chat: the template writes any special tokens itself, so none are added unless asked.
-    text = chat_prompt_text(tok, body.messages, add_prompt)
-    return encode_text(tok, text, add_special_tokens=bool(body.add_special_tokens))
 
 
 def _add_ops_routes(app: FastAPI, state: ServerState, metrics: ServerMetrics) -> None:

@@ -29,6 +29,13 @@ class EngineStopped(RuntimeError):
     """The server is shutting down; the request will not be served."""
 
 
+def is_own_fault(output) -> bool:
+    """An output that ended with finish reason "error" through the request's own fault (its grammar gave up
+    while generating): it goes to the handler as an output, to be answered as the client's error. Any other
+    failure is the engine's, and fails the request as an EngineFault."""
+    return getattr(output, "error_kind", None) == "grammar"
+
+
 @dataclass
 class Accepted:
     request_id: str
@@ -210,7 +217,7 @@ class AsyncEngine:
         live = self._live.get(output.request_id)
         if live is None:  # failed or released already
             return
-        if output.finish_reason == "error":  # its own processing failed; the rest of the batch went on
+        if output.finish_reason == "error" and not is_own_fault(output):  # the rest of the batch went on
             error = EngineFault(output.error or "the request failed")
             self._notify_failed(live, error)
             live.sink.put(Failed(output.request_id, error))

@@ -5,7 +5,11 @@ validation there (one model per message), and /health and every running stream f
 though the request ends in a 400. Here the raw bytes are parsed in a worker thread; a cheap check of the
 counts (messages, prompts, token ids) against the context refuses an oversized body before validation
 builds anything; validation then runs in the thread too. json.loads still holds the GIL while it runs
-(tens of milliseconds per MB), which the body size cap bounds.
+(tens of milliseconds per MB), which the body size cap bounds. Before json.loads, the depth of nested arrays
+and objects is bounded on the raw bytes (json_depth.py): the parser and everything after it recurse per level.
+
+A POST body must be sent as JSON (`Content-Type: application/json` or a `+json` type): without the header a
+web page could drive a key-less local server with a CORS "simple request", which sends text/plain or nothing.
 
 Routes that parse this way declare their body for the OpenAPI schema with `request_body_doc`.
 """
@@ -23,8 +27,10 @@ from pydantic import BaseModel, ValidationError
 from pydantic.json_schema import models_json_schema
 
 from .admission import PromptLimits
+from .client_text import clip
 from .errors import bad_request
-from .prompts import MAX_PROMPTS
+from .json_depth import deep_field, nests_deeper_than
+from .limits import MAX_JSON_DEPTH, MAX_PROMPTS
 
 Model = TypeVar("Model", bound=BaseModel)
 CountCheck = Callable[[dict], None]
@@ -39,19 +45,26 @@ async def parse_body(request: Request, model: type[Model], check_counts: CountCh
 
 
 def _check_content_type(content_type: str | None) -> None:
-    # As FastAPI: no content type is read as JSON; any other type than JSON is refused.
-    kind = (content_type or "application/json").split(";")[0].strip().lower()
+    kind = (content_type or "").split(";")[0].strip().lower()
     if kind != "application/json" and not kind.endswith("+json"):
-        raise bad_request(
-            f"the request body must be a JSON object sent as application/json, got content type {content_type!r}"
-        )
+        got = "no Content-Type header" if content_type is None else f"content type {clip(content_type)!r}"
+        raise bad_request(f"the request body must be a JSON object sent as application/json, got {got}")
 
 
 def _parse(raw: bytes, model: type[Model], check_counts: CountCheck | None) -> Model:
+    if nests_deeper_than(raw, MAX_JSON_DEPTH):
+        field = deep_field(raw, MAX_JSON_DEPTH)
+        where = "the request body" if field is None else clip(field, 100)
+        raise bad_request(
+            f"{where} nests arrays and objects past the limit of {MAX_JSON_DEPTH} levels (counted from the body)",
+            field,
+        )
     try:
         data = json.loads(raw)
     except ValueError as exc:  # JSONDecodeError, and UnicodeDecodeError for bytes that are not UTF-8
         raise bad_request(f"the request body is not valid JSON ({exc})") from None
+    except RecursionError:  # only text that is not JSON gets past the depth check this deep
+        raise bad_request("the request body is not valid JSON (it nests too deeply to read)") from None
     if not isinstance(data, dict):
         raise bad_request(f"the request body must be a JSON object, got a JSON {type(data).__name__}")
     if check_counts is not None:

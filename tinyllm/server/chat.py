@@ -9,7 +9,7 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from .errors import bad_request
+from .errors import bad_request, nesting_is_400
 from .group import RequestGroup
 from .logprobs import TokenTexts, chat_logprobs
 from .prompts import chat_prompt_ids
@@ -84,23 +84,31 @@ class ChatShaper(StreamShaper):
 
 
 async def chat_completion(body: ChatCompletionRequest, request: Request, ctx: Ready) -> Response:
-    ctx.check_model(body.model)
-    check_supported(body, CHAT_FIELDS)
-    values, names = chat_params(body)
-    tools = tools_from(body, ctx.tokenizer.chat_template)
-    structured, field = _constraint(body, tools)
-    if structured is not None:
-        values["structured"], names["structured"] = structured, field
-    ctx.limits.check_messages(body.messages)  # before rendering: counts and sizes against the context
-    # Off the event loop and the engine thread: rendering, encoding, the stop strings' automaton, the grammar.
-    ids = await run_in_threadpool(_prepare, ctx, body.messages, values, tools, field)
-    ctx.limits.check_room(len(ids), values["max_tokens"], PROMPT_PARAM)
-    seed = body.seed if body.seed is not None else fresh_seed()
-    params = per_choice(values, names, seed, body.n or 1)
-    check_vocab(params, ctx.llm.config.vocab_size)
+    with nesting_is_400():
+        ids, params, seed, tools = await _prepared(body, ctx)
     group = RequestGroup(ctx.engine, len(params))
     await start_group(group, [(ids, p) for p in params], PROMPT_PARAM)
     return await owned(group, _answer(body, request, ctx, group, len(ids), seed, tools))
+
+
+async def _prepared(body: ChatCompletionRequest, ctx: Ready):
+    """The prompt's ids, one SamplingParams per choice, the seed and the tools; a 400 for what is wrong."""
+    ctx.check_model(body.model)
+    check_supported(body, CHAT_FIELDS)
+    values, names = chat_params(body)
+    tools = tools_from(body.model_extra or {}, ctx.tokenizer.chat_template)
+    structured, field = _constraint(body, tools)
+    if structured is not None:
+        values["structured"], names["structured"] = structured, field
+    # Before rendering: counts and sizes (the tools' JSON with the messages' text) against the context.
+    ctx.limits.check_messages(body.messages, tools.prompt_tools() if tools is not None else None)
+    # Off the event loop and the engine thread: rendering, encoding, the stop strings' automaton, the grammar.
+    ids = await run_in_threadpool(_prepare, ctx, body.messages, values, tools, field)
+    ctx.limits.check_room(len(ids), values["max_tokens"], PROMPT_PARAM, names["max_tokens"])
+    seed = body.seed if body.seed is not None else fresh_seed()
+    params = per_choice(values, names, seed, body.n or 1)
+    check_vocab(params, ctx.llm.config.vocab_size)
+    return ids, params, seed, tools
 
 
 def _constraint(body: ChatCompletionRequest, tools: ToolRequest | None):

@@ -54,6 +54,13 @@ def add_serve_command(subparsers) -> None:
         help="browser origins allowed by CORS, e.g. http://localhost:3000 or * (default: CORS off)",
     )
     p.add_argument(
+        "--allowed-hosts",
+        default=None,
+        help="Host header values answered, comma-separated: a name or address (any port), name:port, [v6 address], "
+        "or * for any; other hosts get 400, against DNS rebinding (default: localhost, 127.0.0.1 and [::1] when "
+        "--host is a loopback address, any host otherwise)",
+    )
+    p.add_argument(
         "--header-timeout",
         type=float,
         default=10.0,
@@ -130,6 +137,17 @@ def connection_limits(args):
         raise TinyLLMError(f"{flag} {rest}") from None
 
 
+def allowed_hosts(args) -> tuple[str, ...] | None:
+    from .hosts import default_allowed_hosts, parse_allowed_hosts
+
+    if args.allowed_hosts is None:
+        return default_allowed_hosts(args.host)
+    try:
+        return parse_allowed_hosts(args.allowed_hosts)
+    except ValueError as exc:
+        raise TinyLLMError(str(exc)) from None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise TinyLLMError(f"--port must be in 1..65535, got {args.port}")
@@ -169,9 +187,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         served_model_name=args.served_model_name,
         api_key=api_key,
         allowed_origins=args.allowed_origins,
+        allowed_hosts=allowed_hosts(args),
         limits=limits,
         **options,
     )
+    from .client_text import log_config
     from .slow_clients import uvicorn_options
 
     # On Ctrl-C, streams still open get a few seconds to end; then they are cut (and their requests aborted).
@@ -180,6 +200,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         log_level=args.log_level,
+        log_config=log_config(args.log_level),  # what a client controls is clipped in log lines
         timeout_graceful_shutdown=5,
         **uvicorn_options(limits),
     )

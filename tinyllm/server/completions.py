@@ -14,6 +14,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from .echo import echo_logprobs, echo_text, prompt_logprobs_field, prompt_part
+from .errors import nesting_is_400
 from .group import RequestGroup
 from .logprobs import completion_logprobs
 from .prompts import check_prompts, completion_prompt_ids, split_prompts
@@ -101,27 +102,34 @@ class CompletionShaper(StreamShaper):
 
 
 async def completion(body: CompletionRequest, request: Request, ctx: Ready) -> Response:
-    ctx.check_model(body.model)
-    check_supported(body, COMPLETION_FIELDS)
-    n = body.n or 1
-    values, names = completion_params(body)
-    structured, field = structured_from(body)
-    if structured is not None:
-        values["structured"], names["structured"] = structured, field
-    texts = split_prompts(body.prompt)
-    check_prompts(texts, n, ctx.limits)  # before any tokenizing: sizes against the context
-    # Off the event loop and the engine thread: encoding, the stop strings' automaton and the grammar.
-    prompts = await run_in_threadpool(_prepare, ctx.tokenizer, texts, values, ctx.llm.grammars, field)
-    for ids in prompts:
-        ctx.limits.check_room(len(ids), values["max_tokens"], PROMPT_PARAM)
-    seed = body.seed if body.seed is not None else fresh_seed()
-    params = per_choice(values, names, seed, n)
-    check_vocab(params, ctx.llm.config.vocab_size)
+    with nesting_is_400():
+        prompts, params, seed = await _prepared(body, ctx)
+    n = len(params)
     jobs = [(ids, p) for ids in prompts for p in params]
     group = RequestGroup(ctx.engine, len(jobs))
     await start_group(group, jobs, PROMPT_PARAM)
     choices = [Choice(i, i // n, len(prompts[i // n])) for i in range(len(jobs))]
     return await owned(group, _answer(body, request, ctx, group, choices, seed, prompts))
+
+
+async def _prepared(body: CompletionRequest, ctx: Ready):
+    """Each prompt's ids, one SamplingParams per choice of a prompt, and the seed; a 400 for what is wrong."""
+    ctx.check_model(body.model)
+    check_supported(body, COMPLETION_FIELDS)
+    values, names = completion_params(body)
+    structured, field = structured_from(body)
+    if structured is not None:
+        values["structured"], names["structured"] = structured, field
+    texts = split_prompts(body.prompt)
+    check_prompts(texts, body.n or 1, ctx.limits)  # before any tokenizing: sizes against the context
+    # Off the event loop and the engine thread: encoding, the stop strings' automaton and the grammar.
+    prompts = await run_in_threadpool(_prepare, ctx.tokenizer, texts, values, ctx.llm.grammars, field)
+    for ids in prompts:
+        ctx.limits.check_room(len(ids), values["max_tokens"], PROMPT_PARAM)
+    seed = body.seed if body.seed is not None else fresh_seed()
+    params = per_choice(values, names, seed, body.n or 1)
+    check_vocab(params, ctx.llm.config.vocab_size)
+    return prompts, params, seed
 
 
 def _prepare(tokenizer, texts: list, values: dict, grammars, field: str | None) -> list[list[int]]:

@@ -7,6 +7,8 @@ Clients (the official SDKs among them) map the HTTP status to an exception class
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -46,6 +48,16 @@ class APIError(Exception):
 
 def bad_request(message: str, param: str | None = None) -> APIError:
     return APIError(400, message, param=param)
+
+
+@contextmanager
+def nesting_is_400() -> Iterator[None]:
+    """Around a request's preparation (checks, conversions, compiling, rendering): recursive code meeting a
+    structure deeper than it can follow is the request's fault, a 400, not the server's."""
+    try:
+        yield
+    except RecursionError:
+        raise bad_request("the request nests too deeply to be processed") from None
 
 
 def _param_of(loc: tuple) -> str | None:

@@ -1,50 +1,36 @@
-"""A cap on request body size that answers in OpenAI's error shape (Starlette's own cap answers plain
-text). A body with a Content-Length over the cap is refused before it is read; a chunked one is cut
-off once it passes the cap. A body that stops arriving for `body_timeout_s` answers 408."""
+"""Every size limit the server puts on what one request may ask for, in one place.
+
+Each is checked before the work it bounds (parsing, validating, compiling a grammar, rendering the chat template,
+tokenizing), and going over one is a 400 (413 for the body) whose message names the field and the limit. Limits
+that follow the model (prompt text and ids against its context) live in admission.py; those of connections
+(timeouts, open connections) in slow_clients.py.
+"""
 
 from __future__ import annotations
 
-import asyncio
+# ---- the body
+MAX_BODY_BYTES = 16 << 20  # far above any prompt that fits a context, far below a memory problem
+# Arrays and objects nested in a JSON body (and in a JSON schema sent as text): far deeper than any real request
+# (a 20-level JSON schema inside response_format is ~45), far below where recursive code (the JSON parser,
+# validation, schema compilers) runs out of stack.
+MAX_JSON_DEPTH = 64
 
-from starlette.exceptions import HTTPException
+# ---- choices and prompts
+MAX_N = 16  # choices per request: each is a sequence in the engine's batch
+MAX_PROMPTS = 64  # prompts x n choices in one completions request: all of them join the batch at once
+MAX_TOP_LOGPROBS = 20
 
-from .errors import APIError
+# ---- stop strings (their automaton is built per request)
+MAX_STOP_STRINGS = 16
+MAX_STOP_CHARS = 1024  # per stop string
 
+# ---- constraints, checked before anything compiles
+MAX_TOOLS = 128  # function tools in one request, as OpenAI's API allows
+# The text the grammar engine compiles: a schema's JSON, a regex, a grammar, or the tools' parameter schemas
+# together (they compile into one call grammar).
+MAX_GRAMMAR_BYTES = 128 << 10
+MAX_CHOICES = 1024  # strings of guided_choice / structured_outputs.choice
+MAX_CHOICE_BYTES = 64 << 10  # their UTF-8 bytes together
 
-def _too_large(limit: int) -> str:
-    return f"the request body is larger than {limit} bytes"
-
-
-class BodyLimit:
-    def __init__(self, app, max_bytes: int, body_timeout_s: float | None = None):
-        self.app, self.max_bytes, self.body_timeout_s = app, max_bytes, body_timeout_s
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        length = dict(scope.get("headers") or []).get(b"content-length", b"")
-        if length.isdigit() and int(length) > self.max_bytes:
-            response = APIError(413, _too_large(self.max_bytes)).response()
-            return await response(scope, receive, send)
-        seen, body_done = 0, False
-
-        async def limited_receive():
-            nonlocal seen, body_done
-            if body_done or self.body_timeout_s is None:
-                message = await receive()  # after the body: only a disconnect is left to wait for
-            else:
-                try:
-                    message = await asyncio.wait_for(receive(), self.body_timeout_s)
-                except asyncio.TimeoutError:
-                    raise HTTPException(
-                        408, f"the request body stopped arriving for {self.body_timeout_s:g} s"
-                    ) from None
-            if message["type"] == "http.request":
-                body_done = not message.get("more_body", False)
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    # An HTTPException passes through FastAPI's body reading to the error handlers.
-                    raise HTTPException(413, _too_large(self.max_bytes))
-            return message
-
-        await self.app(scope, limited_receive, send)
+# ---- logs: text a client controls (a grammar, a schema, a prompt) is cut to this in log lines
+MAX_LOGGED_CHARS = 500

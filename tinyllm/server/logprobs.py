@@ -59,11 +59,12 @@ class TokenTexts:
         return list(text.encode("utf-8"))
 
 
-def _top_with_sampled(lp) -> list[tuple[int, float]]:
+def _top_with_sampled(lp, always: bool = False) -> list[tuple[int, float]]:
     """The top alternatives, plus the sampled token when it is not among them (as vLLM reports it), so a
-    client always finds the chosen token in top_logprobs."""
+    client always finds the chosen token in top_logprobs; with no alternatives asked for, the sampled token
+    alone only when `always` (legacy completions' logprobs=0, as OpenAI's), else none (chat's top_logprobs=0)."""
     top = list(lp.top)
-    if top and all(i != lp.token for i, _ in top):
+    if (top or always) and all(i != lp.token for i, _ in top):
         top.append((lp.token, lp.logprob))
     return top
 
@@ -87,7 +88,7 @@ def completion_logprobs(texts: TokenTexts, logprobs: list, offset: int) -> tuple
         text = texts.get(lp.token)[0]
         out.tokens.append(text)
         out.token_logprobs.append(_finite(lp.logprob))
-        out.top_logprobs.append({texts.get(i)[0]: _finite(v) for i, v in _top_with_sampled(lp)})
+        out.top_logprobs.append({texts.get(i)[0]: _finite(v) for i, v in _top_with_sampled(lp, always=True)})
         out.text_offset.append(offset)
         offset += len(text)
     return out, offset

@@ -6,10 +6,10 @@ from __future__ import annotations
 from ..errors import TinyLLMError
 from .admission import PromptLimits, replace_lone_surrogates
 from .errors import bad_request
+from .limits import MAX_PROMPTS
 from .protocol import ChatMessage
 
 _TOOL_FIELDS = ("tool_calls", "tool_call_id")  # OpenAI's tool-calling fields of a message, checked by the template
-MAX_PROMPTS = 64  # prompts x n choices in one completions request: all of them join the batch at once
 
 
 def _plain_messages(messages: list[ChatMessage]) -> list[dict]:

@@ -10,14 +10,13 @@ optional and nullable, since clients send `null` for "not set".
 from __future__ import annotations
 
 import time
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from .. import __version__
+from .limits import MAX_N, MAX_TOP_LOGPROBS
 
-MAX_N = 16  # choices per request: each is a sequence in the engine's batch
-MAX_TOP_LOGPROBS = 20
 # Names the code that produced an answer; OpenAI's clients read it from every response and chunk.
 SYSTEM_FINGERPRINT = f"tinyllm-{__version__}"
 
@@ -93,17 +92,15 @@ class ResponsesRequest(_OpenBody):
 
 
 class TokenizeRequest(_Body):
+    """One of prompt or messages (checked by the route, which can say which was missing)."""
+
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
+    tools: list[Any] | None = None  # with messages: rendered as a chat request renders them (checked by tools.py)
+    tool_choice: Any = None
     add_special_tokens: bool | None = None
     add_generation_prompt: bool | None = None
-
-    @model_validator(mode="after")
-    def _one_input(self):
-        if (self.prompt is None) == (self.messages is None):
-            raise ValueError("give exactly one of prompt or messages")
-        return self
 
 
 class DetokenizeRequest(_Body):

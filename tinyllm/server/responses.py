@@ -14,7 +14,7 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
-from .errors import bad_request
+from .errors import bad_request, nesting_is_400
 from .group import RequestGroup
 from .prompts import chat_prompt_ids
 from .protocol import ChatMessage, ResponsesRequest
@@ -93,15 +93,8 @@ def input_messages(body: ResponsesRequest) -> list[ChatMessage]:
 
 
 async def create_response(body: ResponsesRequest, request: Request, ctx: Ready) -> Response:
-    ctx.check_model(body.model)
-    check_fields(body)
-    messages = input_messages(body)
-    ctx.limits.check_messages(messages)
-    ids = await run_in_threadpool(chat_prompt_ids, ctx.tokenizer, messages)
-    ctx.limits.check_room(len(ids), body.max_output_tokens, PROMPT_PARAM)
-    values = {"temperature": body.temperature, "top_p": body.top_p, "max_tokens": body.max_output_tokens}
-    values = {k: v for k, v in values.items() if v is not None}
-    [params] = per_choice(values, {"max_tokens": "max_output_tokens"}, fresh_seed(), 1)
+    with nesting_is_400():
+        ids, params = await _prepared(body, ctx)
     group = RequestGroup(ctx.engine, 1)
     await start_group(group, [(ids, params)], PROMPT_PARAM)
     settings = {
@@ -117,6 +110,19 @@ async def create_response(body: ResponsesRequest, request: Request, ctx: Ready) 
     if body.stream:
         return EventStream(_events(group, meta, choice), group.close)
     return await owned(group, _whole(request, group, meta, choice))
+
+
+async def _prepared(body: ResponsesRequest, ctx: Ready):
+    ctx.check_model(body.model)
+    check_fields(body)
+    messages = input_messages(body)
+    ctx.limits.check_messages(messages)
+    ids = await run_in_threadpool(chat_prompt_ids, ctx.tokenizer, messages)
+    ctx.limits.check_room(len(ids), body.max_output_tokens, PROMPT_PARAM, "max_output_tokens")
+    values = {"temperature": body.temperature, "top_p": body.top_p, "max_tokens": body.max_output_tokens}
+    values = {k: v for k, v in values.items() if v is not None}
+    [params] = per_choice(values, {"max_tokens": "max_output_tokens"}, fresh_seed(), 1)
+    return ids, params
 
 
 def _final(meta: ResponseMeta, choice: Choice) -> dict:
@@ -137,7 +143,9 @@ async def _events(group: RequestGroup, meta: ResponseMeta, choice: Choice) -> As
         for text in opening_events(meta):
             yield text
         async for _, output in group.outputs():
-            choice.update(output)
+            error = choice.update(output)
+            if error is not None:
+                raise error
             if output.text:
                 yield delta_event(meta, output.text)
         for text in closing_events(meta, _final(meta, choice)):

@@ -110,7 +110,9 @@ def per_choice(values: dict, names: dict, seed: int, n: int) -> list[SamplingPar
 
 def _as_api_error(exc: TinyLLMError, names: dict) -> APIError:
     # SamplingParams' messages start with the field's name ("top_p must be in (0, 1]..."): that is the
-    # one place that knows which field failed, so read it from there.
-    first = str(exc).split(" ", 1)[0]
-    param = names.get(first, first) if first in _PARAM_FIELDS else None
-    return bad_request(str(exc), param)
+    # one place that knows which field failed, so read it from there, and say it as the request did.
+    first, _, rest = str(exc).partition(" ")
+    if first not in _PARAM_FIELDS:
+        return bad_request(str(exc))
+    param = names.get(first, first)
+    return bad_request(f"{param} {rest}", param)

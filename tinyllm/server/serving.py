@@ -36,7 +36,8 @@ class Choice:
     text_offset: int = 0  # completions logprobs: where the next streamed token starts
     prompt_logprobs: list | None = None  # [None, TokenLogprob, ...] when the request asked for them
 
-    def update(self, output) -> None:
+    def update(self, output) -> APIError | None:
+        """Take in an output; the client's error when the request ended through its own fault."""
         if output.text:
             self.pieces.append(output.text)
         self.logprobs.extend(output.logprobs)
@@ -46,6 +47,7 @@ class Choice:
         self.cached_tokens = output.num_cached_tokens
         if output.finished:
             self.finish_reason = output.finish_reason
+        return own_fault_error(output)
 
     @property
     def text(self) -> str:
@@ -67,6 +69,14 @@ def usage_of(choices: list[Choice]) -> Usage:
         total_tokens=prompt_tokens + completion,
         prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(c for _, c in prompts.values())),
     )
+
+
+def own_fault_error(output) -> APIError | None:
+    """The 400 for an output the engine ended with finish reason "error" for the request's own fault (only those
+    reach a handler as outputs: async_engine fails the others), with the engine's message."""
+    if output.finish_reason != "error":
+        return None
+    return bad_request(output.error or "the request's constraint failed while generating")
 
 
 def engine_error(exc: Exception, prompt_param: str) -> APIError:
@@ -119,7 +129,9 @@ async def collect(request: Request, group: RequestGroup, choices: list[Choice], 
 
     async def run() -> None:
         async for i, output in group.outputs():
-            choices[i].update(output)
+            error = choices[i].update(output)
+            if error is not None:  # before the first byte: the whole answer is this error
+                raise error
 
     work, watch = asyncio.ensure_future(run()), asyncio.ensure_future(_disconnected(request))
     try:
@@ -183,9 +195,11 @@ async def _events(
         for chunk in shaper.start():
             yield _sse(chunk)
         async for i, output in group.outputs():
-            choices[i].update(output)
-            for chunk in shaper.on_output(choices[i], output):
+            error = choices[i].update(output)
+            for chunk in shaper.on_output(choices[i], output):  # its finish reason "error" among them
                 yield _sse(chunk)
+            if error is not None:  # that choice ended; the others go on
+                yield _sse(error.body())
         for chunk in shaper.finish(choices):
             yield _sse(chunk)
     except Exception as exc:  # headers are sent: the error travels as an event, as OpenAI's does

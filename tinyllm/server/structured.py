@@ -1,27 +1,79 @@
 """Structured-output request fields into one StructuredOutput: OpenAI's `response_format` (chat), vLLM's
 `guided_json` / `guided_regex` / `guided_grammar` / `guided_choice` and `structured_outputs`, and llama.cpp's
-`json_schema` / `grammar` (both endpoints). At most one may ask for a constraint; a malformed one, or one the
-grammar engine cannot compile, is a 400 naming the field.
+`json_schema` / `grammar` (both endpoints). At most one may ask for a constraint; a malformed one, one over the
+size limits (limits.py: checked before anything compiles), or one the grammar engine cannot compile, is a 400
+naming the field.
+
+A list of choices becomes one lexeme: a regex that alternates the choices, each escaped character by character.
+As grammar alternatives (`start: "a" | "b" | ...`) each choice is an item in the parser's row, and past a couple
+of thousand the parser gives up in the middle of generating; a single regex is one item whatever the count.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 from ..errors import TinyLLMError
 from ..sampling.structured import StructuredOutput
+from .client_text import clip
 from .errors import bad_request
+from .json_depth import nests_deeper_than
+from .limits import MAX_CHOICE_BYTES, MAX_CHOICES, MAX_GRAMMAR_BYTES, MAX_JSON_DEPTH
 
 S = StructuredOutput
 
 
+def _regex_char(c: str) -> str:
+    # Letters and digits stand for themselves, so does any non-ASCII printable character; anything else is written
+    # as its code point, which the regex syntax reads literally whatever the character means to it (or to Lark's
+    # /.../ delimiters).
+    keep = c.isalnum() if c.isascii() else c.isprintable()
+    return c if keep else f"\\x{{{ord(c):X}}}"
+
+
+def choice_regex(choices: list[str]) -> str:
+    """A regex matching exactly one of `choices`."""
+    return "(?:" + "|".join("".join(_regex_char(c) for c in choice) for choice in choices) + ")"
+
+
 def _choice(value: Any) -> StructuredOutput:
     if not isinstance(value, list) or not value or not all(isinstance(c, str) and c for c in value):
-        raise TinyLLMError(f"a choice must be a non-empty list of non-empty strings, got {value!r}")
-    # Lark string literals: JSON's escapes are Lark's, so json.dumps spells each choice exactly
-    return S.grammar("start: " + " | ".join(json.dumps(c) for c in value))
+        raise TinyLLMError(f"a choice must be a non-empty list of non-empty strings, got {clip(repr(value))}")
+    if len(value) > MAX_CHOICES:
+        raise TinyLLMError(f"{len(value)} choices were sent, more than the limit of {MAX_CHOICES}")
+    size = sum(len(c.encode("utf-8", "surrogatepass")) for c in value)
+    if size > MAX_CHOICE_BYTES:
+        raise TinyLLMError(f"the choices have {size} bytes together, more than the limit of {MAX_CHOICE_BYTES}")
+    return S.grammar(f"start: /{choice_regex(value)}/")
+
+
+def _schema(value: Any) -> StructuredOutput:
+    """A JSON schema given as an object or as JSON text; text is bounded before it is parsed."""
+    if isinstance(value, str):
+        _check_size(value)
+        if nests_deeper_than(value, MAX_JSON_DEPTH):
+            raise TinyLLMError(f"the schema nests arrays and objects more than {MAX_JSON_DEPTH} levels deep, the limit")
+    structured = S.json_schema(value)
+    _check_size(structured.spec)
+    return structured
+
+
+def _text(build: Callable[[str], StructuredOutput]) -> Callable[[Any], StructuredOutput]:
+    """A regex or grammar, bounded in size before it is kept."""
+
+    def checked(value: Any) -> StructuredOutput:
+        if isinstance(value, str):
+            _check_size(value)
+        return build(value)
+
+    return checked
+
+
+def _check_size(text: str) -> None:
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_GRAMMAR_BYTES:
+        raise TinyLLMError(f"{size} bytes is more than the limit of {MAX_GRAMMAR_BYTES} for a schema, regex or grammar")
 
 
 def _structured_outputs(value: Any) -> StructuredOutput:
@@ -39,33 +91,34 @@ def _structured_outputs(value: Any) -> StructuredOutput:
 
 
 _SUB_FIELDS: dict[str, Callable[[Any], StructuredOutput]] = {
-    "json": S.json_schema,
-    "regex": S.regex,
-    "grammar": S.grammar,
+    "json": _schema,
+    "regex": _text(S.regex),
+    "grammar": _text(S.grammar),
     "choice": _choice,
     "json_object": lambda _: S.json_object(),
 }
 
 # request field -> how its value becomes a StructuredOutput (None: the value asks for nothing)
 _EXTRA_FIELDS: dict[str, Callable[[Any], StructuredOutput | None]] = {
-    "guided_json": S.json_schema,
-    "guided_regex": S.regex,
-    "guided_grammar": S.grammar,
+    "guided_json": _schema,
+    "guided_regex": _text(S.regex),
+    "guided_grammar": _text(S.grammar),
     "guided_choice": _choice,
     "structured_outputs": _structured_outputs,
-    "json_schema": S.json_schema,
-    "grammar": S.grammar,
+    "json_schema": _schema,
+    "grammar": _text(S.grammar),
 }
 
 
 def _response_format(value: Any) -> StructuredOutput | None:
     """OpenAI's response_format: {"type": "text"}, {"type": "json_object"} or
-    {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}}."""
+    {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}}; and llama.cpp's
+    {"type": "json_object", "schema": {...}}, held to its schema."""
     kind = value.get("type") if isinstance(value, dict) else None
     if kind == "text":
         return None
     if kind == "json_object":
-        return S.json_object()
+        return S.json_object() if value.get("schema") is None else _schema(value["schema"])
     if kind != "json_schema":
         raise TinyLLMError(f'response_format type must be "text", "json_object" or "json_schema", got {kind!r}')
     spec = value.get("json_schema")
@@ -74,7 +127,7 @@ def _response_format(value: Any) -> StructuredOutput | None:
     if spec.get("strict") not in (None, True, False):
         raise TinyLLMError(f"response_format json_schema.strict must be a bool, got {spec['strict']!r}")
     # strict or not, the output is held to the schema: a constraint that may be broken is no constraint
-    return S.json_object() if spec.get("schema") is None else S.json_schema(spec["schema"])
+    return S.json_object() if spec.get("schema") is None else _schema(spec["schema"])
 
 
 def structured_from(body) -> tuple[StructuredOutput | None, str | None]:
@@ -88,7 +141,9 @@ def structured_from(body) -> tuple[StructuredOutput | None, str | None]:
         try:
             structured = build(value)
         except TinyLLMError as exc:
-            raise bad_request(f"{name}: {exc}", name) from None
+            raise bad_request(f"{name}: {clip(str(exc))}", name) from None
+        except RecursionError:  # a recursive check or conversion met a structure deeper than it can follow
+            raise bad_request(f"{name} nests too deeply to be read", name) from None
         if structured is not None:
             found.append((structured, name))
     if len(found) > 1:
@@ -105,4 +160,6 @@ def compile_structured(grammars, structured: StructuredOutput | None, field: str
     try:
         grammars.compile(structured)
     except TinyLLMError as exc:
-        raise bad_request(str(exc), field) from None
+        raise bad_request(clip(str(exc)), field) from None
+    except RecursionError:
+        raise bad_request(f"{field}: {structured.describe()} nests too deeply to be compiled", field) from None

@@ -9,6 +9,7 @@ exactly one call, in the model family's format, whose arguments are valid for th
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 from dataclasses import dataclass
@@ -17,7 +18,9 @@ from typing import Any
 from ..errors import TinyLLMError
 from ..sampling.structured import StructuredOutput
 from ..text.tool_calls import ParsedOutput, ToolCallFormat, call_grammar, detect_format, parse_tool_calls
+from .client_text import clip
 from .errors import bad_request
+from .limits import MAX_GRAMMAR_BYTES, MAX_TOOLS
 from .protocol import FunctionCall, ToolCall
 
 CHOICES = ("none", "auto", "required")
@@ -65,18 +68,18 @@ def _check_tool(i: int, tool: Any) -> str:
         raise bad_request(f"tools[{i}] {problem}", "tools")
 
     if not isinstance(tool, dict) or tool.get("type") != "function":
-        fail(f'must be {{"type": "function", "function": {{...}}}}, got {tool!r}')
+        fail(f'must be {{"type": "function", "function": {{...}}}}, got {clip(repr(tool))}')
     fn = tool.get("function")
     if not isinstance(fn, dict):
         fail('has no "function" object')
     name = fn.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
-        fail(f"function.name must be 1 to 64 letters, digits, '_' or '-', got {name!r}")
+        fail(f"function.name must be 1 to 64 letters, digits, '_' or '-', got {clip(repr(name))}")
     if not isinstance(fn.get("description", ""), str):
         fail("function.description must be a string")
     params = fn.get("parameters")
     if params is not None and (not isinstance(params, dict) or params.get("type", "object") != "object"):
-        fail(f'function.parameters must be a JSON schema of "type": "object", got {params!r}')
+        fail(f'function.parameters must be a JSON schema of "type": "object", got {clip(repr(params))}')
     if not isinstance(fn.get("strict", False), bool):
         fail("function.strict must be a bool")
     return name
@@ -88,7 +91,7 @@ def _choice(value: Any, names: list[str]) -> str:
     if isinstance(value, str):
         if value not in CHOICES:
             raise bad_request(
-                f'tool_choice must be "none", "auto", "required" or a function, got {value!r}', "tool_choice"
+                f'tool_choice must be "none", "auto", "required" or a function, got {clip(repr(value))}', "tool_choice"
             )
         if value != "none" and not names:
             raise bad_request(f"tool_choice {value!r} needs tools; send tools or leave tool_choice out", "tool_choice")
@@ -98,21 +101,37 @@ def _choice(value: Any, names: list[str]) -> str:
     if not isinstance(name, str):
         raise bad_request(
             f'tool_choice must be "none", "auto", "required" or {{"type": "function", "function": {{"name": ...}}}}, '
-            f"got {value!r}",
+            f"got {clip(repr(value))}",
             "tool_choice",
         )
     if name not in names:
-        raise bad_request(f"tool_choice names function {name!r}, which is not in tools", "tool_choice")
+        raise bad_request(f"tool_choice names function {clip(repr(name))}, which is not in tools", "tool_choice")
     return name
 
 
-def tools_from(body, template_source: str | None) -> ToolRequest | None:
-    """The request's tool calling, or None when it sends no tools; a 400 naming the bad field."""
-    sent = body.model_extra or {}
+def _check_schema_size(tools: list) -> None:
+    """The parameter schemas compile into one grammar: their JSON is bounded together, before it compiles."""
+    schemas = [t["function"].get("parameters") for t in tools]
+    size = len(json.dumps(schemas, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    if size > MAX_GRAMMAR_BYTES:
+        raise bad_request(
+            f"the tools' parameter schemas have {size} bytes of JSON together, more than the limit of "
+            f"{MAX_GRAMMAR_BYTES}",
+            "tools",
+        )
+
+
+def tools_from(sent: dict, template_source: str | None) -> ToolRequest | None:
+    """The tool calling of a request's fields (`tools`, `tool_choice`, `parallel_tool_calls`), or None when it
+    sends no tools; a 400 naming the bad field."""
     tools, parallel = sent.get("tools"), sent.get("parallel_tool_calls")
     if tools is not None and not isinstance(tools, list):
         raise bad_request(f"tools must be a list of function tools, got {type(tools).__name__}", "tools")
+    if tools and len(tools) > MAX_TOOLS:  # before each is checked
+        raise bad_request(f"tools has {len(tools)} tools, more than the limit of {MAX_TOOLS}", "tools")
     names = [_check_tool(i, t) for i, t in enumerate(tools or [])]
+    if tools:
+        _check_schema_size(tools)
     duplicate = next((n for i, n in enumerate(names) if n in names[:i]), None)
     if duplicate is not None:
         raise bad_request(f"tools names function {duplicate!r} twice; names must be unique", "tools")
@@ -129,11 +148,13 @@ def compile_tools(grammars, tools: ToolRequest | None) -> None:
     cannot use is a 400 naming tools, whatever tool_choice is."""
     if tools is None:
         return
-    structured = StructuredOutput.grammar(call_grammar(tools.fmt, [t["function"] for t in tools.tools]))
     try:
-        grammars.compile(structured)
+        grammars.compile(StructuredOutput.grammar(call_grammar(tools.fmt, [t["function"] for t in tools.tools])))
     except TinyLLMError as exc:
-        raise bad_request(f"tools: a function's parameters are not a usable JSON schema ({exc})", "tools") from None
+        problem = clip(str(exc))
+        raise bad_request(f"tools: a function's parameters are not a usable JSON schema ({problem})", "tools") from None
+    except RecursionError:
+        raise bad_request("tools: a function's parameters nest too deeply to be compiled", "tools") from None
 
 
 def new_call_id() -> str:
