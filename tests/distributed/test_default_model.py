@@ -23,4 +23,4 @@ def test_three_ranks_give_the_greedy_text_of_one(default_model_path):
         assert got.ids == want.ids and got.text == want.text
     finally:
         llm.close()
-    assert all(not p.is_alive() for p in llm.tensor_parallel.processes)
+    assert not any(w.is_alive() for w in llm.tensor_parallel.workers)

@@ -4,13 +4,13 @@ process computes. One group per size serves every test of this module (starting 
 Bound: the ranks' partial sums are added in another order than one matmul adds them, so logits differ by a
 few float32 ulps of the magnitudes summed; 1e-5 leaves nothing for a wrong head, row, slot or KV pool."""
 
-import multiprocessing
 import random
 
 import pytest
 
 from helpers.tiny_models import tiny_llama
 from tinyllm import LLM, SamplingParams, TinyLLMError
+from tinyllm.distributed import launcher
 from tinyllm.engine.engine import Engine
 from tinyllm.speculative.proposer import SpeculativeConfig
 
@@ -36,8 +36,7 @@ def parallel(request, smollm_tokenizer):
         yield llm
     finally:
         llm.close()
-        processes = llm.tensor_parallel.processes
-        assert all(not p.is_alive() for p in processes)
+        assert not any(w.is_alive() for w in llm.tensor_parallel.workers)
 
 
 def prompts(n, seed, lo=3, hi=40):
@@ -128,8 +127,10 @@ def test_the_reference_loop_and_self_drafts_are_refused(parallel):
         parallel.generate([5, 6, 7], speculative={"method": "draft", "draft_layers": 1}, max_tokens=2)
 
 
-def test_a_model_whose_heads_do_not_divide_is_refused(smollm_tokenizer):
-    before = multiprocessing.active_children()
+def test_a_model_whose_heads_do_not_divide_is_refused(smollm_tokenizer, monkeypatch):
+    def no_process(*args, **kwargs):
+        raise AssertionError("a worker was started")
+
+    monkeypatch.setattr(launcher.subprocess, "Popen", no_process)  # refused before starting anything
     with pytest.raises(TinyLLMError, match="4 attention heads do not divide by tensor_parallel_size=3"):
         LLM.from_parts(model(smollm_tokenizer.vocab_size), smollm_tokenizer, tensor_parallel_size=3)
-    assert multiprocessing.active_children() == before  # refused before starting anything

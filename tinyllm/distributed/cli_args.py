@@ -62,6 +62,7 @@ def add_worker_command(subparsers, add_model_args) -> None:
     add_model_args(p)
     add_parallel_args(p)
     p.add_argument("--rank", type=int, required=True, help="this process's rank, 1 .. N-1 (0 is the driver)")
+    p.add_argument("--model-file", default=None, help=argparse.SUPPRESS)  # a driver's in-memory model, saved
     p.set_defaults(func=cmd_worker)
 
 
@@ -75,5 +76,6 @@ def cmd_worker(args) -> int:
     if not 1 <= args.rank < config.tensor_parallel_size:
         raise TinyLLMError(f"--rank must be in 1..{config.tensor_parallel_size - 1}, got {args.rank}")
     source = ModelSource(args.model, parse_dtype(args.dtype), args.device, args.weights, args.quantize)
+    source.module_file = getattr(args, "model_file", None)  # absent under torchrun's other commands
     worker_main(args.rank, config, source)
     return 0

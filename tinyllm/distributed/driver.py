@@ -5,9 +5,14 @@ sampling happen here once. Its runner broadcasts each step's plan, then runs its
 all-reduces inside it line up with the workers'. Sampling reads the full logits (the head is replicated), so
 the (seed, position) random stream is the same as with one rank.
 
+Start-up: the driver serves the rendezvous store, starts its local ranks (launcher.py) and waits on the store
+until every rank has loaded its model, watching them (watch.py): a local worker that exits, a rank that leaves a
+note or whose heartbeat stops fails the start at once, naming the rank, its exit status and its last output.
+
 Failure: any error during a step (a worker gone: at once, from the closed connection; a worker hung: after
-timeout_s, from the collective's timeout) fails that step with EngineDown, stops every local worker
-(SIGKILL after JOIN_S) and leaves the group; every later step raises EngineDown at once.
+timeout_s, from the collective's timeout) fails that step with EngineDown naming the ranks that stopped, stops
+every local worker (SIGKILL after JOIN_S), leaves the group and closes the store (which ends the workers of
+other machines); every later step raises EngineDown at once.
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import gc
 import itertools
 import logging
-import re
+import shutil
+import tempfile
 
 import torch
 
@@ -27,9 +34,10 @@ from ..errors import EngineDown, TinyLLMError
 from ..speculative.factory import DraftModels
 from . import group as groups
 from .config import ParallelConfig
-from .launcher import JOIN_S, describe_exits, start_workers, stop_workers, threads_per_rank
+from .launcher import JOIN_S, start_workers, stop_workers, threads_per_rank
 from .plan import DropStorage, NewStorage, Shutdown, Step, send
 from .shard import check_shardable, local_kv_heads, shard_model
+from .watch import Watch, cause, outputs, summary
 from .worker import ModelSource
 
 log = logging.getLogger("tinyllm.distributed")
@@ -42,32 +50,45 @@ class TensorParallel:
         n = config.tensor_parallel_size
         check_shardable(model.config, n)
         if torch.distributed.is_initialized():
+            gc.collect()  # an LLM dropped in a reference cycle closes its group once the collector finds it
+        if torch.distributed.is_initialized():
             raise TinyLLMError("this process already runs a tensor-parallel group; close that LLM first")
-        if config.master_port is None:
-            config = dataclasses.replace(config, master_port=groups.free_port(config.master_addr))
         self.config, self.model, self.error = config, model, None
         self.num_local_kv_heads = local_kv_heads(model.config.num_kv_heads, n)
         self._keys, self._drops = itertools.count(), []
         self._threads_before = torch.get_num_threads()
-        self.processes = start_workers(config, source)
+        self.workers, self.store, self.watch = [], None, None
+        self.folder = tempfile.mkdtemp(prefix="tinyllm-tp-")  # the workers' output, an in-memory model
         try:
-            threads = threads_per_rank(config) if source.device == "cpu" else None
-            if threads:
-                torch.set_num_threads(threads)
-            self.comm = groups.join(
-                0, n, config.master_addr, config.master_port, source.device, config.timeout_s, config.startup_timeout_s
-            )
-            shard_model(model, 0, n, self.comm.all_reduce)
-            torch.distributed.barrier(group=self.comm.startup)
+            self._start(source)
         except BaseException as exc:
-            exits = describe_exits(self.processes)
+            stops = self.watch.account() if self.watch is not None and not isinstance(exc, TinyLLMError) else []
             self._tear_down(0.0)
-            if isinstance(exc, TinyLLMError):
+            if isinstance(exc, (TinyLLMError, KeyboardInterrupt)):
                 raise
+            what = summary(stops) or cause(exc)
             raise TinyLLMError(
-                f"the tensor-parallel group of {n} ranks failed to start ({exits or type(exc).__name__}: {exc})"
+                f"the tensor-parallel group of {n} ranks failed to start: {what}{outputs(stops)}"
             ) from None
         atexit.register(self.close)
+
+    def _start(self, source: ModelSource) -> None:
+        """Serve the store, start the local ranks, wait (watching them) until every rank has loaded its
+        model, then join the group and shard this rank's model."""
+        config, n = self.config, self.config.tensor_parallel_size
+        self.store = groups.open_store(0, n, config.master_addr, config.master_port, config.startup_timeout_s)
+        if config.master_port is None:  # the free port the store took
+            self.config = config = dataclasses.replace(config, master_port=self.store.port)
+        self.workers = start_workers(config, source, self.folder)
+        self.watch = Watch(self.store, n, self.workers)
+        self.watch.wait_ready(config.startup_timeout_s, config.timeout_s)
+        threads = threads_per_rank(config) if source.device == "cpu" else None
+        if threads:
+            torch.set_num_threads(threads)
+        # every rank has loaded its model: from here on, a silent rank is waited for timeout_s, no longer
+        self.comm = groups.join(0, n, self.store, source.device, config.timeout_s, config.timeout_s)
+        shard_model(self.model, 0, n, self.comm.all_reduce)
+        torch.distributed.barrier(group=self.comm.startup)
 
     @property
     def stats(self) -> groups.AllReduceStats:
@@ -117,10 +138,10 @@ class TensorParallel:
             raise EngineDown(self.error)
 
     def fail(self, exc: BaseException):
-        exits = describe_exits(self.processes)  # before we stop the rest
+        stops = self.watch.account()  # before we stop the rest
         self._tear_down(0.0)
-        silent = f"a rank did not answer within {self.config.timeout_s:g} s"
-        self.error = f"the tensor-parallel group is down: {exits or silent} ({cause(exc)})"
+        what = summary(stops) or f"a rank did not answer within {self.config.timeout_s:g} s"
+        self.error = f"the tensor-parallel group is down: {what} ({cause(exc)}){outputs(stops)}"
         log.error(self.error)
         if isinstance(exc, KeyboardInterrupt):
             raise exc
@@ -133,19 +154,16 @@ class TensorParallel:
             self.error = "the tensor-parallel group was closed"
             with contextlib.suppress(Exception):  # a rank already gone: it is stopped below anyway
                 send([Shutdown()], self.comm.control, self.config.timeout_s)
+                self.watch.wait_stopped(JOIN_S)
             self._tear_down(JOIN_S)
 
     def _tear_down(self, grace_s: float) -> None:
-        stop_workers(self.processes, grace_s)
+        """Stop the local workers, leave the group and close the store (which ends any rank still beating)."""
+        stop_workers(self.workers, grace_s)
         groups.leave()
+        self.store = self.watch = None
+        shutil.rmtree(self.folder, ignore_errors=True)
         torch.set_num_threads(self._threads_before)
-
-
-def cause(exc: BaseException) -> str:
-    """The first sentence of an error, without gloo's source location: 'RuntimeError: Read error ...'."""
-    text = str(exc).split("\n")[0]
-    text = re.sub(r"^\[[^\]]*\] ", "", text).split(". ")[0]
-    return f"{type(exc).__name__}: {text or 'no message'}"
 
 
 class ParallelRunner(ModelRunner):

@@ -1,7 +1,10 @@
-"""Joining and leaving the process group: the backend from the device, a control and a compute group.
+"""Meeting and leaving the process group: the rendezvous store, the backend from the device, and three groups.
 
-Besides the default group (joining and loading, startup_s), two groups over the same ranks with different
-patience:
+The store (rank 0 serves it at master_addr:master_port) carries every rank's notes and heartbeat (watch.py)
+from before the group exists until it is gone. A rank joins the group once its model is loaded, so the
+driver watches the slow part of the start-up on the store, where a lost rank cannot make it wait. The groups:
+  default  (joining and the start-up barrier; a worker's patience startup_timeout_s: it joins as soon as it is
+           ready and waits there for the slowest rank, the driver joins last)
   control  (gloo, startup_timeout_s ... idle for days): the driver's step plans; a worker waits here while
            the engine is idle, so its timeout must outlast any idle time.
   compute  (gloo on the CPU, NCCL on CUDA, timeout_s): the all-reduces inside a forward; a rank that stops
@@ -11,13 +14,14 @@ patience:
 from __future__ import annotations
 
 import os
-import socket
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+from ..errors import TinyLLMError
 
 IDLE_TIMEOUT = timedelta(days=30)  # a worker may wait this long for the next step
 
@@ -32,12 +36,6 @@ def rank_device(device: str, rank: int) -> str:
     if d.type != "cuda" or d.index is not None:
         return device
     return f"cuda:{rank % torch.cuda.device_count()}"
-
-
-def free_port(addr: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((addr, 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -68,21 +66,30 @@ class Comm:
         self.stats.seconds += time.perf_counter() - start
 
 
-def join(rank: int, world_size: int, addr: str, port: int, device, timeout_s: float, startup_s: float) -> Comm:
-    """Join the group as `rank`; returns once every rank has joined (or raises after startup_s)."""
+def open_store(rank: int, world_size: int, addr: str, port: int | None, timeout_s: float) -> dist.Store:
+    """The rendezvous store: rank 0 serves it at addr:port (port None: a free one, read back from `.port`),
+    the others connect to it, retrying for timeout_s. Under torchrun, the store it set up ($MASTER_PORT)."""
+    timeout = timedelta(seconds=timeout_s)
+    try:
+        if "TORCHELASTIC_RUN_ID" in os.environ:
+            return next(dist.rendezvous("env://", rank, world_size, timeout=timeout))[0]
+        if rank == 0:
+            return dist.TCPStore(addr, port or 0, world_size, is_master=True, timeout=timeout, wait_for_workers=False)
+        return dist.TCPStore(addr, port, world_size, is_master=False, timeout=timeout)
+    except (RuntimeError, ValueError) as exc:  # DistNetworkError and DistStoreError are RuntimeErrors
+        where = f"listen on {addr}:{port}" if rank == 0 else f"reach the driver at {addr}:{port} within {timeout_s:g} s"
+        raise TinyLLMError(f"rank {rank} cannot {where} ({str(exc).splitlines()[0]})") from None
+
+
+def join(rank: int, world_size: int, store: dist.Store, device, timeout_s: float, startup_s: float) -> Comm:
+    """Join the group as `rank` through `store`; returns once every rank has joined (or raises after startup_s)."""
     if dist.is_initialized():
         raise RuntimeError("this process is already in a torch.distributed group")
     backend = backend_for(device)
     if backend == "nccl":
         torch.cuda.set_device(torch.device(device))
-    # under torchrun its agent already serves the rendezvous store at $MASTER_PORT: join that one
-    launched = "TORCHELASTIC_RUN_ID" in os.environ
     dist.init_process_group(
-        backend,
-        init_method="env://" if launched else f"tcp://{addr}:{port}",
-        rank=rank,
-        world_size=world_size,
-        timeout=timedelta(seconds=startup_s),
+        backend, store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=startup_s)
     )
     try:
         control = dist.new_group(backend="gloo", timeout=max(IDLE_TIMEOUT, timedelta(seconds=startup_s)))

@@ -1,8 +1,11 @@
-"""A worker rank: join the group, load and shard the model, then run every step the driver broadcasts.
+"""A worker rank: load the model, join the group, shard the model, then run every step the driver broadcasts.
 
 A worker holds one paged KV pool per driver engine, with only its own KV heads, and asks its forward for no
-logits rows. It exits on Shutdown, and on any error (the driver gone, a peer gone, a collective timed out):
-then the driver's next collective fails and the driver shuts the group down.
+logits rows. From the moment it reaches the driver's store it beats (watch.Heartbeat), so the driver can tell
+it is alive, and it ends when the driver is gone. It loads its model before it joins the group (the driver
+watches the loading on the store), says when it is ready, and leaves a note saying why it stops. It exits on
+Shutdown, and on any error (the driver gone, a peer gone, a collective timed out): then the driver's next
+collective fails and the driver shuts the group down.
 """
 
 from __future__ import annotations
@@ -23,14 +26,15 @@ from . import group as groups
 from .config import ParallelConfig
 from .plan import DropStorage, NewStorage, Shutdown, Step, receive
 from .shard import shard_model
+from .watch import Heartbeat, cause, leave_note, ready_key
 
 log = logging.getLogger("tinyllm.distributed")
 
 
 @dataclass
 class ModelSource:
-    """How a rank gets the whole model before sharding it: load it from `path`, or unpickle `module` (a model
-    built in memory, sent to local ranks when they start)."""
+    """How a rank gets the whole model before sharding it: load it from `path`, take `module` (a model built
+    in memory, on the driver) or load `module_file` (that model as torch.save wrote it for a local worker)."""
 
     path: str | None = None
     dtype: torch.dtype = torch.float32
@@ -38,40 +42,40 @@ class ModelSource:
     weights: str | None = None
     quantize: str | None = None
     module: nn.Module | None = None
+    module_file: str | None = None
 
     def load(self) -> nn.Module:
         if self.module is not None:
             return self.module
+        if self.module_file is not None:
+            return torch.load(self.module_file, map_location=self.device, weights_only=False)
         from ..loading.loader import load
 
         return load(self.path, self.dtype, self.device, weights=self.weights, quantize=self.quantize).model
 
 
-def worker_main(rank: int, config: ParallelConfig, source: ModelSource, num_threads: int | None = None) -> None:
-    """Entry point of a worker process (local ranks are spawned with it; `tinyllm worker` calls it)."""
+def worker_main(rank: int, config: ParallelConfig, source: ModelSource) -> None:
+    """Entry point of a worker process (`tinyllm worker`, which the driver also runs for its local ranks)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle; it shuts us down
-    if num_threads:
-        torch.set_num_threads(num_threads)
-    source = dataclasses.replace(source, device=groups.rank_device(source.device, rank))
-    comm = groups.join(
-        rank,
-        config.tensor_parallel_size,
-        config.master_addr,
-        config.master_port,
-        source.device,
-        config.timeout_s,
-        config.startup_timeout_s,
-    )
+    n = config.tensor_parallel_size
+    store = groups.open_store(rank, n, config.master_addr, config.master_port, config.startup_timeout_s)
+    Heartbeat(store.clone(), rank)
     try:
+        source = dataclasses.replace(source, device=groups.rank_device(source.device, rank))
         model = source.load()
+        store.set(ready_key(rank), "")
+        comm = groups.join(rank, n, store, source.device, config.timeout_s, config.startup_timeout_s)
         shard_model(model, rank, comm.world_size, comm.all_reduce)
         torch.distributed.barrier(group=comm.startup)  # tells the driver this rank is ready
         serve(model, comm, torch.device(source.device))
-    except Exception:
+    except Exception as exc:
         log.exception("tensor-parallel rank %d stopped", rank)
+        leave_note(store, rank, cause(exc))
+        sys.stderr.flush()
         os._exit(1)  # without destroying the group: the peers see the connection close at once
     # Told to shut down: exit without leaving the group (that would wait on the others), and without the
     # interpreter's teardown, where the live gloo group's threads abort the process (exit status -6).
+    leave_note(store, rank, "shut down")
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
