@@ -118,9 +118,9 @@ class Watch:
                 )
             if time.monotonic() > deadline:
                 late = [Stop(r, "did not start", None, self._output(r)) for r in waiting]
-                names = ", ".join(str(r) for r in waiting)
+                names = ("rank " if len(waiting) == 1 else "ranks ") + ", ".join(str(r) for r in waiting)
                 raise TinyLLMError(
-                    f"the tensor-parallel group of {size} ranks failed to start: rank {names} not ready "
+                    f"the tensor-parallel group of {size} ranks failed to start: {names} not ready "
                     f"within {startup_s:g} s{outputs(late)}"
                 )
             time.sleep(POLL_S)
