@@ -37,7 +37,7 @@ def choice_regex(choices: list[str]) -> str:
     return "(?:" + "|".join("".join(_regex_char(c) for c in choice) for choice in choices) + ")"
 
 
-def _choice(value: Any) -> StructuredOutput:
+def from_choices(value: Any) -> StructuredOutput:
     if not isinstance(value, list) or not value or not all(isinstance(c, str) and c for c in value):
         raise TinyLLMError(f"a choice must be a non-empty list of non-empty strings, got {clip(repr(value))}")
     if len(value) > MAX_CHOICES:
@@ -48,7 +48,7 @@ def _choice(value: Any) -> StructuredOutput:
     return S.grammar(f"start: /{choice_regex(value)}/")
 
 
-def _schema(value: Any) -> StructuredOutput:
+def from_schema(value: Any) -> StructuredOutput:
     """A JSON schema given as an object or as JSON text; text is bounded before it is parsed."""
     if isinstance(value, str):
         _check_size(value)
@@ -59,7 +59,7 @@ def _schema(value: Any) -> StructuredOutput:
     return structured
 
 
-def _text(build: Callable[[str], StructuredOutput]) -> Callable[[Any], StructuredOutput]:
+def bounded(build: Callable[[str], StructuredOutput]) -> Callable[[Any], StructuredOutput]:
     """A regex or grammar, bounded in size before it is kept."""
 
     def checked(value: Any) -> StructuredOutput:
@@ -91,22 +91,22 @@ def _structured_outputs(value: Any) -> StructuredOutput:
 
 
 _SUB_FIELDS: dict[str, Callable[[Any], StructuredOutput]] = {
-    "json": _schema,
-    "regex": _text(S.regex),
-    "grammar": _text(S.grammar),
-    "choice": _choice,
+    "json": from_schema,
+    "regex": bounded(S.regex),
+    "grammar": bounded(S.grammar),
+    "choice": from_choices,
     "json_object": lambda _: S.json_object(),
 }
 
 # request field -> how its value becomes a StructuredOutput (None: the value asks for nothing)
 _EXTRA_FIELDS: dict[str, Callable[[Any], StructuredOutput | None]] = {
-    "guided_json": _schema,
-    "guided_regex": _text(S.regex),
-    "guided_grammar": _text(S.grammar),
-    "guided_choice": _choice,
+    "guided_json": from_schema,
+    "guided_regex": bounded(S.regex),
+    "guided_grammar": bounded(S.grammar),
+    "guided_choice": from_choices,
     "structured_outputs": _structured_outputs,
-    "json_schema": _schema,
-    "grammar": _text(S.grammar),
+    "json_schema": from_schema,
+    "grammar": bounded(S.grammar),
 }
 
 
@@ -118,7 +118,7 @@ def _response_format(value: Any) -> StructuredOutput | None:
     if kind == "text":
         return None
     if kind == "json_object":
-        return S.json_object() if value.get("schema") is None else _schema(value["schema"])
+        return S.json_object() if value.get("schema") is None else from_schema(value["schema"])
     if kind != "json_schema":
         raise TinyLLMError(f'response_format type must be "text", "json_object" or "json_schema", got {kind!r}')
     spec = value.get("json_schema")
@@ -127,7 +127,7 @@ def _response_format(value: Any) -> StructuredOutput | None:
     if spec.get("strict") not in (None, True, False):
         raise TinyLLMError(f"response_format json_schema.strict must be a bool, got {spec['strict']!r}")
     # strict or not, the output is held to the schema: a constraint that may be broken is no constraint
-    return S.json_object() if spec.get("schema") is None else _schema(spec["schema"])
+    return S.json_object() if spec.get("schema") is None else from_schema(spec["schema"])
 
 
 def structured_from(body) -> tuple[StructuredOutput | None, str | None]:
