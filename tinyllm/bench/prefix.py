@@ -111,15 +111,16 @@ def draw(result: dict):
             held_ax.step(ts, held, where="post", label=label, color=f"C{i}", **figure.style(i) | {"marker": None})
             peak = max(range(len(held)), key=held.__getitem__)
             running = run["timeline"][peak - 1][1] if peak else 0
-            on_right = ts[peak] > 0.5 * max(r["wall_s"] for r in (result[k] for k in RUNS))
+            on_right = ts[peak] > 0.5 * max(result[k]["wall_s"] for k in RUNS)
             held_ax.annotate(
-                f"peak {held[peak]} blocks, {running} running",
+                f"peak: {held[peak]} blocks, {running} requests running",
                 (ts[peak], held[peak]),
-                xytext=(-8 if on_right else 8, 6),
+                xytext=(-10 if on_right else 10, 45 - 20 * i),  # above both lines, apart from each other
                 textcoords="offset points",
                 ha="right" if on_right else "left",
                 fontsize=7,
                 color=f"C{i}",
+                arrowprops={"arrowstyle": "-", "color": f"C{i}", "lw": 0.6},
             )
         alone = result["blocks_without_sharing_in_theory"]
         held_ax.axhline(alone, color="0.5", lw=0.8, ls=":")
