@@ -146,3 +146,18 @@ def test_neutral_values_are_accepted(client):
         r.output_text
         == client.responses.create(model=MODEL, input="Hi", max_output_tokens=2, temperature=0).output_text
     )
+
+
+@pytest.mark.parametrize("value, words", [(0, "must be None or an integer >= 1"), (100_000, "context")])
+def test_max_output_tokens_errors_name_it(client, value, words):
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(model=MODEL, input="Hi", max_output_tokens=value)
+    message = info.value.body["message"]
+    assert info.value.body["param"] == "max_output_tokens" and words in message
+    assert "max_output_tokens" in message and "max_tokens" not in message.replace("max_output_tokens", "")
+
+
+def test_routes_without_the_v1_prefix(client):
+    bare = openai.OpenAI(base_url=str(client.base_url).removesuffix("/v1/"), api_key="x", max_retries=0, timeout=120)
+    kw = dict(model=MODEL, input="Hi", max_output_tokens=4, temperature=0)
+    assert bare.responses.create(**kw).output_text == client.responses.create(**kw).output_text

@@ -379,3 +379,25 @@ def test_models_by_id(client):
     with pytest.raises(openai.NotFoundError) as info:
         client.models.retrieve("other-model")
     assert info.value.body["code"] == "model_not_found"
+
+
+def test_routes_without_the_v1_prefix_answer_as_the_v1_ones(server, client):
+    bare = openai.OpenAI(base_url=server.url, api_key=KEY, max_retries=0, timeout=60)
+    assert chat(bare, seed=4).choices[0].message.content == chat(client, seed=4).choices[0].message.content
+    kw = dict(model=MODEL, prompt="The river", max_tokens=6, seed=4)
+    assert bare.completions.create(**kw).choices[0].text == client.completions.create(**kw).choices[0].text
+    assert [m.id for m in bare.models.list().data] == [MODEL] and bare.models.retrieve(MODEL).id == MODEL
+    for path in ("/chat/completions", "/completions", "/responses"):
+        assert httpx.post(f"{server.url}{path}", json={}).status_code == 401  # behind the key, as /v1 is
+    assert httpx.get(f"{server.url}/models").status_code == 401
+
+
+def test_legacy_logprobs_zero_holds_the_sampled_token(client):
+    kw = dict(model=MODEL, prompt="Rivers", max_tokens=5, temperature=0, logprobs=0, extra_body={"ignore_eos": True})
+    lps = client.completions.create(**kw).choices[0].logprobs
+    assert len(lps.tokens) == 5
+    assert lps.top_logprobs == [{t: lp} for t, lp in zip(lps.tokens, lps.token_logprobs)]
+    streamed = [c.choices[0].logprobs for c in client.completions.create(**kw, stream=True) if c.choices[0].logprobs]
+    assert [top for lp in streamed for top in lp.top_logprobs] == lps.top_logprobs
+    chat_lps = chat(client, max_tokens=3, temperature=0, logprobs=True, top_logprobs=0).choices[0].logprobs
+    assert all(entry.top_logprobs == [] for entry in chat_lps.content)  # chat's top_logprobs=0: none, as OpenAI's

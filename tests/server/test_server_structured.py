@@ -82,6 +82,13 @@ def test_the_sdk_parses_a_pydantic_model(client):
         assert isinstance(city, City) and city.kind in ("town", "city") and 1 <= city.area <= 500
 
 
+def test_llama_cpps_json_object_with_a_schema_is_held_to_the_schema(client):
+    r = chat(client, seed=3, n=4, temperature=1.2, response_format={"type": "json_object", "schema": SCHEMA})
+    for choice in r.choices:
+        assert choice.finish_reason == "stop"
+        jsonschema.validate(json.loads(choice.message.content), SCHEMA)
+
+
 def test_streamed_equals_whole(client):
     kw = dict(seed=7, temperature=1.0, response_format=json_schema_format(SCHEMA))
     whole = chat(client, **kw).choices[0].message.content
