@@ -132,7 +132,16 @@ class LlamaForCausalLM(nn.Module):
         last_only: bool = False,
         rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """ids [B, T] -> logits [B, T, V] ([B, 1, V] with last_only; [B, len(rows), V] for chosen rows).
+        """ids [B, T] -> logits [B, T, V] ([B, 1, V] with last_only; [B, len(rows), V] for chosen rows)."""
+        x = self.hidden_states(ids, positions, cache)  # [B, T, C]
+        if last_only:
+            x = x[:, -1:]  # [B, 1, C]
+        elif rows is not None:
+            x = x[:, rows]  # [B, len(rows), C]
+        return self.head(x)  # [B, T, V]
+
+    def hidden_states(self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache=None) -> torch.Tensor:
+        """ids [B, T] -> the last layer's output [B, T, C], before the final norm.
 
         With a cache, positions and the mask are read from it once, before any layer appends; each layer
         then calls cache.update(layer, k, v) once. Without one this is a plain causal forward over ids.
@@ -162,8 +171,4 @@ class LlamaForCausalLM(nn.Module):
                 windowed[window] = window_mask(mask, T, num_keys, window, ids.device)  # [T, S] or [B, 1, T, S]
             cos, sin = ropes[self.config.layer_kind(i)]
             x = layer(x, cos, sin, mask if window is None or ragged else windowed[window], cache)
-        if last_only:
-            x = x[:, -1:]  # [B, 1, C]
-        elif rows is not None:
-            x = x[:, rows]  # [B, len(rows), C]
-        return self.head(x)  # [B, T, V]
+        return x  # [B, T, C]
