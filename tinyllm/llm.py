@@ -231,6 +231,14 @@ class LLM:
         p = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True, prompt_logprobs=top_n)
         return self._engine_generate([ids], p, None, None, None)[0].prompt_logprobs
 
+    # ---- embeddings
+    def embed(self, texts: str | Sequence[int] | list, *, pooling: str = "mean", normalize: bool = True):
+        """Final hidden states (after the final norm) pooled per text, "mean" or "last" token, L2-normalized
+        unless normalize=False: a text (or id list) -> float32 [C], a list of them -> [N, C] (embedding.py)."""
+        from .embedding import embed
+
+        return embed(self, texts, pooling=pooling, normalize=normalize)
+
     # ---- the engine path
     def _shared_engine(self, kv_dtype, prefill_chunk) -> Engine:
         """The LLM's engine, rebuilt only when the KV dtype or the chunk budget changes (and it is idle)."""
