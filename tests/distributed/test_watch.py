@@ -58,6 +58,7 @@ def test_after_a_failure_the_ranks_that_left_no_word_come_first(store, tmp_path)
     others = re.escape(f"rank 1 exited with code 1 ({peer_lost}); rank 2 stopped ({peer_lost})")
     assert re.fullmatch(f"{silent}; {others}", summary(stops))
     assert outputs(stops) == f"\nrank 1's last output:\n    Traceback ...\n    {peer_lost}"
+    assert outputs(stops, noted=False) == ""  # its note says it all
 
 
 def test_start_up_waits_for_every_rank_and_stops_at_the_first_that_stops(store, tmp_path):

@@ -19,6 +19,12 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
         help="ranks started on this machine, 0 .. n-1 (default: all); the others run `tinyllm worker`",
     )
     p.add_argument("--tp-timeout", type=float, default=20.0, help="seconds a silent rank is waited for (default 20)")
+    p.add_argument(
+        "--tp-startup-timeout",
+        type=float,
+        default=300.0,
+        help="seconds every rank has to start and load its model (default 300)",
+    )
 
 
 def launched_rank() -> int | None:
@@ -42,7 +48,7 @@ def parallel_from_args(args):
         if size not in (1, world):
             raise TinyLLMError(f"--tensor-parallel-size {size} disagrees with torchrun's $WORLD_SIZE={world}")
         size, local = world, 1
-    return ParallelConfig(size, args.master_addr, args.master_port, local, args.tp_timeout)
+    return ParallelConfig(size, args.master_addr, args.master_port, local, args.tp_timeout, args.tp_startup_timeout)
 
 
 def run_launched_worker(args) -> int | None:

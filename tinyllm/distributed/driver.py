@@ -141,7 +141,7 @@ class TensorParallel:
         stops = self.watch.account()  # before we stop the rest
         self._tear_down(0.0)
         what = summary(stops) or f"a rank did not answer within {self.config.timeout_s:g} s"
-        self.error = f"the tensor-parallel group is down: {what} ({cause(exc)}){outputs(stops)}"
+        self.error = f"the tensor-parallel group is down: {what} ({cause(exc)}){outputs(stops, noted=False)}"
         log.error(self.error)
         if isinstance(exc, KeyboardInterrupt):
             raise exc

@@ -76,6 +76,7 @@ def worker_command(rank: int, config: ParallelConfig, source: ModelSource, model
     """The `tinyllm worker` command line of one local rank."""
     command = [sys.executable, "-m", "tinyllm", "worker", "--rank", str(rank)]
     command += ["--tensor-parallel-size", str(config.tensor_parallel_size), "--tp-timeout", repr(config.timeout_s)]
+    command += ["--tp-startup-timeout", repr(config.startup_timeout_s)]
     command += ["--master-addr", config.master_addr, "--master-port", str(config.master_port)]
     command += ["--device", source.device, "--dtype", str(source.dtype).removeprefix("torch.")]
     if model_file is not None:

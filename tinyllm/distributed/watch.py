@@ -89,11 +89,12 @@ def summary(stops: list[Stop]) -> str:
     return "; ".join(s.summary() for s in sorted(stops, key=lambda s: (s.note is not None, s.rank)))
 
 
-def outputs(stops: list[Stop]) -> str:
-    """The last lines each local worker wrote, indented under its rank ('' when none wrote any)."""
+def outputs(stops: list[Stop], noted: bool = True) -> str:
+    """The last lines each local worker wrote, indented under its rank ('' when none wrote any); with
+    noted=False, only of those that left no note (a peer's loss, say, is told by the note alone)."""
     parts = []
     for s in sorted(stops, key=lambda s: s.rank):
-        if s.output:
+        if s.output and (noted or s.note is None):
             lines = "\n".join("    " + line for line in s.output.splitlines())
             parts.append(f"\nrank {s.rank}'s last output:\n{lines}")
     return "".join(parts)
