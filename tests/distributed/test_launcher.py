@@ -98,6 +98,7 @@ def test_a_dropped_llm_closes_its_group_and_a_new_group_of_4_starts(smollm_token
 
     want = LLM.from_parts(model(), smollm_tokenizer).generate([5, 6, 7], max_tokens=6, temperature=0).ids
     llm = LLM.from_parts(model(), smollm_tokenizer, tensor_parallel_size=2)
+    assert os.listdir(llm.tensor_parallel.folder) == ["rank1.log"]  # the model's file, loaded, is gone
     assert llm.generate([5, 6, 7], max_tokens=6, temperature=0).ids == want
     dropped = [w.pid for w in llm.tensor_parallel.workers]
     del llm  # no close(): its finalizer stops the workers once the LLM is collected

@@ -34,7 +34,7 @@ from ..errors import EngineDown, TinyLLMError
 from ..speculative.factory import DraftModels
 from . import group as groups
 from .config import ParallelConfig
-from .launcher import JOIN_S, start_workers, stop_workers, threads_per_rank
+from .launcher import JOIN_S, drop_model_file, start_workers, stop_workers, threads_per_rank
 from .plan import DropStorage, NewStorage, Shutdown, Step, send
 from .shard import check_shardable, local_kv_heads, shard_model
 from .watch import Watch, cause, outputs, summary
@@ -82,6 +82,7 @@ class TensorParallel:
         self.workers = start_workers(config, source, self.folder)
         self.watch = Watch(self.store, n, self.workers)
         self.watch.wait_ready(config.startup_timeout_s, config.timeout_s)
+        drop_model_file(self.folder)
         threads = threads_per_rank(config) if source.device == "cpu" else None
         if threads:
             torch.set_num_threads(threads)

@@ -8,6 +8,7 @@ last lines a failure report quotes; a model built in memory goes there too, as a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import site
@@ -23,6 +24,7 @@ from .worker import ModelSource
 
 JOIN_S = 5.0  # a worker asked to stop gets this long before it is killed
 TAIL_LINES = 8  # of a worker's output, quoted when it stops
+MODEL_FILE = "model.pt"  # an in-memory model, saved for the local workers
 LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID")  # torchrun's, not for our workers
 
 
@@ -105,7 +107,7 @@ def start_workers(config: ParallelConfig, source: ModelSource, folder: str) -> l
     """Start ranks 1 .. num_local_ranks - 1; their output and an in-memory model go to `folder`."""
     model_file = None
     if source.module is not None and config.num_local_ranks > 1:
-        model_file = os.path.join(folder, "model.pt")
+        model_file = os.path.join(folder, MODEL_FILE)
         torch.save(source.module, model_file)
     threads = threads_per_rank(config) if source.device == "cpu" else None
     env, workers = worker_environment(threads), []
@@ -128,6 +130,12 @@ def start_workers(config: ParallelConfig, source: ModelSource, folder: str) -> l
         stop_workers(workers, 0.0)
         raise
     return workers
+
+
+def drop_model_file(folder: str) -> None:
+    """Every worker has loaded the model: its copy on disk is no longer needed (nor left behind by a crash)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(folder, MODEL_FILE))
 
 
 def stop_workers(workers: list[LocalWorker], grace_s: float = JOIN_S) -> None:
