@@ -1,36 +1,44 @@
-"""tinyllm: an exact, streaming LLM inference engine for Llama-family models, in PyTorch."""
+"""tinyllm: an exact, streaming LLM inference engine for Llama-family models, in PyTorch.
 
-from .cache.kv_cache import KVCache
-from .cache.latent_cache import LatentCache
-from .config import ModelConfig
-from .engine.engine import Engine, EngineConfig
-from .errors import TinyLLMError
-from .llm import LLM
-from .outputs import Generation, RequestOutput, TokenLogprob
-from .reference import cache_dims, generate
-from .sampling.params import SamplingParams
-from .sampling.structured import StructuredOutput
-from .speculative.proposer import SpeculativeConfig
-from .text.detokenizer import IncrementalDecoder
-from .text.stop import StopMatcher
+The public names load on first use (PEP 562), so that `tinyllm --help` and the command line's user errors
+answer without importing torch."""
 
-__all__ = [
-    "LLM",
-    "Engine",
-    "EngineConfig",
-    "RequestOutput",
-    "SpeculativeConfig",
-    "Generation",
-    "TokenLogprob",
-    "SamplingParams",
-    "StructuredOutput",
-    "KVCache",
-    "LatentCache",
-    "IncrementalDecoder",
-    "StopMatcher",
-    "ModelConfig",
-    "TinyLLMError",
-    "generate",
-    "cache_dims",
-]
+from __future__ import annotations
+
+import importlib
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "LLM": "tinyllm.llm",
+    "Engine": "tinyllm.engine.engine",
+    "EngineConfig": "tinyllm.engine.engine",
+    "RequestOutput": "tinyllm.outputs",
+    "SpeculativeConfig": "tinyllm.speculative.proposer",
+    "Generation": "tinyllm.outputs",
+    "TokenLogprob": "tinyllm.outputs",
+    "SamplingParams": "tinyllm.sampling.params",
+    "StructuredOutput": "tinyllm.sampling.structured",
+    "KVCache": "tinyllm.cache.kv_cache",
+    "LatentCache": "tinyllm.cache.latent_cache",
+    "IncrementalDecoder": "tinyllm.text.detokenizer",
+    "StopMatcher": "tinyllm.text.stop",
+    "ModelConfig": "tinyllm.config",
+    "TinyLLMError": "tinyllm.errors",
+    "generate": "tinyllm.reference",
+    "cache_dims": "tinyllm.reference",
+}
+__all__ = list(_EXPORTS)
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tinyllm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
