@@ -65,11 +65,19 @@ def test_speculative_flags_print_the_same_text(tiny_gguf):
     "args, message",
     [
         (["generate", "hi", "--model", "TINY", "--speculative", "draft"], "exactly one"),
-        (["generate", "hi", "--model", "TINY", "--draft-layers", "2"], "--speculative draft"),
+        (["generate", "hi", "--model", "TINY", "--draft-layers", "2"], "--draft-layers needs --speculative draft"),
         (["generate", "hi", "--model", "/no/such/model.gguf"], "does not exist"),
         (["generate", "", "--model", "TINY"], "empty"),
-        (["generate", "hi", "--model", "TINY", "--top-p", "1.5"], "top_p"),
-        (["generate", "hi", "--model", "TINY", "--prefill-chunk", "0"], "prefill_chunk"),
+        (["generate", "hi", "--model", "TINY", "--top-p", "1.5"], "--top-p must be in (0, 1], got 1.5"),
+        (["generate", "hi", "--model", "TINY", "--prefill-chunk", "0"], "--prefill-chunk must be at least 1"),
+        (["generate", "hi", "--model", "TINY", "--max-tokens", "0"], "--max-tokens must be at least 1, got 0"),
+        (["generate", "hi", "--model", "TINY", "--logprobs", "2"], "add --json"),
+        (["generate", "hi", "--model", "TINY", "--regex", "a", "--ignore-eos"], "--ignore-eos cannot be combined"),
+        (
+            ["generate", "hi", "--model", "TINY", "--speculative", "draft", "--draft-model", "/no/such"],
+            "--draft-model:",
+        ),
+        (["generate", "hi", "--model", "TINY", "--bogus"], "unrecognized arguments: --bogus"),
         (["info", "--model", "/tmp"], "config.json"),
     ],
 )
@@ -115,23 +123,6 @@ def test_int8_activations_flag(tmp_path):
     assert r.returncode == 0 and json.loads(r.stdout)["usage"]["completion_tokens"] >= 1, r.stderr
     r = run("generate", "hi", "--model", path, "--weights", "int8")
     assert r.returncode == 2 and "native-int8" in r.stderr
-
-
-def test_chat_streams_replies(tiny_gguf):
-    r = run(
-        "chat",
-        "--model",
-        tiny_gguf,
-        "--max-tokens",
-        "4",
-        "--temperature",
-        "0",
-        "--ignore-eos",
-        input="hello\nagain\n\n",
-    )
-    assert r.returncode == 0, r.stderr
-    lines = r.stdout.split("\n")
-    assert len(lines) == 3 and all(line.startswith("> ") for line in lines)  # two replies, then the end
 
 
 @pytest.mark.slow
@@ -192,3 +183,121 @@ def test_serve_takes_the_weight_options():
     assert (args.weights, args.quantize) == ("dequantized", "int8")
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--weights", "float"])
+
+
+NO_TORCH = """
+import sys
+from tinyllm.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+print(code, sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")))
+"""
+
+
+@pytest.mark.parametrize(
+    "args, code",
+    [
+        (["--help"], 0),
+        (["--version"], 0),
+        *[([command, "--help"], 0) for command in ("generate", "chat", "info", "perplexity", "serve", "worker")],
+        (["bench", "--help"], 0),
+        (["bench", "serve", "--help"], 0),
+        (["generate"], 2),
+        (["generate", "hi", "--top-k", "many"], 2),
+        (["generate", "hi", "--model", "/no/such/model.gguf"], 2),
+        (["generate", "hi", "--model", "TINY", "--json-schema", "/no/such/schema.json"], 2),
+        (["chat", "--model", "/no/such/folder/"], 2),
+        (["perplexity", "/no/such/text.txt"], 2),
+    ],
+)
+def test_help_and_user_errors_import_no_torch(tiny_gguf, args, code):
+    argv = [tiny_gguf if a == "TINY" else a for a in args]
+    r = subprocess.run([sys.executable, "-c", NO_TORCH, *argv], capture_output=True, text=True, timeout=60)
+    assert r.stdout.splitlines()[-1] == f"{code} []", r.stdout[-500:] + r.stderr
+    if code == 2:
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def generate_json(tiny_gguf, *args):
+    r = run("generate", "the tin", "--model", tiny_gguf, "--json", *args)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_stop_takes_backslash_escapes_as_the_shell_passes_them(tiny_gguf):
+    # the regex makes the output "ab", a blank line, "cd": --stop '\n\n' (a backslash and an n, twice) cuts it
+    out = generate_json(tiny_gguf, "--regex", "ab\n\ncd", "--stop", "\\n\\n")
+    assert out["text"] == "ab" and out["finish_reason"] == "stop"
+    out = generate_json(tiny_gguf, "--regex", "ab\n\ncd", "--stop", "\\\\n")  # an escaped backslash: no match
+    assert out["text"] == "ab\n\ncd"
+
+
+def test_max_tokens_past_the_context_is_refused_with_the_servers_message(tiny_gguf):
+    from tinyllm.server.admission import PromptLimits
+    from tinyllm.server.errors import APIError
+
+    r = run("generate", "the tin", "--model", tiny_gguf, "--max-tokens", "125")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    prompt_tokens = generate_json(tiny_gguf, "--max-tokens", "1")["usage"]["prompt_tokens"]
+    with pytest.raises(APIError) as server:
+        PromptLimits(128, 8).check_room(prompt_tokens, 125, "prompt")
+    assert r.stderr == f"tinyllm: error: {server.value.message.replace('max_tokens', '--max-tokens')}\n"
+    assert generate_json(tiny_gguf, "--max-tokens", str(128 - prompt_tokens))["usage"]["total_tokens"] <= 128
+
+
+def test_the_default_max_tokens_stops_at_the_end_of_a_small_context(tiny_gguf):
+    out = generate_json(tiny_gguf, "--ignore-eos")  # 256 tokens by default, more than the context of 128
+    assert out["finish_reason"] == "length" and out["usage"]["total_tokens"] == 128
+
+
+def test_json_prints_its_documented_fields_and_per_token_ones_only_when_asked(tiny_gguf):
+    plain = generate_json(tiny_gguf, "--max-tokens", "5", "--ignore-eos")
+    assert set(plain) == {"text", "ids", "finish_reason", "usage", "timings", "stats"}
+    assert set(plain["timings"]) == {"ttft_s", "prefill_s", "decode_s", "total_s"}
+    assert "token_times" not in plain["stats"] and "arrival" not in plain["stats"]
+    asked = generate_json(tiny_gguf, "--max-tokens", "5", "--ignore-eos", "--logprobs", "2", "--timings")
+    assert set(asked) == set(plain) | {"logprobs", "token_times_s"} and asked["ids"] == plain["ids"]
+    assert [t["token"] for t in asked["logprobs"]] == asked["ids"]
+    assert all(len(t["top"]) == 2 and t["top"][0][1] >= t["top"][1][1] for t in asked["logprobs"])
+    times = asked["token_times_s"]
+    assert len(times) == 5 and times == sorted(times) and times[0] == pytest.approx(asked["timings"]["ttft_s"])
+    assert generate_json(tiny_gguf, "--max-tokens", "5", "--logprobs", "0")["logprobs"][0]["top"] == []
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_json_output_cut_by_max_tokens_says_so_and_exits_1(tiny_gguf, json_flag):
+    whole = run("generate", "the tin", "--model", tiny_gguf, "--json-object", *json_flag)
+    assert whole.returncode == 0 and whole.stderr == "", whole.stderr
+    cut = run("generate", "the tin", "--model", tiny_gguf, "--json-object", "--max-tokens", "1", *json_flag)
+    assert cut.returncode == 1
+    assert cut.stderr == (
+        "tinyllm: error: the output ran out of tokens (--max-tokens or the context) before the JSON was whole; "
+        "raise --max-tokens\n"
+    )
+    text = json.loads(cut.stdout)["text"] if json_flag else cut.stdout[:-1]
+    with pytest.raises(ValueError):
+        json.loads(text)
+
+
+def test_a_regex_cut_by_max_tokens_exits_1_with_json(tiny_gguf):
+    r = run("generate", "the tin", "--model", tiny_gguf, "--regex", "a{20}", "--max-tokens", "3", "--json")
+    assert r.returncode == 1 and "before the match of --regex was whole" in r.stderr
+    assert json.loads(r.stdout)["finish_reason"] == "length"
+
+
+def test_the_prompt_can_come_from_stdin(tiny_gguf):
+    from_stdin = run("generate", "-", "--model", tiny_gguf, "--max-tokens", "4", "--json", input="the tin")
+    assert from_stdin.returncode == 0, from_stdin.stderr
+    from_args = generate_json(tiny_gguf, "--max-tokens", "4")
+    assert json.loads(from_stdin.stdout)["ids"] == from_args["ids"] and from_args["usage"]["prompt_tokens"] > 1
+
+
+@pytest.mark.slow
+def test_stop_at_a_blank_line_on_the_default_model():
+    prompt = "Two paragraphs about the sea.\n\nThe sea"
+    whole = json.loads(run("generate", prompt, "--max-tokens", "120", "--json").stdout)["text"]
+    assert "\n\n" in whole  # else the check below proves nothing
+    stopped = json.loads(run("generate", prompt, "--max-tokens", "120", "--json", "--stop", "\\n\\n").stdout)
+    assert stopped["text"] == whole[: whole.index("\n\n")] and stopped["finish_reason"] == "stop"

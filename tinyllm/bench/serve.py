@@ -16,6 +16,7 @@ import time
 import urllib.error
 import urllib.request
 
+from ..cli_flags import PORT
 from . import common
 from .workload import drive_engine, make_workload
 
@@ -35,6 +36,9 @@ def add_serve_bench_args(p) -> None:
     p.add_argument("--max-batched-tokens", type=int, default=256, help="engine token budget per step")
     p.add_argument("--kv-memory-mb", type=int, default=1024, help="engine KV pool size (default 1024 MiB)")
     p.add_argument("--startup-timeout", type=float, default=300.0, help="seconds to wait for the server")
+    p.add_argument(
+        "--port", type=PORT, default=None, help="the port the server listens on, at 127.0.0.1 (default: a free one)"
+    )
 
 
 add_args = add_serve_bench_args  # the interface `tinyllm bench` expects of a kind
@@ -141,7 +145,7 @@ def measure(llm, args, work: list) -> tuple[list[dict], list[dict]]:
     levels so that both have the same prefix-cache history."""
     from ..server.runner import free_port
 
-    port = free_port()
+    port = args.port or free_port()
     url = f"http://127.0.0.1:{port}"
     proc = start_server(args, port)
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..cli_flags import PORT, add_model_args, add_speculative_args, add_threads_arg
 from ..distributed.cli_args import add_parallel_args, parallel_from_args
 from ..errors import TinyLLMError
 
@@ -19,24 +20,11 @@ def add_serve_command(subparsers) -> None:
         description="Serve one model over an OpenAI-compatible HTTP API. The port "
         "answers at once; /health says 503 until the model has loaded.",
     )
-    p.add_argument(
-        "--model", default=None, help="a .gguf file or a Hugging Face folder (default: SmolLM2-135M-Instruct)"
-    )
-    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="compute dtype")
-    p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, ...)")
-    p.add_argument(
-        "--weights",
-        default=None,
-        choices=["native", "native-int8", "dequantized"],
-        help="keep GGUF block formats as blocks (native, the default on the CPU: least memory, fastest alone) or "
-        "expand them to float (faster when many requests are batched); native-int8 also quantizes activations "
-        "to 8 bits per 32 as llama.cpp does (faster, not exact)",
-    )
-    p.add_argument("--quantize", default=None, choices=["int8", "int4"], help="quantize a float model at load")
+    add_model_args(p)
     p.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it)"
     )
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=PORT, default=8000, help="port to listen on (default 8000)")
     p.add_argument(
         "--api-key",
         default=None,
@@ -79,18 +67,15 @@ def add_serve_command(subparsers) -> None:
     p.add_argument("--max-num-batched-tokens", type=int, default=256, help="tokens per engine step (default 256)")
     p.add_argument("--kv-memory-gb", type=float, default=1.0, help="KV cache pool size in GiB (default 1)")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
-    p.add_argument(
-        "--speculative",
-        default=None,
-        choices=["ngram", "draft"],
-        help="speculative decoding for every request: prompt lookup or a draft model",
-    )
-    p.add_argument("--num-draft-tokens", type=int, default=4)
-    p.add_argument("--draft-model", default=None, help="a smaller model sharing the tokenizer")
-    p.add_argument("--draft-layers", type=int, default=None, help="self-draft from the target's first N layers")
+    add_threads_arg(p)
+    add_speculative_args(p)
     add_parallel_args(p)
-    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="uvicorn's log level (default info)",
+    )
     p.set_defaults(func=cmd_serve)
 
 
