@@ -1,0 +1,185 @@
+"""What can never finish: a JSON schema with no finite instance, a grammar with no finite sentence, a compiled
+constraint whose language is empty. Refused before a request runs, since the grammar engine would otherwise
+let the model write until max_tokens (`start: "a" start`) or stall on a schema that contains itself.
+
+Both checks are a productivity fixpoint: a symbol *finishes* when every part of one of its rules finishes,
+solved by forward chaining (each rule counts its parts not yet known to finish), in time linear in the rules.
+Whatever a check does not understand counts as finishing, so a spec is refused only when there is certainly
+no finite text; the grammar engine still judges everything else.
+
+Schema rules (schema_nodes.py names each subschema by its JSON pointer): a subschema finishes when its `$ref`
+target, each `allOf` branch, one `anyOf` branch, one `oneOf` branch and one of its types finish; `true`, a
+schema with `const` or `enum`, and a scalar type finish at once; an object needs its required properties
+(`additionalProperties: false` and no such property: never), an array its first `minItems` items; `false`
+never finishes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tinyllm.errors import TinyLLMError
+from tinyllm.sampling.fixpoint import NEVER, Chain, Rules
+from tinyllm.sampling.lark_rules import lark_rules
+from tinyllm.sampling.schema_nodes import SchemaNodes
+
+
+def check_schema_finite(schema: dict) -> None:
+    """TinyLLMError when the JSON schema (local references resolved) has no finite instance."""
+    walk = SchemaNodes(schema)
+    rules = Rules()
+    for name, node in walk.nodes.items():
+        _schema_rules(rules, name, node, walk)
+    done = rules.finishing()
+    if "#" not in done:
+        raise TinyLLMError(f"the json_schema has no finite instance: {_explain(rules.blame('#', done))}")
+
+
+def _explain(chain: Chain) -> str:
+    """The labelled steps of the chain's cycle (or of all of it, at a dead end), references left out when other
+    steps say more."""
+    steps = chain.steps
+    if chain.is_cycle:
+        steps = steps[[symbol for symbol, _ in steps].index(chain.end) :]
+    labels = [label for _, label in steps if label]
+    said = [label for label in labels if " refers to " not in label] or labels
+    said = said[:3] + ["..."] * (len(said) > 3)
+    if chain.is_cycle:
+        if said in ([], [f"{chain.end} refers to {chain.end}"]):
+            return f"{chain.end} refers to itself"
+        return f"{', '.join(said)}, which leads back to {chain.end}"
+    if chain.end == NEVER:
+        return ", ".join(said)
+    return f"{', '.join(said)} and {chain.end} matches nothing" if said else f"{chain.end} matches nothing"
+
+
+def _schema_rules(rules: Rules, name: str, node, walk: SchemaNodes) -> None:
+    if node is True:
+        rules.add(name)
+        return
+    if not isinstance(node, dict):  # false: no rule
+        return
+    parts: list = []
+    if walk.refs.get(name) is not None:
+        parts.append((walk.refs[name], f"{name} refers to {walk.refs[name]}"))
+    all_of = node.get("allOf")
+    parts += [(f"{name}/allOf/{i}", None) for i in range(len(all_of) if isinstance(all_of, list) else 0)]
+    for keyword in ("anyOf", "oneOf"):
+        branches = node.get(keyword)
+        if isinstance(branches, list):
+            for i in range(len(branches)):
+                rules.add((name, keyword), [(f"{name}/{keyword}/{i}", None)])
+            parts.append(((name, keyword), None))
+    for type_parts in _type_parts(name, node):
+        rules.add((name, "type"), type_parts)
+    rules.add(name, parts + [((name, "type"), None)])
+
+
+def _type_parts(name: str, node: dict) -> list[list[tuple[str, str]]]:
+    """One list of parts per type the node allows (a scalar type: no parts)."""
+    if "const" in node or "enum" in node:
+        return [[]]
+    declared = node.get("type")
+    types = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else None
+    if types is None:
+        return [[]]  # an untyped schema allows null
+    out = []
+    for t in types:
+        if t == "object":
+            out.append(_object_parts(name, node))
+        elif t == "array":
+            out.append(_array_parts(name, node))
+        else:
+            out.append([])
+    return out
+
+
+def _object_parts(name: str, node: dict) -> list:
+    required, properties = node.get("required"), node.get("properties")
+    properties = properties if isinstance(properties, dict) else {}
+    parts = []
+    for key in required if isinstance(required, list) else ():
+        if key in properties:
+            parts.append((f"{name}/properties/{_escape(key)}", f"property {key!r} of {name} is required"))
+        elif node.get("patternProperties"):
+            continue  # a pattern may take it: not judged here
+        elif node.get("additionalProperties") is False:
+            parts.append((NEVER, f"property {key!r} of {name} is required but the object allows no such property"))
+        elif isinstance(node.get("additionalProperties"), dict):
+            parts.append((f"{name}/additionalProperties", f"property {key!r} of {name} is required"))
+    return parts
+
+
+def _array_parts(name: str, node: dict) -> list:
+    min_items = node.get("minItems", 0)
+    if not isinstance(min_items, int) or isinstance(min_items, bool) or min_items <= 0:
+        return []
+    prefix = node.get("prefixItems") if isinstance(node.get("prefixItems"), list) else []
+    items = node.get("items")
+    parts = []
+    for i in range(min(min_items, len(prefix) + 1)):
+        if i < len(prefix):
+            parts.append((f"{name}/prefixItems/{i}", f"item {i} of {name} is required (minItems {min_items})"))
+        elif isinstance(items, (dict, bool)):
+            parts.append((f"{name}/items", f"items of {name} are required (minItems {min_items})"))
+    return parts
+
+
+def _escape(key: str) -> str:
+    return str(key).replace("~", "~0").replace("/", "~1")
+
+
+def check_grammar_finite(text: str) -> None:
+    """TinyLLMError when a Lark grammar (GBNF already converted) certainly has no finite sentence; a grammar
+    whose syntax the reader does not follow is left to the grammar engine."""
+    parsed = lark_rules(text)
+    if parsed is None:
+        return
+    rules, start = parsed
+    done = rules.finishing()
+    if start in done:
+        return
+    names = [s for s in _reachable(rules, start) if isinstance(s, str) and s not in done]
+    if len(names) == 1:
+        raise TinyLLMError(
+            f"the grammar has no finite sentence: rule {start!r} never finishes, as each of its alternatives "
+            f"needs {start!r} again"
+        )
+    raise TinyLLMError(
+        f"the grammar has no finite sentence: rules {', '.join(map(repr, names))} never finish, as each of "
+        "their alternatives needs one of them again"
+    )
+
+
+def _reachable(rules: Rules, start) -> list:
+    """The symbols reachable from `start` through rules whose head does not finish, in the order found."""
+    parts_of: dict = {}
+    for head, parts in rules.rules:
+        parts_of.setdefault(head, []).extend(symbol for symbol, _ in parts)
+    found, stack = {start: None}, [start]
+    while stack:
+        for symbol in parts_of.get(stack.pop(), ()):
+            if symbol not in found:
+                found[symbol] = None
+                stack.append(symbol)
+    return list(found)
+
+
+def is_empty_language(matcher, stop_ids: Sequence[int]) -> bool:
+    """True when a compiled matcher, at its start, accepts no text at all: it is not accepting and its first mask
+    allows no token but the stop ids. Works on a copy (computing the mask of an empty language leaves the
+    matcher in an error state)."""
+    probe = matcher.deep_copy()
+    if probe.is_accepting():
+        return False
+    bits = bytes(probe.compute_bitmask())
+    stops = set(stop_ids)
+    for word_index in range(0, len(bits), 4):
+        word = int.from_bytes(bits[word_index : word_index + 4], "little")
+        while word:
+            low = word & -word
+            token = word_index * 8 + low.bit_length() - 1
+            if token not in stops:
+                return False
+            word ^= low
+    return not probe.is_accepting()
