@@ -1,15 +1,15 @@
-"""Compile the C++ kernels into one shared library, cached per machine. Plain Python, no torch and no package
-imports: `setup.py` loads this file by its path to build the library when tinyllm is installed, and
-`native.py` builds with it at first use when that did not happen (or the machine changed since).
+"""Compile the C++ kernels into one shared library, cached per machine. Plain Python: no torch, no imports
+from the package, so that it can run apart from the rest.
 
 The library is compiled by the machine's compiler (`$CXX`, else g++, c++ or clang++) with `-O3 -march=native
 -ffp-contract=off` (nothing fused, so decoded weights stay bit-identical to the reference; no -march on 64-bit
 ARM, whose NEON path needs none) and cached under `~/.cache/tinyllm/kernels/<hash>/`, keyed by the sources,
 the compiler's version, the flags and the CPU's features. Each source compiles to an object in its own
-compiler process, as many at once as there are cores, then one link makes the library. A build goes into a
-temporary folder renamed into place, so two processes building at once both end with a whole library.
-TINYLLM_NATIVE=scalar builds the portable path (what a CPU without AVX2 or NEON runs) and TINYLLM_NATIVE=avx2
-the AVX2 path on a CPU with AVX-512, so that each can be tested on one machine.
+compiler process, as many at once as there are cores, then one link makes the library; one line on stderr
+says so while it runs. A build goes into a temporary folder renamed into place, so two processes building at
+once both end with a whole library. TINYLLM_NATIVE=scalar builds the portable path (what a CPU without AVX2 or
+NEON runs) and TINYLLM_NATIVE=avx2 the AVX2 path on a CPU with AVX-512, so that each can be tested on one
+machine.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
-"""Load the C++ kernels' shared library with ctypes (building it first where needed: `build.py`) and call it.
+"""Load the C++ kernels' shared library with ctypes (built at first use by `build.py`, which says so on stderr
+while it compiles) and call it.
 
-The library is plain C++ without torch headers with its own small thread pool. `pip install` builds it for the
-installing machine (setup.py); when that did not happen, or the machine, compiler or sources changed since, the
-first use builds it and says so on stderr. Without a compiler, after a failed build, or with TINYLLM_NATIVE=0,
-`library()` is None and one warning says why. x86 with AVX2 takes the AVX2 (and AVX-512) kernels, 64-bit ARM
-the NEON ones, anything else the portable C++ (TINYLLM_NATIVE=scalar and =avx2 force the lesser paths; see
-build.py).
+The library is plain C++ without torch headers with its own small thread pool. Without a compiler, after a
+failed build, or with TINYLLM_NATIVE=0, `library()` is None and one warning says why. x86 with AVX2 takes the
+AVX2 (and AVX-512) kernels, 64-bit ARM the NEON ones, anything else the portable C++ (TINYLLM_NATIVE=scalar
+and =avx2 force the lesser paths; see build.py).
 """
 
 from __future__ import annotations
