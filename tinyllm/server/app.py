@@ -49,6 +49,7 @@ from .protocol import (
 from .responses import create_response
 from .slow_clients import ConnectionLimits
 from .state import Ready, ServerState
+from .surfaces import add_local_routes
 from .tokenization import add_tokenizer_routes
 
 
@@ -125,6 +126,7 @@ def create_app(
     _add_generation_routes(app, auth, ready)
     _add_model_routes(app, auth, ready)
     add_tokenizer_routes(app, auth, ready)
+    add_local_routes(app, auth, ready)  # surfaces.py: the routes beside OpenAI's API
     _add_ops_routes(app, state, metrics)
     add_body_schemas(
         app, [ChatCompletionRequest, CompletionRequest, ResponsesRequest, TokenizeRequest, DetokenizeRequest]

@@ -1,0 +1,216 @@
+"""Ollama's routes on the server's app, behind the same API key, answering errors in Ollama's shape:
+{"error": "<message>"} with the HTTP status the OpenAI routes would give.
+
+Chat and generate become the OpenAI requests they amount to (requests.py) and go through the same preparation
+as /v1/chat/completions and /v1/completions; embeddings go through the same Embedder as /v1/embeddings.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute, APIRouter
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException
+
+from ...model.pooling import Pooling
+from ...sampling.params import SamplingParams
+from ..admission import context_error
+from ..body import chat_counts, parse_body
+from ..chat import _prepared as prepare_chat
+from ..completions import _prepared as prepare_completion
+from ..embeddings import Embedder, check_dimensions, split_inputs
+from ..errors import APIError, bad_request, nesting_is_400, validation_error
+from ..prompts import encode_text
+from ..state import Ready
+from . import models
+from .answer import Job, Shape, answer, load_answer
+from .options import Sampling, sampling_of
+from .protocol import ChatBody, EmbedBody, GenerateBody, LegacyEmbeddingsBody, ShowBody, nanos
+from .requests import (
+    chat_request,
+    generate_messages,
+    model_name,
+    openai_message,
+    raw_request,
+    refuse_unsupported,
+    renamed,
+)
+
+NOT_HERE = ("pull", "push", "create", "copy", "delete", "blobs")  # managing models: this server serves one
+
+
+def error_response(exc: APIError) -> JSONResponse:
+    return JSONResponse({"error": exc.message}, status_code=exc.status)
+
+
+class OllamaRoute(APIRoute):
+    """A route whose failures, its dependencies' (the key, the model loading) included, answer in Ollama's shape."""
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def run(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except APIError as exc:
+                return error_response(renamed(exc))
+            except RequestValidationError as exc:
+                return error_response(validation_error(exc))
+            except HTTPException as exc:
+                return error_response(APIError(exc.status_code, str(exc.detail)))
+
+        return run
+
+
+def _openai(build):
+    """An OpenAI request built from Ollama's fields; what fails validation is a 400 naming the field."""
+    try:
+        return build()
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
+        raise validation_error(RequestValidationError(errors)) from None
+
+
+def _within(job: Job, num_ctx: int | None) -> Job:
+    """The job held to the request's own context (options.num_ctx): prompt and answer together fit in it."""
+    if num_ctx is None:
+        return job
+    if len(job.ids) >= num_ctx:
+        raise context_error(
+            f"the prompt has {len(job.ids)} tokens, but options.num_ctx is {num_ctx} (nothing is cut to fit)",
+            "options.num_ctx",
+        )
+    room, limit = num_ctx - len(job.ids), job.params.max_tokens
+    return replace(job, params=job.params.replace(max_tokens=room if limit is None else min(limit, room)))
+
+
+async def _chat_job(body: ChatBody, sampling: Sampling, ctx: Ready) -> Job:
+    messages = [openai_message(i, m) for i, m in enumerate(body.messages or [])]
+    openai = _openai(lambda: chat_request(body, sampling, messages))
+    with nesting_is_400():
+        ids, params, _, tools = await prepare_chat(openai, ctx)
+    return Job(ids, params[0], tools, "messages", returns_context=False)
+
+
+async def _generate_job(body: GenerateBody, sampling: Sampling, ctx: Ready) -> Job:
+    before = list(body.context or [])
+    if body.raw:
+        ctx.limits.check_text(len(body.prompt), "prompt")
+        ids = before + await run_in_threadpool(encode_text, ctx.tokenizer, body.prompt)
+        ctx.limits.check_ids(len(ids), "prompt")
+        job = _within(Job(ids, SamplingParams(max_tokens=None), None, "prompt", True), sampling.num_ctx)
+        room = (sampling.num_ctx or ctx.context_length) - len(job.ids)
+        limit = sampling.fields.get("max_tokens") or room  # a raw prompt too may run to the end of the context
+        openai = _openai(lambda: raw_request(body, sampling, ids, limit))
+        with nesting_is_400():
+            [ids], params, _ = await prepare_completion(openai, ctx)
+        return Job(ids, params[0], None, "prompt", returns_context=True)
+    openai = _openai(lambda: chat_request(body, sampling, generate_messages(body)))
+    with nesting_is_400():
+        ids, params, _, _ = await prepare_chat(openai, ctx)
+    ids = before + ids  # a previous answer's conversation, then this turn
+    ctx.limits.check_room(len(ids), params[0].max_tokens, "context" if before else "prompt", "options.num_predict")
+    return Job(ids, params[0], None, "prompt", returns_context=True)
+
+
+def add_ollama_routes(app: FastAPI, auth: list, ready, embedder: Embedder) -> None:
+    router = APIRouter(route_class=OllamaRoute, dependencies=auth, include_in_schema=False)
+
+    @router.post("/api/chat")
+    async def chat(request: Request, ctx: Ready = Depends(ready)) -> Response:
+        arrival = time.perf_counter()
+        body = await parse_body(request, ChatBody, chat_counts(ctx.limits))
+        sampling = sampling_of(body.options, ctx.context_length)
+        refuse_unsupported(body)
+        if not body.messages:
+            ctx.check_model(model_name(body.model))
+            return JSONResponse(load_answer(ctx.model_name, is_chat=True))
+        job = _within(await _chat_job(body, sampling, ctx), sampling.num_ctx)
+        shape = Shape(ctx.model_name, True, ctx.texts, bool(body.logprobs))
+        return await answer(request, ctx, job, shape, body.stream is not False, arrival)
+
+    @router.post("/api/generate")
+    async def generate(request: Request, ctx: Ready = Depends(ready)) -> Response:
+        arrival = time.perf_counter()
+        body = await parse_body(request, GenerateBody)
+        sampling = sampling_of(body.options, ctx.context_length)
+        refuse_unsupported(body)
+        if not body.prompt:
+            ctx.check_model(model_name(body.model))
+            return JSONResponse(load_answer(ctx.model_name, is_chat=False))
+        job = _within(await _generate_job(body, sampling, ctx), sampling.num_ctx)
+        shape = Shape(ctx.model_name, False, ctx.texts, bool(body.logprobs))
+        return await answer(request, ctx, job, shape, body.stream is not False, arrival)
+
+    @router.post("/api/embed")
+    async def embed(request: Request, ctx: Ready = Depends(ready)) -> JSONResponse:
+        """Mean-pooled, L2-normalized final hidden states of each input."""
+        arrival = time.perf_counter()
+        body = await parse_body(request, EmbedBody)
+        ctx.check_model(model_name(body.model))
+        sampling = sampling_of(body.options, ctx.context_length, generating=False)
+        check_dimensions(body.dimensions, ctx)
+        if body.input is None:
+            raise bad_request("input is missing; send a text or a list of texts", "input")
+        items = split_inputs(body.input)
+        cut = body.truncate is not False  # Ollama's default: an input longer than the context is cut to it
+        done = await embedder.embed(ctx, items, Pooling.MEAN, True, truncate=cut, context=sampling.num_ctx)
+        return JSONResponse(
+            {
+                "model": ctx.model_name,
+                "embeddings": done.vectors.tolist(),
+                "total_duration": nanos(time.perf_counter() - arrival),
+                "load_duration": 0,
+                "prompt_eval_count": done.num_tokens,
+            }
+        )
+
+    @router.post("/api/embeddings")
+    async def legacy_embeddings(request: Request, ctx: Ready = Depends(ready)) -> JSONResponse:
+        """Ollama's older route: one prompt's mean-pooled final hidden states, not normalized (as Ollama's)."""
+        body = await parse_body(request, LegacyEmbeddingsBody)
+        ctx.check_model(model_name(body.model))
+        sampling = sampling_of(body.options, ctx.context_length, generating=False)
+        if not body.prompt:
+            raise bad_request("prompt is missing or empty; send the text to embed", "prompt")
+        done = await embedder.embed(ctx, [body.prompt], Pooling.MEAN, False, "prompt", context=sampling.num_ctx)
+        return JSONResponse({"embedding": done.vectors[0].tolist()})
+
+    _add_model_routes(router, ready)
+    app.include_router(router)
+
+
+def _add_model_routes(router: APIRouter, ready) -> None:
+    async def info(ctx: Ready) -> dict:
+        return await run_in_threadpool(ctx.llm.info)
+
+    @router.get("/api/tags")
+    async def tags(ctx: Ready = Depends(ready)) -> dict:
+        return models.tags(ctx, await info(ctx))
+
+    @router.get("/api/ps")
+    async def ps(ctx: Ready = Depends(ready)) -> dict:
+        return models.running(ctx, await info(ctx))
+
+    @router.post("/api/show")
+    async def show(request: Request, ctx: Ready = Depends(ready)) -> dict:
+        body = await parse_body(request, ShowBody)
+        ctx.check_model(model_name(body.model or body.name))
+        return models.show(ctx, await info(ctx))
+
+    @router.get("/api/version")
+    async def version() -> dict:
+        return models.version()
+
+    async def not_here(request: Request) -> Response:
+        what = request.url.path.rsplit("/", 1)[-1]
+        raise APIError(501, f"/api/{what} is not supported: this server serves the one model it started with")
+
+    for name in NOT_HERE:
+        router.add_api_route(f"/api/{name}", not_here, methods=["POST", "DELETE", "HEAD"])
