@@ -4,6 +4,7 @@ exit status and last output, leaving no process; a dropped LLM closes its group,
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -107,4 +108,6 @@ def test_a_dropped_llm_closes_its_group_and_a_new_group_of_4_starts(smollm_token
         assert llm.generate([5, 6, 7], max_tokens=6, temperature=0).ids == want
         workers = [w.pid for w in llm.tensor_parallel.workers]
     assert len(workers) == 3 and all_gone(workers, within_s=0.0)
+    with pytest.raises(ConnectionRefusedError), socket.socket() as s:  # the store is closed with the group
+        s.connect(("127.0.0.1", llm.tensor_parallel.config.master_port))
     llm.close()  # idempotent

@@ -57,7 +57,7 @@ class TensorParallel:
         self.num_local_kv_heads = local_kv_heads(model.config.num_kv_heads, n)
         self._keys, self._drops = itertools.count(), []
         self._threads_before = torch.get_num_threads()
-        self.workers, self.store, self.watch = [], None, None
+        self.workers, self.store, self.watch, self.comm = [], None, None, None
         self.folder = tempfile.mkdtemp(prefix="tinyllm-tp-")  # the workers' output, an in-memory model
         try:
             self._start(source)
@@ -141,12 +141,18 @@ class TensorParallel:
     def fail(self, exc: BaseException):
         stops = self.watch.account()  # before we stop the rest
         self._tear_down(0.0)
-        what = summary(stops) or f"a rank did not answer within {self.config.timeout_s:g} s"
+        what = summary(stops) or self._no_rank_stopped(exc)
         self.error = f"the tensor-parallel group is down: {what} ({cause(exc)}){outputs(stops, noted=False)}"
         log.error(self.error)
         if isinstance(exc, KeyboardInterrupt):
             raise exc
         raise EngineDown(self.error) from exc
+
+    def _no_rank_stopped(self, exc: BaseException) -> str:
+        """Every rank lives: one is stuck in a collective (it timed out), or the driver failed on its own."""
+        if any(word in str(exc).lower() for word in ("timed out", "timeout")):  # gloo says either
+            return f"a rank did not answer within {self.config.timeout_s:g} s"
+        return "rank 0 failed"
 
     def close(self) -> None:
         """Stop the workers and leave the group (idempotent)."""
@@ -161,7 +167,7 @@ class TensorParallel:
     def _tear_down(self, grace_s: float) -> None:
         """Stop the local workers, leave the group and close the store (which ends any rank still beating)."""
         stop_workers(self.workers, grace_s)
-        groups.leave()
+        groups.leave(self.comm)
         self.store = self.watch = None
         shutil.rmtree(self.folder, ignore_errors=True)
         torch.set_num_threads(self._threads_before)

@@ -100,6 +100,9 @@ def join(rank: int, world_size: int, store: dist.Store, device, timeout_s: float
     return Comm(rank, world_size, dist.group.WORLD, control, compute)
 
 
-def leave() -> None:
+def leave(comm: Comm | None) -> None:
+    """Destroy the groups and drop our handles on them: a live handle keeps the store, and its port, open."""
     if dist.is_initialized():
         dist.destroy_process_group()
+    if comm is not None:
+        comm.startup = comm.control = comm.compute = None
