@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import site
 import subprocess
 import sys
@@ -63,7 +62,7 @@ class LocalWorker:
         try:
             self.process.wait(grace_s)
         except subprocess.TimeoutExpired:
-            self.process.send_signal(signal.SIGKILL)
+            self.process.kill()
             self.process.wait()
 
 

@@ -66,7 +66,7 @@ def worker_main(rank: int, config: ParallelConfig, source: ModelSource) -> None:
         store.set(ready_key(rank), "")
         comm = groups.join(rank, n, store, source.device, config.timeout_s, config.startup_timeout_s)
         shard_model(model, rank, comm.world_size, comm.all_reduce)
-        torch.distributed.barrier(group=comm.startup)  # tells the driver this rank is ready
+        torch.distributed.barrier(group=comm.startup)  # the driver's start ends once every rank is sharded
         serve(model, comm, torch.device(source.device))
     except Exception as exc:
         log.exception("tensor-parallel rank %d stopped", rank)
