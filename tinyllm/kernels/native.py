@@ -1,5 +1,6 @@
-"""Load the C++ kernels' shared library with ctypes (built at first use by `build.py`, which says so on stderr
-while it compiles) and call it.
+"""Load the C++ kernels' shared library with ctypes and call it. `pip install` builds the library for the
+installing machine (setup.py, with `build.py`); where that did not happen, or the machine, compiler or sources
+changed since, the first use builds it and says so on stderr while it compiles.
 
 The library is plain C++ without torch headers with its own small thread pool. Without a compiler, after a
 failed build, or with TINYLLM_NATIVE=0, `library()` is None and one warning says why. x86 with AVX2 takes the
