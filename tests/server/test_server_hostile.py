@@ -234,7 +234,7 @@ def test_recursion_anywhere_in_preparation_is_a_400(server, monkeypatch):
     error = error_of(post(server, "/v1/chat/completions", {"messages": CHAT, "max_tokens": 1}))
     assert "nests too deeply" in error["message"]
     monkeypatch.undo()
-    monkeypatch.setattr(StructuredOutput, "json_schema", classmethod(lambda cls, schema: too_deep()))
+    monkeypatch.setattr(StructuredOutput, "json_schema", classmethod(lambda cls, *args, **kwargs: too_deep()))
     error = error_of(post(server, "/v1/completions", {"prompt": "x", "guided_json": {"type": "object"}}))
     assert error["param"] == "guided_json" and "nests too deeply" in error["message"]
     monkeypatch.undo()
@@ -248,12 +248,12 @@ def test_a_schema_error_from_the_schema_reader_names_the_field(server):
 
 @pytest.fixture
 def grammar_gives_up(monkeypatch):
-    """Every constrained request's grammar gives up once two tokens are generated (the engine's own path
+    """Every constrained request's grammar gives up once a token is generated (the engine's own path
     for a grammar failing mid-generation: the request fails alone, its fault)."""
     real = Constraint._mask_now
 
     def mask_now(self, history):
-        if len(history) >= 2:
+        if len(history) >= 1:
             raise GrammarError("the grammar gave up on the generated text: injected")
         return real(self, history)
 

@@ -157,3 +157,23 @@ def test_bad_constraints_are_400_naming_the_field(client, kw, param, message):
         chat(client, **kw)
     assert info.value.body["param"] == param and message in info.value.body["message"]
     assert chat(client, seed=1, max_tokens=2).choices[0].message.content is not None  # still serving
+
+
+OPEN_SCHEMA = {  # objects that do not say whether they take other keys, as Pydantic's model_json_schema()
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 6}, "age": {"type": "integer", "maximum": 99}},
+    "required": ["name", "age"],
+}
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_strict_schema_closes_open_objects(client, strict):
+    fmt = {"type": "json_schema", "json_schema": {"name": "p", "schema": OPEN_SCHEMA, "strict": strict}}
+    r = chat(client, max_tokens=60, temperature=1.5, n=12, seed=9, response_format=fmt)
+    # another key after the two the schema names (finished or not: an invented key often never ends)
+    more_keys = [re.match(r'\{"name":"(?:[^"\\]|\\.)*","age":-?\d+,', c.message.content) for c in r.choices]
+    if strict:
+        assert not any(more_keys) and all(c.finish_reason == "stop" for c in r.choices)
+        assert all(set(json.loads(c.message.content)) == {"name", "age"} for c in r.choices)
+    else:  # open: the random model writes keys of its own, which is what strict is for
+        assert any(more_keys)

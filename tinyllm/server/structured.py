@@ -11,6 +11,7 @@ of thousand the parser gives up in the middle of generating; a single regex is o
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -48,15 +49,14 @@ def from_choices(value: Any) -> StructuredOutput:
     return S.grammar(f"start: /{choice_regex(value)}/")
 
 
-def from_schema(value: Any) -> StructuredOutput:
-    """A JSON schema given as an object or as JSON text; text is bounded before it is parsed."""
-    if isinstance(value, str):
-        _check_size(value)
-        if nests_deeper_than(value, MAX_JSON_DEPTH):
-            raise TinyLLMError(f"the schema nests arrays and objects more than {MAX_JSON_DEPTH} levels deep, the limit")
-    structured = S.json_schema(value)
-    _check_size(structured.spec)
-    return structured
+def from_schema(value: Any, strict: bool = False) -> StructuredOutput:
+    """A JSON schema given as an object or as JSON text, bounded in size (and, as text, in depth) before it is
+    read; `strict`: objects that do not say otherwise are closed (StructuredOutput.json_schema)."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    _check_size(text)
+    if isinstance(value, str) and nests_deeper_than(value, MAX_JSON_DEPTH):
+        raise TinyLLMError(f"the schema nests arrays and objects more than {MAX_JSON_DEPTH} levels deep, the limit")
+    return S.json_schema(value, strict=strict)
 
 
 def bounded(build: Callable[[str], StructuredOutput]) -> Callable[[Any], StructuredOutput]:
@@ -126,8 +126,11 @@ def _response_format(value: Any) -> StructuredOutput | None:
         raise TinyLLMError("response_format json_schema must be an object with a name (and a schema)")
     if spec.get("strict") not in (None, True, False):
         raise TinyLLMError(f"response_format json_schema.strict must be a bool, got {spec['strict']!r}")
-    # strict or not, the output is held to the schema: a constraint that may be broken is no constraint
-    return S.json_object() if spec.get("schema") is None else from_schema(spec["schema"])
+    # strict or not, the output is held to the schema: a constraint that may be broken is no constraint; strict
+    # also closes the objects that do not say whether they take other keys, as OpenAI's strict mode does
+    if spec.get("schema") is None:
+        return S.json_object()
+    return from_schema(spec["schema"], strict=spec.get("strict") is True)
 
 
 def structured_from(body) -> tuple[StructuredOutput | None, str | None]:
