@@ -1,0 +1,260 @@
+"""DuplicateKeyGuard against a slow twin: for every candidate token, parse history + token from scratch with a
+plain recursive-descent reader and ask whether a key that its object already holds closes inside the token.
+Exhaustive over a small vocabulary built to stress escapes, split keys, nesting and multi-quote tokens (random
+JSON streams, cut into tokens at random, walked forward and back), and over SmolLM2's own quote tokens."""
+
+import json
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tinyllm.sampling.json_keys import DuplicateKeyGuard
+
+SPACE = b" \t\r\n"
+STRUCTURAL = b'{}[]:,"'
+
+
+class _End(Exception):
+    """The text ended, or stopped being JSON."""
+
+
+def duplicate_closes(text: bytes) -> list[int]:
+    """Positions of the quotes in `text` that close a key its object already holds, read by recursive descent
+    up to the end of the text or the first byte that cannot be JSON (scalars: runs of non-structural bytes)."""
+    found, pos = [], [0]
+
+    def peek():
+        if pos[0] >= len(text):
+            raise _End
+        return text[pos[0]]
+
+    def ws():
+        while pos[0] < len(text) and text[pos[0]] in SPACE:
+            pos[0] += 1
+
+    def expect(byte):
+        if peek() != byte:
+            raise _End
+        pos[0] += 1
+
+    def string():
+        expect(ord('"'))
+        start = pos[0]
+        while True:
+            c = peek()
+            if c == ord("\\"):
+                pos[0] += 1
+                peek()
+            elif c == ord('"'):
+                pos[0] += 1
+                return text[start : pos[0] - 1]
+            pos[0] += 1
+
+    def value():
+        c = peek()
+        if c == ord("{"):
+            obj()
+        elif c == ord("["):
+            arr()
+        elif c == ord('"'):
+            string()
+        elif c in SPACE or c in STRUCTURAL:
+            raise _End
+        else:
+            while pos[0] < len(text) and text[pos[0]] not in SPACE and text[pos[0]] not in STRUCTURAL:
+                pos[0] += 1
+
+    def obj():
+        expect(ord("{"))
+        ws()
+        if peek() == ord("}"):
+            pos[0] += 1
+            return
+        keys = set()
+        while True:
+            ws()
+            raw = string()
+            try:
+                key = json.loads(b'"' + raw + b'"')
+            except ValueError:
+                key = None
+            if key is not None and key in keys:
+                found.append(pos[0] - 1)
+            elif key is not None:
+                keys.add(key)
+            ws()
+            expect(ord(":"))
+            ws()
+            value()
+            ws()
+            if peek() == ord("}"):
+                pos[0] += 1
+                return
+            expect(ord(","))
+
+    def arr():
+        expect(ord("["))
+        ws()
+        if peek() == ord("]"):
+            pos[0] += 1
+            return
+        while True:
+            ws()
+            value()
+            ws()
+            if peek() == ord("]"):
+                pos[0] += 1
+                return
+            expect(ord(","))
+
+    try:
+        ws()
+        value()
+        ws()
+        if pos[0] < len(text):
+            raise _End
+    except _End:
+        pass
+    return found
+
+
+def slow_forbidden(vocab, history_bytes: bytes, candidates) -> list[int]:
+    return [t for t in candidates if any(p >= len(history_bytes) for p in duplicate_closes(history_bytes + vocab[t]))]
+
+
+PIECES = [
+    *(bytes([b]) for b in b'{}[]:," \n\\0123456789abcdefABulnt-.'),
+    *(bytes([b]) for b in "é😀".encode()),
+    b'"a"', b'":', b'","', b'":"', b'"}', b'"]', b'a"', b'ab"', b'A"', b'b":', b'"a":', b'\\"', b'\\\\', b'\\"a"',
+    b"\\u0041", b"\\u00", b'41"', b'1"', b"\\u0061", b'\\u0061"', b'\\ud83d', b'\\ude00"', "é\"".encode(),
+    "😀".encode()[:2], "😀".encode()[2:] + b'"', b'"a":1,"a"', b'"""', b'{"', b'},"', b'}],"a":', b'null', b'12',
+    b'":{"', b'","a":"', b'a":"a","a', b' "', b'" ', b'\\\\"', b'\\\\\\"',
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def guard():
+    return DuplicateKeyGuard(PIECES)
+
+
+def json_texts():
+    """Random JSON with few key names (duplicates are common), keys and strings spelled with escapes at random."""
+    key = st.sampled_from(["a", "b", "A", "ab", "é", "😀", '"', "\\"])
+    spelled = st.tuples(key, st.lists(st.booleans(), min_size=4, max_size=4)).map(lambda kb: spell(*kb))
+    scalar = st.sampled_from(["1", "12", "null", "-0.5"]) | spelled
+    values = st.recursive(
+        scalar,
+        lambda inner: (
+            st.lists(inner, max_size=3).map(lambda xs: "[" + ",".join(xs) + "]")
+            | st.lists(st.tuples(spelled, inner), max_size=4).map(
+                lambda kv: "{" + ",".join(f"{k}:{v}" for k, v in kv) + "}"
+            )
+        ),
+        max_leaves=10,
+    )
+    return st.tuples(values, st.booleans()).map(lambda vs: vs[0].replace(",", ", ") if vs[1] else vs[0])
+
+
+def spell(text: str, choices) -> str:
+    """A JSON string for `text`, each character written plainly or escaped (\\uXXXX, a surrogate pair for an
+    astral one, or \\" and \\\\ for the two that must be escaped)."""
+    out = []
+    for i, ch in enumerate(text):
+        escape = choices[i % len(choices)]
+        if ch in '"\\':
+            out.append(f"\\u{ord(ch):04x}" if escape else "\\" + ch)
+        elif escape:
+            out.append(json.dumps(ch)[1:-1] if ord(ch) > 0xFFFF else f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def tokens_for(data: bytes, rng: random.Random) -> list[int]:
+    """`data` cut into pieces of PIECES, each chosen at random among those that fit."""
+    ids, pos = [], 0
+    while pos < len(data):
+        fits = [t for t, piece in enumerate(PIECES) if data.startswith(piece, pos)]
+        assert fits, data[pos:]
+        t = rng.choice(fits)
+        ids.append(t)
+        pos += len(PIECES[t])
+    return ids
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=json_texts(), seed=st.integers(0, 2**16), cut=st.integers(0, 10))
+def test_forbidden_equals_the_slow_twin_on_random_streams_forward_and_back(guard, text, seed, cut):
+    rng = random.Random(seed)
+    ids = tokens_for(text.encode()[: len(text.encode()) - cut], rng)
+    state = guard.new_state()
+    everything = range(len(PIECES))
+    order = list(range(len(ids) + 1)) + [rng.randint(0, len(ids)) for _ in range(6)]  # then jumps back and forth
+    for n in order:
+        history = ids[:n]
+        expected = slow_forbidden(PIECES, b"".join(PIECES[t] for t in history), everything)
+        assert state.forbidden(history) == expected, (b"".join(PIECES[t] for t in history), expected)
+
+
+EMOJI = "😀".encode()
+
+
+@pytest.mark.parametrize(
+    "history, forbidden",
+    [
+        (b'{"a":1,"', [b'a"', b'\\u0061"', b'a":"a","a']),  # plain and escaped spellings of one key
+        (b'{"A":1,"\\u00', [b'41"']),  # a key split inside an escape
+        (b'{"a":1,"\\u006', [b'1"']),
+        (b'{"A":{"A":1},"', [b'A"']),  # the outer object's key, not the inner one's
+        (b'{"A":{"b":1,"', [b'b":']),
+        (b'{"A":{"b":1},"b":{"', []),  # a new object's first key
+        (b'{"a":"', [b'","a":"']),  # in a value string only a token that closes it and writes a key
+        (b'{"a":1,', [b'"a"', b'"a":', b'"a":1,"a"']),
+        (b'{"a":1', []),  # `1"` is not JSON
+        (b'{"a":[{"b":1', [b'}],"a":']),
+        (b'{"\\\\":1,"', [b'\\\\"']),  # the key made of one backslash; `\\\\\\"` does not close
+        (b'{"' + EMOJI + b'":1,"' + EMOJI[:2], [EMOJI[2:] + b'"']),  # a key split inside a UTF-8 character
+        (b'{"\\ud83d\\ude00":1,"\\ud83d', [b'\\ude00"']),  # a surrogate pair split over tokens
+        (b'{"\\ud83d\\ude00":1,"' + EMOJI[:2], [EMOJI[2:] + b'"']),  # escaped, then written plainly
+        (b'[{"a":1},{"', []),
+        (b'{"a":1,"b":2}', []),
+        (b"{1", []),  # not JSON: nothing forbidden
+    ],
+)
+def test_chosen_histories(guard, history, forbidden):
+    ids = tokens_for(history, random.Random(0))
+    got = guard.new_state().forbidden(ids)
+    assert [PIECES[t] for t in got] == forbidden
+    assert got == slow_forbidden(PIECES, history, range(len(PIECES)))
+
+
+TEXTS = [
+    '{"name":"Tom","age":3,"cat_name":"Tom","age_year":3,"age_year":3}',
+    '{"a":{"a":[{"a":"\\"a\\""},{"b":1,"b":2}]},"a":null,"\\u0061":1}',
+    '{"x": 1, "y": [1, 2, {"x": "y"}], "x": "\\\\"}',
+]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_smollm_quote_tokens_against_the_slow_twin(ll_tokenizer, smollm_tokenizer, text):
+    vocab = [ll_tokenizer.decode_bytes([i]) for i in range(smollm_tokenizer.vocab_size)]
+    guard = DuplicateKeyGuard(vocab)
+    quoted = [t for t, b in enumerate(vocab) if b'"' in b]
+    others = random.Random(1).sample([t for t, b in enumerate(vocab) if b'"' not in b], 300)
+    ids = ll_tokenizer.tokenize_str(text)
+    state = guard.new_state()
+    num_nonempty = 0
+    for n in range(len(ids) + 1):
+        got = state.forbidden(ids[:n])
+        history = ll_tokenizer.decode_bytes(ids[:n])
+        assert got == slow_forbidden(vocab, history, quoted)
+        assert not set(got) & set(others)
+        num_nonempty += bool(got)
+    assert num_nonempty >= 1  # the texts do reach keys that could be repeated
+
+
+def test_a_history_with_a_duplicate_already_in_it_still_guards_the_rest(guard):
+    ids = tokens_for(b'{"a":1,"a":2,"', random.Random(3))
+    assert b'a"' in [PIECES[t] for t in guard.new_state().forbidden(ids)]
