@@ -1,7 +1,12 @@
-"""The README's server snippets (Python and shell) run as shown against a live `tinyllm serve` on 127.0.0.1."""
+"""The README's code runs as shown: its server snippets (Python and curl) against a live `tinyllm serve` on
+127.0.0.1, its Python snippets and command lines in a fresh process from the repository root (`tinyllm bench`
+lines with --quick, so they finish in seconds); the Python and curl snippets of docs/ too. Every example file is
+used and valid, every link resolves, and the README stays short."""
 
+import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -9,14 +14,115 @@ from pathlib import Path
 import pytest
 
 from helpers.live_server import serve
+from tinyllm import StructuredOutput
+from tinyllm.sampling.constraint import Grammars
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+NOT_RUN = {"tensor-parallel.md"}  # its commands start process groups over several machines
+DOCS = sorted(p for p in (ROOT / "docs").glob("*.md") if p.name not in NOT_RUN)
+EXAMPLES = ROOT / "examples"
 README_PORT = "8000"
+MAX_README_BYTES = 12 * 1024
 
 
-def snippets(language: str, marker: str) -> list[str]:
-    blocks = re.findall(rf"```{language}\n(.*?)```", README.read_text(), flags=re.S)
-    return [b for b in blocks if marker in b]
+def blocks(path: Path, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", path.read_text(), flags=re.S)
+
+
+def command_lines(block: str) -> list[str]:
+    """A bash block's commands, continuation lines joined, blank lines dropped."""
+    return [c.strip() for c in block.replace("\\\n", " ").splitlines() if c.strip()]
+
+
+def readme_commands(kind: str) -> list[str]:
+    """The README's command lines of one kind: pip, pytest, serve, curl, bench or tinyllm (any other)."""
+    out = []
+    for line in (c for b in blocks(README, "bash") for c in command_lines(b)):
+        words = shlex.split(line, comments=True)
+        if words[0] == "pip":
+            found = "pip"
+        elif "pytest" in words:
+            found = "pytest"
+        elif words[0] == "curl":
+            found = "curl"
+        elif words[:2] == ["tinyllm", "serve"]:
+            found = "serve"
+        elif words[:2] == ["tinyllm", "bench"]:
+            found = "bench"
+        else:
+            assert "tinyllm" in words, f"a README command of no known kind: {line}"
+            found = "tinyllm"
+        if found == kind:
+            out.append(line)
+    return out
+
+
+def server_snippets() -> list[str]:
+    return [b for p in [README, *DOCS] for b in blocks(p, "python") if "base_url=" in b]
+
+
+def library_snippets() -> list[str]:
+    return [b for p in [README, *DOCS] for b in blocks(p, "python") if "base_url=" not in b]
+
+
+def curl_snippets() -> list[str]:
+    return [b for p in [README, *DOCS] for b in blocks(p, "bash") if b.lstrip().startswith("curl ")]
+
+
+def run(cmd: list[str], timeout: float = 600, stdin: str | None = None) -> str:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT, input=stdin)
+    assert done.returncode == 0, f"{cmd}:\n{done.stderr}"
+    return done.stdout
+
+
+# ---- what needs no model run
+
+
+def test_the_readme_is_short():
+    assert len(README.read_bytes()) <= MAX_README_BYTES
+
+
+def test_every_relative_link_resolves():
+    for page in [README, *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if not re.match(r"[a-z]+:", target):
+                assert (page.parent / target).exists(), f"{page.name} links to {target}, which does not exist"
+
+
+def test_the_readme_commands_are_all_of_known_kinds():
+    kinds = ["pip", "pytest", "curl", "serve", "bench", "tinyllm"]
+    assert all(readme_commands(k) for k in kinds)
+    assert sum(len(readme_commands(k)) for k in kinds) == sum(len(command_lines(b)) for b in blocks(README, "bash"))
+
+
+def test_every_pip_install_names_an_extra_that_exists():
+    section = (ROOT / "pyproject.toml").read_text().split("[project.optional-dependencies]")[1].split("\n[")[0]
+    extras = re.findall(r"^(\w+) = \[", section, flags=re.M)
+    named = [e for line in readme_commands("pip") for e in re.findall(r"\.\[(\w+)\]", line)]
+    assert named and all(e in extras for e in named)
+    for text in (README.read_text(), *(p.read_text() for p in DOCS)):
+        assert all(e in extras for e in re.findall(r"\.\[(\w+)\]", text))
+
+
+def test_every_example_file_is_used_and_valid(smollm_tokenizer):
+    text = "\n".join(p.read_text() for p in [README, *(ROOT / "docs").glob("*.md")])
+    files = sorted(p for p in EXAMPLES.iterdir() if p.is_file() and p.name != "README.md")
+    assert files
+    grammars = Grammars(smollm_tokenizer, smollm_tokenizer.vocab_size, smollm_tokenizer.stop_ids)
+    for path in files:
+        assert f"examples/{path.name}" in text, f"examples/{path.name} is used nowhere in the docs"
+        if path.suffix == ".json":
+            structured = StructuredOutput.json_schema(json.loads(path.read_text()))
+        elif path.suffix in (".lark", ".gbnf"):
+            structured = StructuredOutput.grammar(path.read_text())
+        else:
+            pytest.fail(f"no check for {path.name}: add one here")
+        assert grammars.compile(structured) is not None  # compiles with the grammar engine the engine uses
+
+
+# ---- what runs the model
 
 
 @pytest.fixture(scope="module")
@@ -25,29 +131,43 @@ def live_server():
         yield port
 
 
-def run(cmd: list[str], port: int) -> str:
-    env = {**os.environ, "PYTHONPATH": str(README.parent)}
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
 @pytest.mark.slow
-def test_readme_server_snippets_run_as_shown(live_server):
-    python, shell = snippets("python", "base_url="), snippets("bash", "curl ")
+def test_server_snippets_run_as_shown(live_server):
+    python, shell = server_snippets(), curl_snippets()
     assert python and shell
     for code in python:
-        out = run([sys.executable, "-c", code.replace(README_PORT, str(live_server))], live_server)
-        assert out.strip()  # the answer and its seed
+        out = run([sys.executable, "-c", code.replace(README_PORT, str(live_server))])
+        assert out.strip()
     for code in shell:
-        out = run(["bash", "-c", code.replace(README_PORT, str(live_server))], live_server)
-        assert '"text_completion"' in out and '"error"' not in out
+        out = run(["bash", "-c", code.replace(README_PORT, str(live_server))])
+        assert '"error"' not in out and out.strip()
 
 
 @pytest.mark.slow
-def test_readme_library_snippet_runs_as_shown():
-    (code,) = snippets("python", "tinyllm.LLM()")
-    env = {**os.environ, "PYTHONPATH": str(README.parent)}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip()
+def test_library_snippets_run_as_shown():
+    snippets = library_snippets()
+    assert snippets
+    for code in snippets:
+        assert run([sys.executable, "-c", code]).strip()
+
+
+@pytest.mark.slow
+def test_readme_command_lines_run_as_shown():
+    lines = readme_commands("tinyllm")
+    assert any("--json-schema examples/user.json" in line for line in lines)
+    for line in lines:
+        out = run(["bash", "-c", line], timeout=300)
+        assert out.strip(), line
+        if "--json-schema" in line:
+            json.loads(out)  # the answer is JSON
+
+
+@pytest.mark.slow
+def test_readme_bench_lines_run_with_quick_sizes(tmp_path):
+    lines = readme_commands("bench")
+    assert lines
+    for line in lines:
+        run(["bash", "-c", f"{line} --quick --out {shlex.quote(str(tmp_path))}"], timeout=600)
+        kind = shlex.split(line)[2]
+        with open(tmp_path / f"{kind}.json") as f:
+            assert json.load(f)["options"]["quick"] is True
