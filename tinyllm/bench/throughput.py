@@ -6,8 +6,8 @@ output tokens/s any float32 engine could give on these cores.
 
 Each engine's KV pool is written through once before its run (unless --cold-pool), as a serving engine's pool
 is after its first requests: the pool is mapped lazily, and a first write to each page costs the kernel (and on
-a virtual machine the host) a fault, ~8% of a 32-request run here. llama.cpp and vLLM clear or allocate
-their caches whole at start-up.
+a virtual machine the host) a fault (docs/benchmarks.md gives its measured share of a run). llama.cpp and vLLM
+clear or allocate their caches whole at start-up.
 
 Writes throughput.json and throughput.png."""
 
