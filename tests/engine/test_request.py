@@ -89,3 +89,57 @@ def test_generation_has_one_set_of_stats_keys(smollm_tokenizer, status):
     assert g.stats["tokens_per_target_forward"] == 1.0 and g.stats["completion_tokens"] == 2
     assert g.timings.ttft_s == pytest.approx(1.0) and g.timings.total_s == pytest.approx(3.0)
     assert g.stats["decode_tokens_per_s"] == pytest.approx(1 / 2.0)
+
+
+# -- min_tokens --------------------------------------------------------------------------
+
+
+def test_min_tokens_puts_every_stop_id_in_the_params_the_sampler_sees(smollm_tokenizer):
+    tok = smollm_tokenizer
+    plain = request(tok, stop_token_ids=(7,))
+    assert plain.params.stop_token_ids == (7,) and plain.stop_ids == {7, EOS}
+    held = request(tok, stop_token_ids=(7,), min_tokens=3)
+    assert held.params.stop_token_ids == (EOS, 7) and held.stop_ids == {7, EOS}
+    ignoring = request(tok, stop_token_ids=(7,), min_tokens=3, ignore_eos=True)
+    assert ignoring.params.stop_token_ids == (7,) and ignoring.stop_ids == {7}
+
+
+def test_stop_strings_are_not_searched_before_the_min_tokens_th_token(smollm_tokenizer):
+    tok = smollm_tokenizer
+    ids = [t for piece in (" stop", " here.", " stop", " there.", " end") for t in tok.encode(piece)]
+    first, second = [i for i, t in enumerate(ids) if tok.decode([t]) == " stop"]
+    for min_tokens, text in [
+        (0, ""),  # no minimum: the first token is the stop string
+        (first + 1, ""),  # the min_tokens-th token is searched
+        (first + 2, " stop here."),  # the first is before the minimum; the second ends it
+        (second + 2, " stop here. stop there. end"),  # none counts: the budget ends it
+    ]:
+        req = request(tok, max_new=len(ids), stop=(" stop",), min_tokens=min(min_tokens, len(ids)))
+        acc = accept_tokens(req, results(ids), now=0.0)
+        assert acc.text == text, min_tokens
+        expected = RequestStatus.FINISHED_LENGTH if min_tokens > second + 1 else RequestStatus.FINISHED_STOPPED
+        assert acc.finish is expected
+
+
+@pytest.fixture(scope="module")
+def eos_loving_llm(smollm_tokenizer):
+    from helpers.tiny_models import tiny_llama
+    from tinyllm import LLM
+
+    model = tiny_llama(5, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=128)
+    return LLM.from_parts(model, smollm_tokenizer)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_model_that_wants_to_stop_at_once_keeps_going_until_min_tokens(eos_loving_llm, temperature):
+    from tinyllm import generate
+
+    llm = eos_loving_llm
+    eos = llm.eos_ids[0]
+    bias = {eos: 100.0}  # EOS is the greedy token at every step, and almost surely the sampled one
+    stopped = llm.generate([5, 90, 310], params=SamplingParams(temperature=temperature, seed=1, logit_bias=bias))
+    assert stopped.ids == [] and stopped.finish_reason == "stop"
+    p = SamplingParams(temperature=temperature, seed=1, logit_bias=bias, min_tokens=6, max_tokens=20)
+    held = llm.generate([5, 90, 310], params=p)
+    assert len(held.ids) == 6 and eos not in held.ids and held.finish_reason == "stop"
+    assert generate(llm.model, llm.tokenizer, [5, 90, 310], p, eos_ids=llm.eos_ids).ids == held.ids

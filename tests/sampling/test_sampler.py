@@ -322,6 +322,8 @@ PARAM_CHOICES = [
     SamplingParams(),
     SamplingParams(temperature=0.6, top_k=4, top_p=0.9, logprobs=3),
     SamplingParams(min_p=0.2, presence_penalty=1.0, frequency_penalty=-0.5),
+    SamplingParams(temperature=0.0, max_tokens=None, min_tokens=500, stop_token_ids=(1, 3)),  # greedy past 500
+    SamplingParams(temperature=0.8, max_tokens=None, min_tokens=500, stop_token_ids=(0, 40)),
 ]
 
 
@@ -392,3 +394,40 @@ def test_a_row_whose_distribution_is_nan_is_an_error_not_a_token():
     row = torch.tensor([0.0, float("inf"), 1.0])  # inf - inf = NaN once shifted by the row max
     with pytest.raises(InvalidDistribution):
         draw(row, SamplingParams(temperature=1.0))
+
+
+# -- min_tokens ------------------------------------------------------------------------
+
+
+def test_stop_ids_are_held_back_before_min_tokens_and_drawn_after():
+    logits = torch.tensor([0.0, 9.0, 1.0, 8.0, 2.0])  # greedy would take 1, then 3
+    p = SamplingParams(temperature=0, max_tokens=None, min_tokens=2, stop_token_ids=(1, 3, 99), logprobs=5)
+    held = draw(logits, p, position=1, generated=[4])
+    assert held.token == 4 and {t for t, _ in held.top_logprobs} == {0, 2, 4}
+    assert held.logprob == pytest.approx(float(torch.log_softmax(logits[[0, 2, 4]], -1)[2]))
+    assert draw(logits, p, position=2, generated=[4, 4]).token == 1
+    sampled = [draw(logits, p.replace(temperature=5.0), position=1, seed=s).token for s in range(200)]
+    assert not {1, 3} & set(sampled) and len(set(sampled)) == 3
+
+
+class OnlyStopsLeft:
+    """A grammar whose text is complete: nothing but the stop ids 1 and 3 may follow."""
+
+    def mask_logits(self, logits, history):
+        keep = torch.full_like(logits, float("-inf"))  # [V]
+        keep[[1, 3]] = 0.0
+        return logits + keep
+
+
+def test_min_tokens_yields_when_the_grammar_allows_only_a_stop():
+    p = SamplingParams(temperature=0, max_tokens=None, min_tokens=10, stop_token_ids=(1, 3))
+    got = sample(
+        torch.tensor([0.0, 2.0, 1.0, 3.0]),
+        p,
+        prompt_ids=[],
+        generated_ids=[],
+        rng=request_rng(0),
+        position=0,
+        constraint=OnlyStopsLeft(),
+    )
+    assert got.token == 3

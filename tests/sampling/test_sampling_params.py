@@ -72,6 +72,11 @@ BAD_VALUES = [
     ("logprobs", 21),
     ("logprobs", 1.0),
     ("logprobs", True),
+    ("min_tokens", -1),
+    ("min_tokens", 1.0),
+    ("min_tokens", True),
+    ("min_tokens", None),
+    ("min_tokens", 257),  # more than the default max_tokens (256)
 ]
 
 
@@ -110,6 +115,8 @@ def test_message_names_field_and_value():
         ("logprobs", 20),
         ("logprobs", None),
         ("ignore_eos", True),
+        ("min_tokens", 0),
+        ("min_tokens", 256),
     ],
 )
 def test_boundary_values_are_accepted(field, value):
@@ -170,3 +177,11 @@ def test_replace_changes_one_field_and_validates_again():
 def test_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         SamplingParams().temperature = 0.0  # type: ignore[misc]
+
+
+def test_min_tokens_is_checked_against_max_tokens_naming_both():
+    with pytest.raises(ValueError) as info:
+        SamplingParams(max_tokens=4, min_tokens=5)
+    assert str(info.value) == "min_tokens must be at most max_tokens (4), got 5"
+    assert SamplingParams(max_tokens=None, min_tokens=10_000).min_tokens == 10_000  # no budget: any count
+    assert SamplingParams().min_tokens == 0

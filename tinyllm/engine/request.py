@@ -13,6 +13,7 @@ from ..sampling.params import SamplingParams
 from ..sampling.rng import RequestRng, request_rng
 from ..sampling.sampler import SampleResult
 from ..text.output_stream import OutputStream
+from ..text.stop import StopMatcher
 
 
 class RequestStatus(enum.IntEnum):
@@ -91,14 +92,19 @@ class Request:
         eos_ids=(),
         constraint: Constraint | None = None,
     ) -> Request:
-        """The EOS ids end the request unless params.ignore_eos; params.stop_token_ids always do."""
+        """The EOS ids end the request unless params.ignore_eos; params.stop_token_ids always do. With
+        params.min_tokens (vLLM's), neither ends it before that many output tokens: the request's params then
+        carry every stop id in stop_token_ids, which the sampler holds back until then (as vLLM's
+        all_stop_token_ids), and the stop strings are searched only from the min_tokens-th token's text on."""
         stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else frozenset(eos_ids))
+        if params.min_tokens and stop_ids != set(params.stop_token_ids):
+            params = params.replace(stop_token_ids=tuple(sorted(stop_ids)))
         req = cls(
             request_id,
             prompt_ids,
             params,
             max_new,
-            OutputStream.create(tok, params.stop),
+            OutputStream.create(tok, () if params.min_tokens else params.stop),
             request_rng(params.seed),
             stop_ids,
             constraint=constraint,
@@ -142,13 +148,16 @@ class Accepted:
 
 def accept_tokens(req: Request, results: list[SampleResult], now: float) -> Accepted:
     """Append sampled tokens in order until one ends the request: a stop id (never emitted), a stop string
-    (text cut before it), or the budget. On the end, the decoder's tail and held-back text are flushed."""
+    (text cut before it; with min_tokens, found only from the min_tokens-th token's text on), or the budget.
+    On the end, the decoder's tail and held-back text are flushed."""
     out = Accepted()
     req.times.first_token = req.times.first_token or now
     for r in results:
         if r.token in req.stop_ids:
             out.finish = RequestStatus.FINISHED_STOPPED
             break
+        if len(req.output_ids) + 1 == req.params.min_tokens and req.params.stop:
+            req.out.matcher = StopMatcher(req.params.stop)  # stop strings count from token number min_tokens on
         out.text += req.out.add(r.token, TokenLogprob(r.token, r.logprob, list(r.top_logprobs), r.entropy))
         out.num_new += 1
         req.times.token_times.append(now)

@@ -41,6 +41,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0  # [-2, 2]
     seed: int | None = None  # None -> 0 in the library; else int in [0, 2**63)
     max_tokens: int | None = 256  # >= 1; None = until the context is full
+    min_tokens: int = 0  # >= 0, <= max_tokens: before this many output tokens, no stop id or stop string ends it
     stop: tuple[str, ...] = ()  # a str or list is normalised to a tuple
     stop_token_ids: tuple[int, ...] = ()  # ids >= 0
     ignore_eos: bool = False
@@ -84,6 +85,7 @@ def _validated_fields(p: SamplingParams) -> dict[str, Any]:
         "frequency_penalty": _real("frequency_penalty", p.frequency_penalty, lambda v: -2 <= v <= 2, "in [-2, 2]"),
         "seed": _optional_int("seed", p.seed, lambda v: 0 <= v < _SEED_LIMIT, "None or an integer in [0, 2**63)"),
         "max_tokens": _optional_int("max_tokens", p.max_tokens, lambda v: v >= 1, "None or an integer >= 1"),
+        "min_tokens": _min_tokens(p.min_tokens, p.max_tokens),
         "stop": _stop(p.stop),
         "stop_token_ids": _stop_token_ids(p.stop_token_ids),
         "ignore_eos": _bool("ignore_eos", p.ignore_eos),
@@ -117,6 +119,14 @@ def _optional_int(name: str, value: Any, ok: Callable[[int], bool], expected: st
         return None
     if not _is_int(value) or not ok(int(value)):
         raise TinyLLMError(f"{name} must be {expected}, got {value!r}")
+    return int(value)
+
+
+def _min_tokens(value: Any, max_tokens: Any) -> int:
+    if not _is_int(value) or int(value) < 0:
+        raise TinyLLMError(f"min_tokens must be an integer >= 0, got {value!r}")
+    if _is_int(max_tokens) and int(value) > int(max_tokens):
+        raise TinyLLMError(f"min_tokens must be at most max_tokens ({max_tokens}), got {value!r}")
     return int(value)
 
 

@@ -1,6 +1,9 @@
 """Drawing the next token from processed logits, and what is reported about the draw.
 
-`sample` applies a request's grammar mask (constraint.py: forbidden tokens -> -inf), then runs
+`sample` applies a request's grammar mask (constraint.py: forbidden tokens -> -inf), holds back the
+stop ids while fewer than `min_tokens` tokens have been generated (params.stop_token_ids -> -inf; the
+request puts its EOS ids there, request.py; when the grammar allows nothing but a stop id, the text is
+complete and the stop ids stay), then runs
 `process_logits` (logit bias -> penalties -> temperature -> top-k -> top-p -> min-p, see
 filters.py), then either takes the argmax (temperature 0: lowest index on ties, seed
 ignored) or draws by inverse CDF with ONE uniform u = rng.uniform(position): the token is
@@ -122,6 +125,7 @@ def sample(
     _check_row(logits)
     if constraint is not None:
         logits = constraint.mask_logits(logits, generated_ids)  # [V]
+    logits = _hold_back_stops(logits, params, position)  # [V]
     processed = process_logits(logits, params, prompt_ids, generated_ids)  # [V] float32
     _check_processed(processed)
     if params.is_greedy:
@@ -131,10 +135,22 @@ def sample(
     return _describe(processed, token, params.logprobs)
 
 
-def _is_plain_greedy(params: SamplingParams) -> bool:
-    """Greedy with nothing per-request to do: one argmax over the batch serves it."""
+def _hold_back_stops(logits: Tensor, params: SamplingParams, position: int) -> Tensor:
+    """logits [V] with the stop ids at -inf while token `position` comes before `min_tokens` (a new tensor);
+    unchanged when nothing else is left to draw."""
+    if position >= params.min_tokens or not params.stop_token_ids:
+        return logits
+    ids = [t for t in params.stop_token_ids if t < logits.shape[-1]]
+    held = logits.clone()  # [V]
+    held[ids] = float("-inf")
+    return held if float(held.max()) > float("-inf") else logits
+
+
+def _is_plain_greedy(params: SamplingParams, position: int) -> bool:
+    """Greedy with nothing per-request to do at this position: one argmax over the batch serves it."""
     return (
-        params.is_greedy
+        position >= params.min_tokens
+        and params.is_greedy
         and params.logprobs is None
         and not params.logit_bias
         and params.structured is None
@@ -195,7 +211,7 @@ def sample_batch(
         if len(seq) != batch:
             raise TinyLLMError(f"{name} must have one entry per row ({batch}), got {len(seq)}")
     results: list[SampleResult | None] = [None] * batch
-    fast = [i for i, p in enumerate(params) if _is_plain_greedy(p)]
+    fast = [i for i, p in enumerate(params) if _is_plain_greedy(p, positions[i])]
     if fast:
         rows = logits if len(fast) == batch else logits[fast]  # [b, V]
         for i, result in zip(fast, _plain_greedy_rows(rows)):
