@@ -36,3 +36,33 @@ def test_params_refuse_a_non_structured_value_and_ignore_eos():
         SamplingParams(structured={"type": "json_object"})
     with pytest.raises(TinyLLMError, match="ignore_eos cannot be combined with structured output"):
         SamplingParams(ignore_eos=True, structured=StructuredOutput.json_object())
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: StructuredOutput("regex", "a", strict=True), "strict applies to a json_schema"),
+        (lambda: StructuredOutput("grammar", 'start: "a"', bounded_numbers=False), "bounded_numbers applies to JSON"),
+        (lambda: StructuredOutput.json_schema({}, strict=1), "strict must be a bool, got 1"),
+        (lambda: StructuredOutput.json_object(bounded_numbers="no"), "bounded_numbers must be a bool, got 'no'"),
+    ],
+)
+def test_the_json_flags_are_checked(build, message):
+    with pytest.raises(TinyLLMError, match=message):
+        build()
+
+
+def test_the_flags_are_part_of_the_value_and_json_object_has_a_schema():
+    schema = {"type": "object", "properties": {"n": {"type": "number"}}}
+    values = {
+        StructuredOutput.json_schema(schema),
+        StructuredOutput.json_schema(schema, strict=True),
+        StructuredOutput.json_schema(schema, bounded_numbers=False),
+        StructuredOutput.json_schema(schema, strict=True, bounded_numbers=False),
+    }
+    assert len(values) == 4  # frozen and hashable, each flag kept
+    assert json.loads(StructuredOutput.json_object(bounded_numbers=False).schema_text) == {"type": "object"}
+    bounded = json.loads(StructuredOutput.json_object().schema_text)
+    assert bounded["type"] == "object" and bounded["$defs"]["json_value"]["multipleOf"] == 1e-6
+    with pytest.raises(TinyLLMError, match="a regex constraint has no JSON schema"):
+        _ = StructuredOutput.regex("a").schema_text
