@@ -103,6 +103,27 @@ def test_grammars_without_a_finite_sentence_are_named(grammar, refused):
         StructuredOutput.grammar(grammar)
 
 
+SELF_REFERENCE = '{"type": "object", "properties": {"x": {"$ref": "#"}}, "required": ["x"]}'
+
+
+def test_a_grammar_whose_every_way_needs_an_infinite_json_schema_is_refused():
+    with pytest.raises(TinyLLMError, match=re.escape("rule 'start' needs a %json schema with no finite instance (")):
+        StructuredOutput.grammar(f'start: "<call>" fn "</call>"\nfn: %json {SELF_REFERENCE}')
+    StructuredOutput.grammar(f'start: fn | other\nfn: %json {SELF_REFERENCE}\nother: %json {{"type": "null"}}')
+    StructuredOutput.grammar("start: %json " + '{"items": ' * 3000 + "{}" + "}" * 3000)  # left to the engine
+
+
+def test_a_tool_call_to_a_function_that_contains_itself_is_refused():
+    from tinyllm.text.tool_calls import FORMATS, call_grammar
+
+    looping = {"name": "f", "parameters": json.loads(SELF_REFERENCE.replace("#", "#/properties/arguments"))}
+    plain = {"name": "g", "parameters": {"type": "object", "properties": {"y": {"type": "integer"}}}}
+    fmt = next(f for f in FORMATS if f.args_key == "arguments")
+    with pytest.raises(TinyLLMError, match="needs a %json schema with no finite instance"):
+        StructuredOutput.grammar(call_grammar(fmt, [looping]))
+    StructuredOutput.grammar(call_grammar(fmt, [looping, plain]))  # another function can be called
+
+
 NAMES = ["start", "a", "b", "c"]
 QUANTIFIERS = [""] * 8 + ["?", "*", "+", "~2", "~0", "{1,2}", "{0,3}", "{2}"]
 

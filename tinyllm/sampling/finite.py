@@ -16,23 +16,31 @@ never finishes.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from tinyllm.errors import TinyLLMError
 from tinyllm.sampling.fixpoint import NEVER, Chain, Rules
 from tinyllm.sampling.lark_rules import lark_rules
 from tinyllm.sampling.schema_nodes import SchemaNodes
+from tinyllm.sampling.spec_limits import check_json_text_shape
 
 
 def check_schema_finite(schema: dict) -> None:
     """TinyLLMError when the JSON schema (local references resolved) has no finite instance."""
+    reason = infinite_schema_reason(schema)
+    if reason is not None:
+        raise TinyLLMError(f"the json_schema has no finite instance: {reason}")
+
+
+def infinite_schema_reason(schema: dict) -> str | None:
+    """Why the JSON schema has no finite instance, or None when it may have one."""
     walk = SchemaNodes(schema)
     rules = Rules()
     for name, node in walk.nodes.items():
         _schema_rules(rules, name, node, walk)
     done = rules.finishing()
-    if "#" not in done:
-        raise TinyLLMError(f"the json_schema has no finite instance: {_explain(rules.blame('#', done))}")
+    return None if "#" in done else _explain(rules.blame("#", done))
 
 
 def _explain(chain: Chain) -> str:
@@ -130,16 +138,23 @@ def _escape(key: str) -> str:
 
 
 def check_grammar_finite(text: str) -> None:
-    """TinyLLMError when a Lark grammar (GBNF already converted) certainly has no finite sentence; a grammar
-    whose syntax the reader does not follow is left to the grammar engine."""
-    parsed = lark_rules(text)
+    """TinyLLMError when a Lark grammar (GBNF already converted) certainly has no finite sentence, its inline
+    `%json` schemas included; a grammar whose syntax the reader does not follow is left to the grammar engine."""
+    parsed = lark_rules(text, _json_reason)
     if parsed is None:
         return
     rules, start = parsed
     done = rules.finishing()
     if start in done:
         return
-    names = [s for s in _reachable(rules, start) if isinstance(s, str) and s not in done]
+    stuck = [s for s in _reachable(rules, start) if s not in done]
+    names = [s for s in stuck if isinstance(s, str)]
+    schemas = [s[1] for s in stuck if isinstance(s, tuple) and s[0] == "%json"]
+    if schemas:
+        raise TinyLLMError(
+            f"the grammar has no finite sentence: rule {start!r} needs a %json schema with no finite instance "
+            f"({schemas[0]})"
+        )
     if len(names) == 1:
         raise TinyLLMError(
             f"the grammar has no finite sentence: rule {start!r} never finishes, as each of its alternatives "
@@ -149,6 +164,17 @@ def check_grammar_finite(text: str) -> None:
         f"the grammar has no finite sentence: rules {', '.join(map(repr, names))} never finish, as each of "
         "their alternatives needs one of them again"
     )
+
+
+def _json_reason(text: str) -> str | None:
+    """Why an inline `%json` schema has no finite instance; None when it may have one or cannot be read here
+    (the grammar engine names what is wrong with it)."""
+    try:
+        check_json_text_shape(text)
+        schema = json.loads(text)
+    except (TinyLLMError, ValueError, RecursionError):
+        return None
+    return infinite_schema_reason(schema) if isinstance(schema, dict) else None
 
 
 def _reachable(rules: Rules, start) -> list:

@@ -5,8 +5,10 @@ recursion: `lark_rules(text)` gives the rules and the start symbol, or None for 
 Read: definitions at the start of a line (`name:`, `?name:`, `!name:`, `name.2:`, `name[lazy]:`), continued on
 indented lines or lines that start with `|`; alternatives `|`; groups `( )` and `[ ]`; quantifiers `? * +`,
 `~n`, `~n..m`, `{n}`, `{n,m}`; strings and ranges `"a".."z"`, regexes `/.../`, special tokens `<...>`, inline
-`%json {...}` / `%regex {...}` and `@grammar` references (terminals that finish); `-> alias`; comments `//` and
-`#`; directives (`%import`, `%ignore`, `%llguidance {...}`) are skipped. A name defined nowhere (an import)
+`%regex {...}` and `@grammar` references (terminals that finish), inline `%json {...}` schemas (which finish
+unless `json_reason`, given the schema's text, names why it has no finite instance: such a schema becomes the
+symbol ("%json", reason), which has no rule); `-> alias`; comments `//` and `#`; directives (`%import`,
+`%ignore`, `%llguidance {...}`) are skipped. A name defined nowhere (an import)
 counts as finishing. A definition that uses `&` or a prefix `~` (intersection, negation of terminals) counts as
 finishing: its language is not judged here.
 """
@@ -14,6 +16,7 @@ finishing: its language is not judged here.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from tinyllm.sampling.fixpoint import Rules
 
@@ -33,7 +36,7 @@ class _Unknown(Exception):
     """Syntax this reader does not follow."""
 
 
-def lark_rules(text: str) -> tuple[Rules, str] | None:
+def lark_rules(text: str, json_reason: Callable[[str], str | None] = lambda _: None) -> tuple[Rules, str] | None:
     try:
         definitions = _definitions(text)
     except _Unknown:
@@ -43,7 +46,7 @@ def lark_rules(text: str) -> tuple[Rules, str] | None:
     rules = Rules()
     try:
         for index, (name, body) in enumerate(definitions):
-            _add_definition(rules, name, body, index)
+            _add_definition(rules, name, body, index, json_reason)
     except _Unknown:
         return None
     defined = {name for name, _ in definitions}
@@ -76,8 +79,8 @@ def _definitions(text: str) -> list[tuple[str, list[tuple[str, str]]]]:
         if kind == "directive":
             if value not in ("%json", "%regex"):
                 raise _Unknown
-            pos = _skip_json_block(text, pos)
-            kind = "terminal"
+            start, pos = pos, _skip_json_block(text, pos)
+            kind, value = ("json", text[start:pos].strip()) if value == "%json" else ("terminal", value)
         if not out:
             raise _Unknown  # a body before any definition
         out[-1][1].append((kind, value))
@@ -114,7 +117,7 @@ def _skip_json_block(text: str, pos: int) -> int:
     raise _Unknown
 
 
-def _add_definition(rules: Rules, name: str, body: list[tuple[str, str]], index: int) -> None:
+def _add_definition(rules: Rules, name: str, body: list[tuple[str, str]], index: int, json_reason) -> None:
     """Rules for one definition: one per alternative, groups as symbols of their own."""
     negation = any(v == "~" and (j + 1 == len(body) or body[j + 1][0] != "number") for j, (_, v) in enumerate(body))
     if negation or ("punct", "&") in body:
@@ -127,6 +130,9 @@ def _add_definition(rules: Rules, name: str, body: list[tuple[str, str]], index:
         items = stack[-1][1][-1]
         if kind == "name":
             items.append(value)
+        elif kind == "json":
+            reason = json_reason(value)
+            items.append(_TERMINAL if reason is None else ("%json", reason))
         elif kind in ("string", "regex", "special", "terminal", "grammar"):
             items.append(_TERMINAL)
             if kind == "string" and i + 2 < len(body) and body[i + 1][0] == "range" and body[i + 2][0] == "string":
