@@ -192,9 +192,10 @@ def _reachable(rules: Rules, start) -> list:
 
 
 def is_empty_language(matcher, stop_ids: Sequence[int]) -> bool:
-    """True when a compiled matcher, at its start, accepts no text at all: it is not accepting and its first mask
-    allows no token but the stop ids. Works on a copy (computing the mask of an empty language leaves the
-    matcher in an error state)."""
+    """True when a compiled matcher certainly accepts no text: at its start it is not accepting and its first
+    mask allows no token but the stop ids (a regex such as `[^\\s\\S]`). A language that empties only after
+    its first token is not seen here, and a grammar whose text must begin with a stop token reads as empty.
+    Works on a copy: computing the first mask of an empty language leaves a matcher in an error state."""
     probe = matcher.deep_copy()
     if probe.is_accepting():
         return False
@@ -208,4 +209,4 @@ def is_empty_language(matcher, stop_ids: Sequence[int]) -> bool:
             if token not in stops:
                 return False
             word ^= low
-    return not probe.is_accepting()
+    return True
