@@ -54,6 +54,8 @@ def free_object() -> dict:
 
 def rewritten(schema: dict, strict: bool, bounded_numbers: bool) -> dict:
     """`schema` (a dict the caller owns, changed in place) with strict objects closed and numbers bounded."""
+    if not strict and not bounded_numbers:
+        return schema
     free = _FreeValue.of(schema) if bounded_numbers else None
     walk = SchemaNodes(schema, positive_only=True)
     for name, node in walk.nodes.items():
