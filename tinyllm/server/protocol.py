@@ -47,6 +47,7 @@ class ChatMessage(_OpenBody):
 class _GenerationRequest(_OpenBody):
     model: str | None = None
     max_tokens: int | None = None
+    min_tokens: int | None = None  # vLLM's: no stop (EOS, stop ids or strings) before this many tokens
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None

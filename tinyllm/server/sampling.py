@@ -44,6 +44,7 @@ def _common(req) -> dict:
         stop_token_ids=req.stop_token_ids,
         ignore_eos=req.ignore_eos,
     )
+    values["min_tokens"] = req.min_tokens or None  # vLLM's: stop ids and strings wait for this many tokens
     values["stop"] = check_stops(req.stop) if req.stop is not None else None
     values["logit_bias"] = _logit_bias(req.logit_bias) if req.logit_bias else None
     # None means "not set": leave SamplingParams' default (which matches OpenAI's) in place.
@@ -85,13 +86,25 @@ def chat_params(req: ChatCompletionRequest) -> tuple[dict, dict]:
     values["max_tokens"] = req.max_completion_tokens if use_completion else req.max_tokens
     values["logprobs"] = (req.top_logprobs or 0) if req.logprobs else None
     names = {"max_tokens": "max_completion_tokens" if use_completion else "max_tokens", "logprobs": "top_logprobs"}
+    _check_min_tokens(req.min_tokens, values["max_tokens"], names["max_tokens"])
     return values, names
+
+
+def _check_min_tokens(min_tokens: int | None, max_tokens: int | None, max_name: str) -> None:
+    """Checked here, where the two fields' request names are known."""
+    if min_tokens is None:
+        return
+    if min_tokens < 0:
+        raise bad_request(f"min_tokens must be an integer >= 0, got {min_tokens}", "min_tokens")
+    if max_tokens is not None and min_tokens > max_tokens:
+        raise bad_request(f"min_tokens ({min_tokens}) must not be more than {max_name} ({max_tokens})", "min_tokens")
 
 
 def completion_params(req: CompletionRequest) -> tuple[dict, dict]:
     """With echo, max_tokens=0 scores the prompt alone: the engine draws one token that is not returned."""
     values = _common(req)
     values["max_tokens"] = COMPLETION_DEFAULT_MAX_TOKENS if req.max_tokens is None else req.max_tokens
+    _check_min_tokens(req.min_tokens, values["max_tokens"], "max_tokens")
     if values["max_tokens"] == 0 and req.echo:
         values["max_tokens"] = 1
     values["logprobs"] = req.logprobs

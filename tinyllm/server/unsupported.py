@@ -53,7 +53,6 @@ _COMMON = field_table(
     # structured outputs (guided_*, structured_outputs, json_schema, grammar) are read by structured.py
     ("guided_decoding_backend", is_one_of("auto", "guidance", "llguidance"), '"auto" or "guidance"'),
     ("regex", _never, "nothing (send guided_regex)"),
-    ("min_tokens", is_one_of(0), "0"),
     ("use_beam_search", is_one_of(False), "false"),
     ("include_stop_str_in_output", is_one_of(False), "false"),
     ("skip_special_tokens", is_one_of(True), "true"),
