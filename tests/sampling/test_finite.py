@@ -50,6 +50,8 @@ STOP_IDS = (0, 2)
         ({"type": "object", "properties": {"x": {"$ref": "#"}}, "required": ["x"], "patternProperties": {}}, "x"),
         ({"type": "object", "properties": {"x": {"$ref": "#/nowhere"}}, "required": ["x"]}, None),
         ({"type": "object", "properties": {"x": {"$ref": "#"}}, "required": ["x"], "enum": [{"x": 1}]}, None),
+        ({"type": "object", "properties": {"x": "not a schema"}, "required": ["x"], "allOf": [7]}, None),
+        ({"type": "object", "properties": {"a/b~": {"$ref": "#"}}, "required": ["a/b~"]}, "property 'a/b~' of #"),
     ],
 )
 def test_schemas_without_a_finite_instance_are_named(schema, message):

@@ -76,11 +76,16 @@ def _schema_rules(rules: Rules, name: str, node, walk: SchemaNodes) -> None:
         branches = node.get(keyword)
         if isinstance(branches, list):
             for i in range(len(branches)):
-                rules.add((name, keyword), [(f"{name}/{keyword}/{i}", None)])
+                rules.add((name, keyword), _known([(f"{name}/{keyword}/{i}", None)], walk))
             parts.append(((name, keyword), None))
     for type_parts in _type_parts(name, node):
-        rules.add((name, "type"), type_parts)
-    rules.add(name, parts + [((name, "type"), None)])
+        rules.add((name, "type"), _known(type_parts, walk))
+    rules.add(name, _known(parts, walk) + [((name, "type"), None)])
+
+
+def _known(parts: list, walk: SchemaNodes) -> list:
+    """The parts that are subschemas (a value that is no schema, which the grammar engine names, is not judged)."""
+    return [(symbol, label) for symbol, label in parts if not isinstance(symbol, str) or symbol in walk.nodes]
 
 
 def _type_parts(name: str, node: dict) -> list[list[tuple[str, str]]]:
