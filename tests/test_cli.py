@@ -283,7 +283,7 @@ def test_json_output_cut_by_max_tokens_says_so_and_exits_1(tiny_gguf, json_flag)
 
 def test_a_regex_cut_by_max_tokens_exits_1_with_json(tiny_gguf):
     r = run("generate", "the tin", "--model", tiny_gguf, "--regex", "a{20}", "--max-tokens", "3", "--json")
-    assert r.returncode == 1 and "before the match of --regex was whole" in r.stderr
+    assert r.returncode == 1 and "before the model ended the output of --regex" in r.stderr
     assert json.loads(r.stdout)["finish_reason"] == "length"
 
 

@@ -126,7 +126,7 @@ def cmd_generate(args) -> int:
     if args.json:
         g = llm.generate(ids, params=params, **kwargs)
         print(json.dumps(generation_json(g, args), ensure_ascii=False))
-        return cut_short(args, g.finish_reason == "length", g.text)
+        return cut_short(args, g.finish_reason, g.text)
     pieces = []
     for piece in llm.stream(ids, params=params, **kwargs):
         pieces.append(piece)
@@ -137,29 +137,32 @@ def cmd_generate(args) -> int:
     return cut_short(args, None, "".join(pieces))
 
 
-def cut_short(args, by_length: bool | None, text: str) -> int:
-    """EXIT_CUT_SHORT, and a line on stderr, when structured output ran out of tokens before it was whole.
-    A stream does not say why it ended: there a JSON output that does not parse is what tells."""
-    is_json = args.json_object or args.json_schema is not None
-    if not (is_json or args.grammar is not None or args.regex is not None):
-        return 0
-    if by_length is None:
-        if not is_json:
+def cut_short(args, finish_reason: str | None, text: str) -> int:
+    """EXIT_CUT_SHORT, with a line on stderr, when structured output ran out of tokens before it was whole,
+    else 0. JSON tells by not parsing; a grammar's or regex's output by its finish reason, which a stream
+    does not give (finish_reason None: not told)."""
+    if args.json_object or args.json_schema is not None:
+        if finish_reason not in (None, "length") or is_json(text):
             return 0
-        try:
-            json.loads(text)
-            return 0
-        except ValueError:
-            pass
-    elif not by_length:
+        what = "JSON was whole"
+    elif (args.grammar is not None or args.regex is not None) and finish_reason == "length":
+        what = f"model ended the output of {'--grammar' if args.grammar is not None else '--regex'}"
+    else:
         return 0
-    what = "JSON" if is_json else "output of --grammar" if args.grammar is not None else "match of --regex"
     print(
-        f"tinyllm: error: the output ran out of tokens (--max-tokens or the context) before the {what} was "
-        f"whole; raise --max-tokens",
+        f"tinyllm: error: the output ran out of tokens (--max-tokens or the context) before the {what}; "
+        "raise --max-tokens",
         file=sys.stderr,
     )
     return EXIT_CUT_SHORT
+
+
+def is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+        return True
+    except ValueError:
+        return False
 
 
 def generation_json(g, args) -> dict:
