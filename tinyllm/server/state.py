@@ -78,7 +78,12 @@ class ServerState:
         try:
             # An LLM object is used as is; anything callable is a loader that returns one.
             llm = self._source() if callable(self._source) else self._source
-            engine = AsyncEngine(llm.engine(**self._options), self.metrics)
+            # The engine thread never compiles a grammar (one the handlers did not compile ahead compiles on a
+            # grammar thread while its request waits), and the grammar engine's token table is built now, in
+            # the background, not inside the first structured request.
+            options = {"compile_grammars_on_add": False, **self._options}
+            engine = AsyncEngine(llm.engine(**options), self.metrics)
+            llm.grammars.warm_up()
             name = self.served_model_name or default_model_name(llm)
             if self._stopped:  # shut down while loading: do not start a thread nobody will stop
                 return
