@@ -52,6 +52,8 @@ class Chat:
         self.messages: list[dict] = []
 
     def run(self) -> int:
+        if sys.stdin.isatty():
+            import readline  # noqa: F401  (line editing and history for input())
         say(
             "Chatting with the model: Ctrl-C stops a reply, Ctrl-D (or Ctrl-C at the prompt) quits, /help lists "
             "the commands."
