@@ -11,6 +11,7 @@ thinking, a template of one's own, a suffix) are a 400 naming them.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from ..client_text import clip
@@ -34,8 +35,8 @@ def renamed(exc: APIError, names: dict | None = None) -> APIError:
     new = names.get(exc.param or "")
     if new is None:
         return exc
-    message = new + exc.message[len(exc.param) :] if exc.message.startswith(exc.param) else exc.message
-    return APIError(exc.status, message, param=new, code=exc.code)
+    message = re.sub(rf"\b{re.escape(exc.param)}\b", new, exc.message)
+    return APIError(exc.status, message if new in message else f"{new}: {message}", param=new, code=exc.code)
 
 
 def refuse_unsupported(body: ChatBody | GenerateBody) -> None:
@@ -104,7 +105,7 @@ def _sampling_fields(body: ChatBody | GenerateBody, sampling: Sampling) -> dict:
 
 def chat_request(body: ChatBody, sampling: Sampling, messages: list[dict]) -> ChatCompletionRequest:
     fields = _sampling_fields(body, sampling)
-    if body.tools is not None:
+    if getattr(body, "tools", None) is not None:  # generate has none
         fields["tools"] = body.tools
     return ChatCompletionRequest.model_validate({"model": model_name(body.model), "messages": messages, **fields})
 
