@@ -118,7 +118,7 @@ def test_a_grammar_whose_every_way_needs_an_infinite_json_schema_is_refused():
 def test_a_tool_call_to_a_function_that_contains_itself_is_refused():
     from tinyllm.text.tool_calls import FORMATS, call_grammar
 
-    looping = {"name": "f", "parameters": json.loads(SELF_REFERENCE.replace("#", "#/properties/arguments"))}
+    looping = {"name": "f", "parameters": json.loads(SELF_REFERENCE)}  # "#": the parameters, rebased in the call
     plain = {"name": "g", "parameters": {"type": "object", "properties": {"y": {"type": "integer"}}}}
     fmt = next(f for f in FORMATS if f.args_key == "arguments")
     with pytest.raises(TinyLLMError, match="needs a %json schema with no finite instance"):

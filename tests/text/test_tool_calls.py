@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tinyllm.errors import TinyLLMError
-from tinyllm.sampling.constraint import Grammars
+from tinyllm.sampling.constraint import GrammarError, Grammars
 from tinyllm.sampling.structured import StructuredOutput
 from tinyllm.text.tool_calls import (
     DEFAULT_FORMAT,
@@ -122,7 +122,7 @@ def _accepts(grammars, tokenizer, grammar: str, text: str) -> bool:
     ids = tokenizer.encode(text, add_special_tokens=False)
     try:
         allowed = constraint.allowed(ids)
-    except RuntimeError:  # a token the grammar forbids
+    except GrammarError:  # a token the grammar forbids
         return False
     return bool(allowed[tokenizer.eos_id])
 
@@ -157,3 +157,27 @@ def test_undeclared_arguments_are_refused_unless_the_schema_allows_them(grammars
     grammar = call_grammar(HERMES, [{"name": "f", "parameters": params}])
     text = HERMES.write([{"name": "f", "arguments": {"a": 1, "b": 2}}]).replace(", ", ",").replace(": ", ":")
     assert _accepts(grammars, smollm_tokenizer, grammar, text) is ok
+
+
+PYDANTIC_PARAMETERS = {  # what `Model.model_json_schema()` gives for a model with a nested model
+    "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}},
+    "type": "object",
+    "properties": {"at": {"$ref": "#/$defs/Point"}, "size": {"type": "number"}},
+    "required": ["at", "size"],
+}
+
+
+@pytest.mark.parametrize(
+    "arguments, ok",
+    [
+        ({"at": {"x": 3}, "size": 1.5}, True),
+        ({"at": {"x": "3"}, "size": 1.5}, False),  # the reference is followed: x must be an integer
+        ({"at": {"x": 3, "y": 4}, "size": 1.5}, False),  # and the referenced object is closed too
+        ({"at": {"x": 3}, "size": 1e300}, False),  # numbers bounded as in every JSON output
+    ],
+)
+def test_references_inside_a_functions_parameters_resolve_against_them(grammars, smollm_tokenizer, arguments, ok):
+    grammar = call_grammar(HERMES, [{"name": "f", "parameters": PYDANTIC_PARAMETERS}])
+    text = HERMES.write([{"name": "f", "arguments": arguments}]).replace(", ", ",").replace(": ", ":")
+    assert _accepts(grammars, smollm_tokenizer, grammar, text) is ok
+    assert PYDANTIC_PARAMETERS["properties"]["at"] == {"$ref": "#/$defs/Point"}  # the caller's schema untouched

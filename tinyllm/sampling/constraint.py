@@ -72,10 +72,8 @@ def _short(message: str) -> str:
 def grammar_text(structured: StructuredOutput) -> str:
     """The llguidance grammar for a StructuredOutput."""
     matcher = _llguidance().LLMatcher
-    if structured.kind == "json_object":
-        return matcher.grammar_from_json_schema('{"type": "object"}', defaults=_JSON_OPTIONS)
-    if structured.kind == "json_schema":
-        return matcher.grammar_from_json_schema(structured.spec, defaults=_JSON_OPTIONS)
+    if structured.kind in ("json_object", "json_schema"):
+        return matcher.grammar_from_json_schema(structured.schema_text, defaults=_JSON_OPTIONS)
     if structured.kind == "regex":
         return matcher.grammar_from_regex(structured.spec)
     text = structured.spec
@@ -283,7 +281,11 @@ class Constraint:
             raise GrammarError(f"the grammar gave up on the generated text: {_short(self._matcher.get_error())}")
         mask = np.unpackbits(bits, bitorder="little")[: self.vocab_size].astype(np.bool_)  # [V]
         if self._guard is not None:
-            mask[list(self._guard.forbidden(history))] = False
+            forbidden = list(self._guard.forbidden(history))
+            kept = mask[forbidden].copy()
+            mask[forbidden] = False
+            if not mask.any():  # the schema leaves only a repeated key (its names used up): the grammar decides
+                mask[forbidden] = kept
         return torch.from_numpy(mask)  # [V]
 
     def allowed(self, history: Sequence[int]) -> Tensor:

@@ -11,9 +11,12 @@ the calls; text that only looks like a call (broken JSON, no name) stays prose, 
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass
 from typing import Any
+
+from ..sampling.schema_rewrite import rewritten
 
 
 @dataclass(frozen=True)
@@ -157,22 +160,34 @@ def call_grammar(fmt: ToolCallFormat, functions: list[dict]) -> str:
     return "\n".join([f"start: {start}", f"call: {call}", *rules])
 
 
-def _closed(schema: Any) -> Any:
-    """The schema with every object that lists its properties and says nothing of others closed to them, as
-    OpenAI's strict function calling asks: a call names the arguments the function declares, and a small
-    model given room to invent more keys may never stop. What it accepts is a subset of the original's."""
-    if isinstance(schema, list):
-        return [_closed(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: _closed(v) for k, v in schema.items()}
-    if isinstance(schema.get("properties"), dict) and "additionalProperties" not in schema:
-        out["additionalProperties"] = False
-    return out
+def _arguments_schema(parameters: dict | None, args_key: str) -> dict:
+    """A function's parameters as the schema of a call's arguments: every object that says nothing of other
+    keys closed to them, as OpenAI's strict function calling asks (a call names the arguments the function
+    declares; a small model given room to invent more keys may never stop), numbers bounded as in any JSON
+    output (sampling/schema_rewrite.py), and its `#` references rebased under the call's `args_key`."""
+    params = copy.deepcopy(parameters) if parameters else {"type": "object", "properties": {}}
+    if not isinstance(params, dict):
+        return params
+    return _rebased(rewritten(params, strict=True, bounded_numbers=True), f"#/properties/{args_key}")
+
+
+def _rebased(schema: dict, prefix: str) -> dict:
+    """`schema` with every local reference ("#...") made relative to `prefix`, in place (no recursion)."""
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
+                node["$ref"] = prefix + ref[1:]
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return schema
 
 
 def _call_schema(fmt: ToolCallFormat, function: dict) -> dict:
-    params = _closed(function.get("parameters") or {"type": "object", "properties": {}})
+    params = _arguments_schema(function.get("parameters"), fmt.args_key)
     return {
         "type": "object",
         "properties": {"name": {"const": function["name"]}, fmt.args_key: params},
