@@ -1,11 +1,12 @@
-"""The routes for tools people run on their own machines, beside OpenAI's API: /v1/embeddings and Ollama's API
-under /api/; embeddings on both APIs take turns on one Embedder."""
+"""The routes for tools people run on their own machines, beside OpenAI's API: /v1/embeddings, Ollama's API
+under /api/, and the chat page at /; embeddings on both APIs take turns on one Embedder."""
 
 from __future__ import annotations
 
 from fastapi import FastAPI
 
 from .body import add_body_schemas
+from .chat_page import add_chat_page
 from .embeddings import Embedder, EmbeddingRequest, add_embedding_routes
 from .ollama import add_ollama_routes
 
@@ -14,4 +15,5 @@ def add_local_routes(app: FastAPI, auth: list, ready) -> None:
     embedder = Embedder()
     add_embedding_routes(app, auth, ready, embedder)
     add_ollama_routes(app, auth, ready, embedder)
+    add_chat_page(app)
     add_body_schemas(app, [EmbeddingRequest])
