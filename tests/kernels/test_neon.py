@@ -14,12 +14,12 @@ import subprocess
 
 import pytest
 
-from tinyllm.kernels import native
+from tinyllm.kernels import build
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = [os.path.join(HERE, "simd_harness.cpp"), str(native.CSRC / "qmatmul.cpp")]
+SOURCES = [os.path.join(HERE, "simd_harness.cpp"), str(build.CSRC / "qmatmul.cpp")]
 STEP_SOURCES = [os.path.join(HERE, "step_harness.cpp")] + [
-    str(native.CSRC / u) for u in ("qmatmul.cpp", "q8act.cpp", "q8pack.cpp", "greedy.cpp")
+    str(build.CSRC / u) for u in ("qmatmul.cpp", "q8act.cpp", "q8pack.cpp", "greedy.cpp")
 ]
 CROSS, QEMU = "aarch64-linux-gnu-g++", "qemu-aarch64"
 
@@ -41,8 +41,8 @@ def run(cmd: list[str], out: str) -> tuple[int, bytes]:
 
 @pytest.fixture(scope="module")
 def x86_bits(tmp_path_factory):
-    compiler = native.find_compiler()
-    if compiler is None or "avx2" not in native.cpu_features().split():
+    compiler = build.find_compiler()
+    if compiler is None or "avx2" not in build.cpu_features().split():
         pytest.skip("needs a C++ compiler on an x86 CPU with AVX2")
     tmp = tmp_path_factory.mktemp("x86")
     bits = {}
@@ -70,7 +70,7 @@ def test_the_neon_build_gives_the_x86_bits(x86_bits, tmp_path, what):
 
 
 def test_the_scalar_build_is_batch_invariant(tmp_path):
-    compiler = native.find_compiler()
+    compiler = build.find_compiler()
     if compiler is None:
         pytest.skip("no C++ compiler on this machine")
     simd, _ = run([build(compiler, ["-DTL_SCALAR"], str(tmp_path / "scalar"))], str(tmp_path / "scalar.bin"))
@@ -78,6 +78,6 @@ def test_the_scalar_build_is_batch_invariant(tmp_path):
 
 
 def test_an_arm_machine_builds_without_march():
-    assert "-march=native" in native.flags("x86_64")
+    assert "-march=native" in build.flags("x86_64")
     for machine in ("aarch64", "arm64"):
-        assert "-march=native" not in native.flags(machine) and "-O3" in native.flags(machine)
+        assert "-march=native" not in build.flags(machine) and "-O3" in build.flags(machine)
