@@ -177,3 +177,19 @@ def test_a_strict_schema_closes_open_objects(client, strict):
         assert all(set(json.loads(c.message.content)) == {"name", "age"} for c in r.choices)
     else:  # open: the random model writes keys of its own, which is what strict is for
         assert any(more_keys)
+
+
+def test_grammars_compile_on_grammar_threads_never_on_the_loop_or_the_engine(client, monkeypatch):
+    import threading
+
+    from tinyllm.sampling import constraint
+
+    seen = []
+    real = constraint.grammar_text
+    monkeypatch.setattr(constraint, "grammar_text", lambda s: seen.append(threading.current_thread().name) or real(s))
+    schema = {"type": "object", "properties": {"zip": {"type": "string", "pattern": "^[0-9]{5}$"}}, "required": ["zip"]}
+    r = chat(client, response_format=json_schema_format(schema), max_tokens=40)
+    assert re.fullmatch(r"[0-9]{5}", json.loads(r.choices[0].message.content)["zip"])
+    r = complete(client, extra_body={"guided_regex": "[a-f]{3}-[0-9]{2}"})
+    assert re.fullmatch("[a-f]{3}-[0-9]{2}", r.choices[0].text)
+    assert len(seen) == 2 and all(name.startswith("tinyllm-grammar-compile") for name in seen), seen
