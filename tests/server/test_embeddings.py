@@ -100,3 +100,14 @@ def test_langchain_openai_embeddings(server, llm):
     )
     torch.testing.assert_close(torch.tensor(embeddings.embed_documents(TEXTS)), llm.embed(TEXTS), atol=1e-6, rtol=0)
     torch.testing.assert_close(torch.tensor(embeddings.embed_query("A dog.")), llm.embed("A dog."), atol=1e-6, rtol=0)
+
+
+def test_a_body_nested_too_deep_is_a_400_naming_the_field(server):
+    deep = "[" * 2000 + "]" * 2000
+    r = httpx.post(
+        f"{server.url}/v1/embeddings",
+        content='{"input": "a", "extra": ' + deep + "}",
+        headers={"Content-Type": "application/json"},
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "extra"
+    assert "limit of 64 levels" in r.json()["error"]["message"]

@@ -304,3 +304,15 @@ def test_the_api_key_guards_ollamas_routes_too(llm):
         assert err.value.status_code == 401 and "API key" in err.value.error
         keyed = ollama.Client(host=srv.url, headers={"Authorization": "Bearer sesame"})
         assert keyed.chat(MODEL, HI, options={"num_predict": 1}).eval_count == 1
+
+
+@pytest.mark.parametrize("path", ["/api/chat", "/api/generate", "/api/embed", "/api/embeddings", "/api/show"])
+def test_a_body_nested_too_deep_is_a_400_in_ollamas_shape(http, path):
+    deep = "[" * 2000 + "]" * 2000
+    r = http.post(
+        path, content='{"model": "tiny", "extra": ' + deep + "}", headers={"Content-Type": "application/json"}
+    )
+    assert r.status_code == 400 and list(r.json()) == ["error"] and "limit of 64 levels" in r.json()["error"]
+    assert (
+        http.post("/api/chat", json={"messages": HI, "stream": False, "options": {"num_predict": 1}}).status_code == 200
+    )
