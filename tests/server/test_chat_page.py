@@ -14,18 +14,22 @@ from tinyllm import LLM
 from tinyllm.server import create_app
 from tinyllm.server.runner import ServerThread
 
-webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the test extra has it)")
-from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+try:
+    from selenium import webdriver
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+except ImportError:  # the browser tests skip; the others run
+    webdriver = None
 
 REPLY = "A **bold** `code` <script>alert(1)</script>."
 TOKENS_PER_REPLY = 18  # the scripted cut of REPLY into tokens
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
-pytestmark = pytest.mark.skipif(
-    BROWSER is None or DRIVER is None,
-    reason="no headless browser here: install the Debian packages chromium and chromium-driver (.ci/run does)",
+needs_browser = pytest.mark.skipif(
+    webdriver is None or BROWSER is None or DRIVER is None,
+    reason="no headless browser here: install selenium (the test extra) and the Debian packages chromium and "
+    "chromium-driver (.ci/run does)",
 )
 
 
@@ -87,6 +91,7 @@ def wait(driver, condition, seconds: float = 60):
     return WebDriverWait(driver, seconds, poll_frequency=0.05).until(lambda d: condition())
 
 
+@needs_browser
 def test_a_reply_streams_in_and_stop_aborts_it(llm, browser):
     srv = served(llm)
     try:
@@ -108,6 +113,7 @@ def test_a_reply_streams_in_and_stop_aborts_it(llm, browser):
         srv.stop()
 
 
+@needs_browser
 def test_model_text_is_shown_as_text_with_markdown_rendered_safely(llm, browser):
     srv = served(llm)
     try:
@@ -127,6 +133,7 @@ def test_model_text_is_shown_as_text_with_markdown_rendered_safely(llm, browser)
         srv.stop()
 
 
+@needs_browser
 def test_the_page_asks_for_the_key_and_then_answers(llm, browser):
     srv = served(llm, api_key="sesame")
     try:
@@ -155,5 +162,15 @@ def test_the_page_and_its_assets_come_from_the_server_alone(llm):
         for s in sources:
             with urllib.request.urlopen(f"{srv.url}{s}") as r:
                 assert r.status == 200 and not re.search(rb"https?://\w", r.read())  # no other host named
+    finally:
+        srv.stop()
+
+
+def test_head_answers_as_ollamas_clients_check_a_server(llm):
+    srv = served(llm)
+    try:
+        request = urllib.request.Request(f"{srv.url}/", method="HEAD")
+        with urllib.request.urlopen(request) as r:
+            assert r.status == 200 and r.read() == b""
     finally:
         srv.stop()

@@ -40,4 +40,7 @@ def _handler(body: bytes, media_type: str):
 def add_chat_page(app: FastAPI) -> None:
     static = files("tinyllm.server") / "static"
     for path, (name, media_type) in ASSETS.items():
-        app.get(path, include_in_schema=False)(_handler((static / name).read_bytes(), media_type))
+        # HEAD too: Ollama's clients check that a server is up with HEAD /
+        app.add_api_route(
+            path, _handler((static / name).read_bytes(), media_type), methods=["GET", "HEAD"], include_in_schema=False
+        )
