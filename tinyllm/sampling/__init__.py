@@ -1,9 +1,10 @@
 """The sampling stack: SamplingParams, the logits pipeline, seeded draws.
 
 Order of operations (see filters.py and sampler.py): grammar mask (constraint.py) -> the
-min_tokens hold-back (stop ids at -inf before min_tokens output tokens) -> logit bias -> repetition penalty (prompt + generated ids) -> presence / frequency penalties
-(generated ids only) -> temperature -> top-k -> top-p -> min-p -> inverse-CDF draw with the
-uniform for (seed, position).
+min_tokens hold-back (stop ids at -inf before min_tokens output tokens) -> logit bias ->
+repetition penalty (prompt + generated ids) -> presence / frequency penalties (generated ids
+only) -> temperature -> top-k -> top-p -> min-p -> inverse-CDF draw with the uniform for
+(seed, position).
 Temperature 0 is greedy: the argmax of the penalised logits, lowest index on ties.
 """
 
