@@ -25,6 +25,7 @@ def tiny_gguf(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_generate_json_parses(tiny_gguf):
     r = run("generate", "the tin", "--model", tiny_gguf, "--max-tokens", "6", "--json", "--ignore-eos")
     assert r.returncode == 0, r.stderr
@@ -39,6 +40,7 @@ def test_generate_json_parses(tiny_gguf):
     assert out["timings"]["ttft_s"] > 0
 
 
+@pytest.mark.slow
 def test_cache_modes_print_the_same_greedy_text(tiny_gguf):
     texts = set()
     for mode in ("none", "contiguous", "paged"):
@@ -48,6 +50,7 @@ def test_cache_modes_print_the_same_greedy_text(tiny_gguf):
     assert len(texts) == 1
 
 
+@pytest.mark.slow
 def test_speculative_flags_print_the_same_text(tiny_gguf):
     base = ["generate", "the tin the tin the", "--model", tiny_gguf, "--max-tokens", "12", "--ignore-eos", "--json"]
     plain = json.loads(run(*base).stdout)
@@ -89,6 +92,7 @@ def test_user_errors_are_one_line_and_exit_2(tiny_gguf, args, message):
     assert len(lines) == 1 and message in lines[0], r.stderr
 
 
+@pytest.mark.slow
 def test_not_a_gguf_file(tmp_path):
     bad = tmp_path / "x.gguf"
     bad.write_text("nope")
@@ -96,6 +100,7 @@ def test_not_a_gguf_file(tmp_path):
     assert r.returncode == 2 and "not a GGUF file" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_info_json(tiny_gguf):
     r = run("info", "--model", tiny_gguf, "--json")
     info = json.loads(r.stdout)
@@ -104,6 +109,7 @@ def test_info_json(tiny_gguf):
     assert info["parameters"] > 0 and "byte-level BPE" in info["tokenizer"]
 
 
+@pytest.mark.slow
 def test_info_table_prints_every_field(tiny_gguf):
     r = run("info", "--model", tiny_gguf)
     assert r.returncode == 0, r.stderr
@@ -114,6 +120,7 @@ def test_info_table_prints_every_field(tiny_gguf):
     assert table["int8_activations"] == "none (float32 activations)"
 
 
+@pytest.mark.slow
 def test_int8_activations_flag(tmp_path):
     path = str(tmp_path / "q.gguf")
     write_gguf(random_tiny_llama(31), path, quant_types={"weight": "Q4_1"})
@@ -135,6 +142,7 @@ def test_default_model_cache_modes_agree():
     assert len(texts) == 1 and len(next(iter(texts)).strip()) > 10
 
 
+@pytest.mark.slow
 def test_structured_output_flags(tiny_gguf, tmp_path):
     schema = {
         "type": "object",
@@ -226,6 +234,7 @@ def generate_json(tiny_gguf, *args):
     return json.loads(r.stdout)
 
 
+@pytest.mark.slow
 def test_stop_takes_backslash_escapes_as_the_shell_passes_them(tiny_gguf):
     # the regex makes the output "ab", a blank line, "cd": --stop '\n\n' (a backslash and an n, twice) cuts it
     out = generate_json(tiny_gguf, "--regex", "ab\n\ncd", "--stop", "\\n\\n")
@@ -234,6 +243,7 @@ def test_stop_takes_backslash_escapes_as_the_shell_passes_them(tiny_gguf):
     assert out["text"] == "ab\n\ncd"
 
 
+@pytest.mark.slow
 def test_max_tokens_past_the_context_is_refused_with_the_servers_message(tiny_gguf):
     from tinyllm.server.admission import PromptLimits
     from tinyllm.server.errors import APIError
@@ -247,11 +257,13 @@ def test_max_tokens_past_the_context_is_refused_with_the_servers_message(tiny_gg
     assert generate_json(tiny_gguf, "--max-tokens", str(128 - prompt_tokens))["usage"]["total_tokens"] <= 128
 
 
+@pytest.mark.slow
 def test_the_default_max_tokens_stops_at_the_end_of_a_small_context(tiny_gguf):
     out = generate_json(tiny_gguf, "--ignore-eos")  # 256 tokens by default, more than the context of 128
     assert out["finish_reason"] == "length" and out["usage"]["total_tokens"] == 128
 
 
+@pytest.mark.slow
 def test_json_prints_its_documented_fields_and_per_token_ones_only_when_asked(tiny_gguf):
     plain = generate_json(tiny_gguf, "--max-tokens", "5", "--ignore-eos")
     assert set(plain) == {"text", "ids", "finish_reason", "usage", "timings", "stats"}
@@ -266,6 +278,7 @@ def test_json_prints_its_documented_fields_and_per_token_ones_only_when_asked(ti
     assert generate_json(tiny_gguf, "--max-tokens", "5", "--logprobs", "0")["logprobs"][0]["top"] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("json_flag", [[], ["--json"]])
 def test_json_output_cut_by_max_tokens_says_so_and_exits_1(tiny_gguf, json_flag):
     whole = run("generate", "the tin", "--model", tiny_gguf, "--json-object", *json_flag)
@@ -281,12 +294,14 @@ def test_json_output_cut_by_max_tokens_says_so_and_exits_1(tiny_gguf, json_flag)
         json.loads(text)
 
 
+@pytest.mark.slow
 def test_a_regex_cut_by_max_tokens_exits_1_with_json(tiny_gguf):
     r = run("generate", "the tin", "--model", tiny_gguf, "--regex", "a{20}", "--max-tokens", "3", "--json")
     assert r.returncode == 1 and "before the model ended the output of --regex" in r.stderr
     assert json.loads(r.stdout)["finish_reason"] == "length"
 
 
+@pytest.mark.slow
 def test_the_prompt_can_come_from_stdin(tiny_gguf):
     from_stdin = run("generate", "-", "--model", tiny_gguf, "--max-tokens", "4", "--json", input="the tin")
     assert from_stdin.returncode == 0, from_stdin.stderr

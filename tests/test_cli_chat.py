@@ -38,6 +38,7 @@ def chat(model: str, lines: str, *flags: str) -> tuple[list[str], str]:
     return re.split(r"\n(?:> )+", re.sub(r"^(> )+", "", r.stdout[:-4])), r.stderr
 
 
+@pytest.mark.slow
 def test_each_turn_sees_the_conversation_and_reset_forgets_it(tiny_gguf):
     (first, second), _ = chat(tiny_gguf, "hello\nhello\n")
     assert first != second  # the second reply follows the first turn too
@@ -46,6 +47,7 @@ def test_each_turn_sees_the_conversation_and_reset_forgets_it(tiny_gguf):
     assert "(the conversation is forgotten)" in err
 
 
+@pytest.mark.slow
 def test_system_sets_the_system_message_as_the_flag_does(tiny_gguf):
     [plain], _ = chat(tiny_gguf, "hello\n")
     [by_flag], _ = chat(tiny_gguf, "hello\n", "--system", "be brief")
@@ -56,6 +58,7 @@ def test_system_sets_the_system_message_as_the_flag_does(tiny_gguf):
     assert removed == plain
 
 
+@pytest.mark.slow
 def test_commands_are_listed_and_a_turn_past_the_context_is_refused_without_ending_the_chat(tiny_gguf):
     r = run_chat(tiny_gguf, "/help\nhello\n/nonsense\nhello\n", "--max-tokens", "4090")
     assert r.returncode == 0 and r.stdout == "> " * 5 + "\n"  # no reply: both turns were refused
@@ -84,6 +87,7 @@ class Output:
         return True
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_the_reply_and_returns_to_the_prompt_where_ctrl_c_quits(tiny_gguf):
     cmd = [sys.executable, "-m", "tinyllm", "chat", "--model", tiny_gguf, "--ignore-eos", "--temperature", "0"]
     # a reply of 4000 tokens, each recomputing the whole context, takes far longer than the test waits

@@ -108,6 +108,7 @@ def number(text: str):
         return float(text)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flag, field, values", EDGES)
 def test_the_flags_ranges_are_sampling_params_own(flag, field, values, capsys):
     for text in values:

@@ -64,6 +64,7 @@ def test_llm_models_lists_tinyllm_beside_the_default_models_plugin(run):
         assert "TinyLLM: SmolLM2" in listed
 
 
+@pytest.mark.slow
 def test_a_prompt_is_llm_chat_with_the_same_options(run, folder, tiny):
     options = ["-o", "max_tokens", "12", "-o", "seed", "7", "-o", "temperature", "0.8", "-o", "top_k", "50"]
     want = tiny.chat([{"role": "user", "content": "Hello"}], max_tokens=12, seed=7, temperature=0.8, top_k=50).text
@@ -71,6 +72,7 @@ def test_a_prompt_is_llm_chat_with_the_same_options(run, folder, tiny):
     assert run("-m", f"tinyllm/{folder}", "Hello", "--no-stream", *options).stdout == want + "\n"
 
 
+@pytest.mark.slow
 def test_a_conversation_goes_on_with_its_history(run, folder, tiny):
     options = ["-o", "max_tokens", "5", "-o", "seed", "3"]
     first = run("-m", f"tinyllm/{folder}", "Hi", "-s", "Be terse.", *options).stdout.removesuffix("\n")
@@ -86,6 +88,7 @@ def test_a_conversation_goes_on_with_its_history(run, folder, tiny):
     assert len({entry["conversation_id"] for entry in logs}) == 1
 
 
+@pytest.mark.slow
 def test_schema_holds_the_answer(run, folder):
     schema = {
         "type": "object",
@@ -97,11 +100,13 @@ def test_schema_holds_the_answer(run, folder):
     assert list(json.loads(answer.stdout)) == ["ok"] and isinstance(json.loads(answer.stdout)["ok"], bool)
 
 
+@pytest.mark.slow
 def test_a_bad_option_is_an_error_that_names_it(run, folder):
     done = run("-m", f"tinyllm/{folder}", "x", "-o", "top_p", "5", check=False)
     assert done.returncode == 1 and "top_p must be in (0, 1], got 5.0" in done.stderr
 
 
+@pytest.mark.slow
 def test_llm_embed_is_llm_embed(run, folder, tiny):
     vector = json.loads(run("embed", "-m", f"tinyllm/{folder}", "-c", "hello there").stdout)
     torch.testing.assert_close(torch.tensor(vector), tiny.embed("hello there"), atol=1e-6, rtol=0)

@@ -72,6 +72,7 @@ def test_perplexity_equals_transformers_on_the_same_windows(folder, hf_model, on
     assert result.perplexity == pytest.approx(math.exp(sum(want) / result.num_scored), rel=1e-4)
 
 
+@pytest.mark.slow
 def test_cli_prints_and_writes_the_transformers_perplexity(folder, hf_model, text_file, tmp_path):
     out = tmp_path / "ppl.json"
     r = run("perplexity", text_file, "--model", folder, "--context", "48", "--stride", "16", "--json", str(out))
@@ -120,6 +121,7 @@ def test_window_size_defaults_and_limits():
         (["perplexity", "TEXT", "--model", "TINY", "--context", "16", "--stride", "17"], "stride"),
     ],
 )
+@pytest.mark.slow
 def test_cli_errors_are_one_line_and_exit_2(folder, text_file, tmp_path, args, message):
     empty = tmp_path / "empty.txt"
     empty.write_text(" \n")

@@ -160,6 +160,8 @@ def test_readme_command_lines_run_as_shown():
         assert out.strip(), line
         if "--json-schema" in line:
             json.loads(out)  # the answer is JSON
+        if '--stop "\\n\\n"' in line:
+            assert "\n\n" not in out, line  # the shell's backslash-n stops at a blank line
 
 
 @pytest.mark.slow

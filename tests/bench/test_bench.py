@@ -39,6 +39,7 @@ def positive(x):
     return isinstance(x, (int, float)) and x > 0
 
 
+@pytest.mark.slow
 def test_load(folder, tmp_path):
     r = bench("load", folder, tmp_path)
     assert positive(r["load"]["ours_s"]) and r["prefill"]["prompt_tokens"] == 32
@@ -49,6 +50,7 @@ def test_load(folder, tmp_path):
         assert r["uncached_decode"]["same_ids"] is True  # exact engine, same float32 weights
 
 
+@pytest.mark.slow
 def test_decode(folder, tmp_path):
     r = bench("decode", folder, tmp_path)
     modes = {row["mode"] for row in r["rows"]}
@@ -172,6 +174,7 @@ def test_step_native(folder, tmp_path):
     assert 0.5 * e["wall_ms_per_token"] <= sum(parts.values()) <= e["wall_ms_per_token"] * (1 + 1e-9)
 
 
+@pytest.mark.slow
 def test_throughput(folder, tmp_path):
     r = bench("throughput", folder, tmp_path)
     assert [c["concurrency"] for c in r["closed"]] == [1, 3]
@@ -201,6 +204,7 @@ def test_throughput(folder, tmp_path):
         assert positive(r["comparison"]["output_tokens_per_s_over_hf_batch_2"])
 
 
+@pytest.mark.slow
 def test_throughput_with_a_half_precision_kv_cache(folder, tmp_path):
     r = bench("throughput", folder, tmp_path, "--kv-dtype", "float16", "--cold-pool", "--rates", "--hf-batch")
     assert [c["kv_dtype"] for c in r["closed"]] == ["float16", "float16"]
@@ -208,6 +212,7 @@ def test_throughput_with_a_half_precision_kv_cache(folder, tmp_path):
     assert all(positive(c["output_tokens_per_s"]) for c in r["closed"])
 
 
+@pytest.mark.slow
 def test_prefix(folder, tmp_path):
     r = bench("prefix", folder, tmp_path)
     on, off = r["sharing"], r["no_sharing"]

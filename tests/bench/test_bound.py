@@ -74,6 +74,7 @@ def test_the_default_model_costs(default_model_path):
     assert bound.floor(llm.model, [(100, 50, 0)], None) is None  # no FMA rate measured
 
 
+@pytest.mark.slow
 def test_a_decode_step_reads_the_file_s_weights(default_model_path):
     import gguf
 

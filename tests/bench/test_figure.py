@@ -102,6 +102,7 @@ def prefix_result(tmp_path_factory):
         return json.load(f)
 
 
+@pytest.mark.slow
 def test_prefix_draws_counts_on_linear_axes_and_each_run_apart(prefix_result):
     r = prefix_result
     for run in ("sharing", "no_sharing"):  # the step-by-step record the figure draws

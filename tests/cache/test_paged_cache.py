@@ -105,6 +105,7 @@ def test_paged_equals_contiguous_under_appends_and_rollbacks(ops):
         assert len(b.block_table) == blocks_for(n, 3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_lazy_zeros_is_a_writable_zero_tensor_that_outlives_its_maker(dtype):
     t = lazy_zeros((3, 1000, 48), dtype, "cpu")

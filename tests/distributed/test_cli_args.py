@@ -29,6 +29,7 @@ def greedy_ids(path):
     return LLM(path).generate("the tin", max_tokens=8, temperature=0, ignore_eos=True).ids
 
 
+@pytest.mark.slow
 def test_generate_over_two_processes_and_a_refused_size(tiny_gguf):
     args = ("generate", "the tin", "--model", tiny_gguf, "--max-tokens", "8", "--json", "--ignore-eos")
     r = run(*args, "--tensor-parallel-size", "2")
@@ -41,6 +42,7 @@ def test_generate_over_two_processes_and_a_refused_size(tiny_gguf):
     ]
 
 
+@pytest.mark.slow
 def test_torchrun_starts_the_ranks_and_rank_0_drives(tiny_gguf):
     torchrun = ("-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2")
     args = ("generate", "the tin", "--model", tiny_gguf, "--max-tokens", "8", "--json", "--ignore-eos")

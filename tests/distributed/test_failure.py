@@ -28,6 +28,7 @@ def assert_all_gone(llm, all_gone):
     assert all_gone([w.pid for w in llm.tensor_parallel.workers], within_s=0.0)  # stopped before the error
 
 
+@pytest.mark.slow
 def test_a_killed_worker_stops_the_server_engine(smollm_tokenizer, all_gone):
     llm = group(smollm_tokenizer)
     engine = AsyncEngine(llm.engine(block_size=8, num_blocks=64))
@@ -60,6 +61,7 @@ def test_a_killed_worker_stops_the_server_engine(smollm_tokenizer, all_gone):
         llm.close()
 
 
+@pytest.mark.slow
 def test_a_hung_worker_fails_the_stream_after_the_timeout(smollm_tokenizer, all_gone):
     llm = group(smollm_tokenizer, timeout_s=3.0)
     try:

@@ -35,6 +35,7 @@ def tiny_gguf(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_a_script_without_a_main_guard_as_a_file_and_as_python_c(tiny_gguf, tmp_path, all_gone):
     script = tmp_path / "no_guard.py"
     script.write_text(SCRIPT)
@@ -66,6 +67,7 @@ def faulty_model(vocab_size: int, code: str):
     return model
 
 
+@pytest.mark.slow
 def test_a_worker_that_crashes_at_start_up_fails_the_call_with_its_output(smollm_tokenizer):
     crash = "import sys; print('injected fault: no GPU here', file=sys.stderr); sys.exit(3)"
     model = faulty_model(smollm_tokenizer.vocab_size, crash)
@@ -78,6 +80,7 @@ def test_a_worker_that_crashes_at_start_up_fails_the_call_with_its_output(smollm
     assert rest == ["rank 1's last output:", "    injected fault: no GPU here"]
 
 
+@pytest.mark.slow
 def test_a_worker_that_hangs_at_start_up_is_stopped_after_the_startup_timeout(smollm_tokenizer, monkeypatch, all_gone):
     started = []
 
@@ -93,6 +96,7 @@ def test_a_worker_that_hangs_at_start_up_is_stopped_after_the_startup_timeout(sm
     assert len(started) == 1 and all_gone([started[0].pid], within_s=0.0)
 
 
+@pytest.mark.slow
 def test_a_dropped_llm_closes_its_group_and_a_new_group_of_4_starts(smollm_tokenizer, all_gone):
     def model():
         return tiny_llama(5, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=256)

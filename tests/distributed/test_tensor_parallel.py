@@ -66,6 +66,7 @@ def run(llm, ps, params, **options):
     return [engine.generation(i) for i in ids]
 
 
+@pytest.mark.slow
 def test_logits_equal_one_process(single, parallel):
     ps = prompts(3, seed=1)
     p = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, prompt_logprobs=1)
@@ -94,6 +95,7 @@ def test_each_rank_holds_its_share(parallel):
     assert engine.storage.k.shape == (3, 16 * 8, max(1, 2 // n), 16)  # [L, N*P, Hkv local, D]
 
 
+@pytest.mark.slow
 def test_greedy_with_prefix_sharing_and_preemption(single, parallel):
     system = prompts(1, seed=2, lo=40, hi=40)[0]
     ps = [system + t for t in prompts(6, seed=3, lo=2, hi=9)] + prompts(4, seed=4)
@@ -105,6 +107,7 @@ def test_greedy_with_prefix_sharing_and_preemption(single, parallel):
     assert sum(g.stats["cached_tokens"] for g in got) >= 5 * 40 // 8 * 8  # later requests reused the prefix
 
 
+@pytest.mark.slow
 def test_seeded_sampling_and_speculative_decoding(single, parallel):
     ps = prompts(4, seed=5)
     params = [SamplingParams(temperature=1.0, top_p=0.9, seed=7 + i, max_tokens=8, ignore_eos=True) for i in range(4)]

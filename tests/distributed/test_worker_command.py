@@ -78,6 +78,7 @@ def local_workers(driver_pid: int) -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 def test_the_recipe_gives_one_process_s_ids_and_a_killed_driver_leaves_no_worker(tiny_gguf, tmp_path, all_gone):
     port = free_port()
     workers = remote_workers(tiny_gguf, port, tmp_path)
@@ -97,6 +98,7 @@ def test_the_recipe_gives_one_process_s_ids_and_a_killed_driver_leaves_no_worker
             process.wait()
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_run_fails_the_step_naming_its_rank(tiny_gguf, tmp_path, all_gone):
     port = free_port()
     workers = remote_workers(tiny_gguf, port, tmp_path)

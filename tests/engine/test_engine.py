@@ -64,6 +64,7 @@ def test_batch_of_16_greedy_equals_alone(llm):
         assert g.finish_reason == "length" and len(g.ids) == 12
 
 
+@pytest.mark.slow
 def test_seeded_sampling_identical_alone_batched_and_after_preemption(llm):
     ps = prompts(16, seed=2)
     params = [

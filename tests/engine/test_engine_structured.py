@@ -90,6 +90,7 @@ def reference(llm, prompt, p, **kw):
     return generate(llm.model, llm.tokenizer, prompt, p, eos_ids=llm.eos_ids, grammars=llm.grammars, **kw)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
 def test_every_output_validates_against_its_schema(llm, name):
     params = [schema_params(name, seed, temperature) for seed in range(4) for temperature in (0.0, 1.0, 1.5)]
@@ -172,6 +173,7 @@ def test_preempted_equals_not_preempted(llm):
     "spec",
     [SpeculativeConfig("ngram", num_draft_tokens=3), SpeculativeConfig("draft", num_draft_tokens=3, draft_layers=2)],
 )
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_speculative_constrained_equals_plain_constrained(llm, spec, temperature):
     # the prompt holds JSON like the output, so n-gram lookup finds drafts; most are then rejected

@@ -87,6 +87,7 @@ def generate(llm, structured, seeds, temperature):
     return llm.engine().generate([[5, 90, 310 + s % 50, 7] for s in seeds], params)
 
 
+@pytest.mark.slow
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(first_seed=st.integers(0, 10**6), temperature=st.sampled_from([1.0, 1.5, 2.0]))
 def test_an_open_schema_never_repeats_a_key(llm, first_seed, temperature):
@@ -99,6 +100,7 @@ def test_an_open_schema_never_repeats_a_key(llm, first_seed, temperature):
                 check_number(v)
 
 
+@pytest.mark.slow
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(first_seed=st.integers(0, 10**6), temperature=st.sampled_from([1.0, 1.5, 2.0]))
 def test_a_strict_schema_never_adds_a_key(llm, first_seed, temperature):

@@ -4,10 +4,13 @@ asserted (benchmarks are never pass/fail on speed)."""
 import json
 import os
 
+import pytest
+
 from tinyllm.bench.kernels import SHAPES
 from tinyllm.cli import main
 
 
+@pytest.mark.slow
 def test_bench_kernels_quick(tmp_path):
     assert main(["bench", "kernels", "--quick", "--out", str(tmp_path)]) == 0
     with open(os.path.join(tmp_path, "kernels.json")) as f:

@@ -21,6 +21,7 @@ def load_in_subprocess(cache: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.slow
 def test_a_first_build_says_so_on_one_line_and_the_next_load_is_silent(tmp_path):
     if build.find_compiler() is None:
         pytest.skip("no C++ compiler on this machine")

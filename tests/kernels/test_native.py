@@ -30,6 +30,7 @@ def probe(env: dict) -> subprocess.Popen:
     )
 
 
+@pytest.mark.slow
 def test_two_processes_building_at_once_both_load_one_cached_library(tmp_path):
     from tinyllm.kernels import native
 

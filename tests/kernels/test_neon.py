@@ -24,7 +24,7 @@ STEP_SOURCES = [os.path.join(HERE, "step_harness.cpp")] + [
 CROSS, QEMU = "aarch64-linux-gnu-g++", "qemu-aarch64"
 
 
-def build(compiler: str, flags: list[str], out: str, sources: list[str] = SOURCES) -> str:
+def compile_harness(compiler: str, flags: list[str], out: str, sources: list[str] = SOURCES) -> str:
     cmd = [compiler, "-O3", "-ffp-contract=off", "-std=c++17", "-pthread", *flags, *sources, "-o", out]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -48,32 +48,35 @@ def x86_bits(tmp_path_factory):
     bits = {}
     for name, flags in {"native": ["-march=native"], "avx2": ["-march=native", "-mno-avx512f"]}.items():
         for what, sources in (("matmul", SOURCES), ("step", STEP_SOURCES)):
-            exe = build(compiler, flags, str(tmp / f"{what}-{name}"), sources)
+            exe = compile_harness(compiler, flags, str(tmp / f"{what}-{name}"), sources)
             bits[what, name] = run([exe], str(tmp / f"{what}-{name}.bin"))
     return bits
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", ["matmul", "step"])
 def test_the_x86_builds_agree(x86_bits, what):
     assert x86_bits[what, "native"][0] == x86_bits[what, "avx2"][0] == 1
     assert x86_bits[what, "native"][1] == x86_bits[what, "avx2"][1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", ["matmul", "step"])
 def test_the_neon_build_gives_the_x86_bits(x86_bits, tmp_path, what):
     if not (shutil.which(CROSS) and shutil.which(QEMU)):
         pytest.skip(f"needs {CROSS} and {QEMU} (Debian: g++-aarch64-linux-gnu, qemu-user)")
-    exe = build(CROSS, ["-static"], str(tmp_path / "neon"), SOURCES if what == "matmul" else STEP_SOURCES)
+    exe = compile_harness(CROSS, ["-static"], str(tmp_path / "neon"), SOURCES if what == "matmul" else STEP_SOURCES)
     simd, bits = run([QEMU, exe], str(tmp_path / "neon.bin"))
     assert simd == 2, "the aarch64 build did not take the NEON path"
     assert bits == x86_bits[what, "native"][1]
 
 
+@pytest.mark.slow
 def test_the_scalar_build_is_batch_invariant(tmp_path):
     compiler = build.find_compiler()
     if compiler is None:
         pytest.skip("no C++ compiler on this machine")
-    simd, _ = run([build(compiler, ["-DTL_SCALAR"], str(tmp_path / "scalar"))], str(tmp_path / "scalar.bin"))
+    simd, _ = run([compile_harness(compiler, ["-DTL_SCALAR"], str(tmp_path / "scalar"))], str(tmp_path / "scalar.bin"))
     assert simd == 0
 
 

@@ -50,6 +50,7 @@ def test_unsupported_hf_configs_are_named(tmp_path, changes, named):
         LLM(folder)
 
 
+@pytest.mark.slow
 def test_cli_refuses_an_unknown_model_type_in_one_line(tmp_path):
     r = cli_info(edited_folder(tmp_path, model_type="gpt_neox"))
     assert r.returncode == 2 and "Traceback" not in r.stderr
@@ -71,6 +72,7 @@ def _gguf(tmp_path, arch: str) -> str:
     return path
 
 
+@pytest.mark.slow
 def test_cli_refuses_an_unknown_gguf_architecture_in_one_line(tmp_path):
     r = cli_info(_gguf(tmp_path, "mamba"))
     assert r.returncode == 2 and "Traceback" not in r.stderr

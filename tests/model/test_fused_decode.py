@@ -196,6 +196,7 @@ def test_long_sequences_split_into_spans(name, threads):
     test_one_step_equals_the_module_path(name, threads, lengths=(64, 65, 1, 130, 200, 129))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["llama-int8", "window", "scale-softcap", "head-dim-80", "three-per-kv"])
 def test_shared_key_rows_and_token_groups_change_no_bit(name, monkeypatch):
     """A chunk's tokens sharing one row of key slots (key_rows), tokens run in groups of GROUP_TOKENS, a step
@@ -507,6 +508,7 @@ def test_mixed_steps_run_prompts_and_decodes_in_one_native_forward(llm):
         assert table(a) == pytest.approx(table(b), abs=1e-4) and table(a) == table(c)
 
 
+@pytest.mark.slow
 def test_seeded_sampling_alone_batched_and_preempted(llm):
     ps = prompts(12, seed=4)
     params = [

@@ -178,6 +178,7 @@ def naive_finishing(grammar):
     return done
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(grammar=st.dictionaries(st.sampled_from(NAMES), alternatives(), min_size=1).filter(lambda g: "start" in g))
 def test_the_grammar_check_agrees_with_a_naive_fixpoint(grammar):

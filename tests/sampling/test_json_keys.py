@@ -184,6 +184,7 @@ def tokens_for(data: bytes, rng: random.Random) -> list[int]:
     return ids
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(text=json_texts(), seed=st.integers(0, 2**16), cut=st.integers(0, 10))
 def test_forbidden_equals_the_slow_twin_on_random_streams_forward_and_back(guard, text, seed, cut):

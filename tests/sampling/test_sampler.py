@@ -232,6 +232,7 @@ def test_never_draws_a_dropped_token():
         SamplingParams(temperature=1.5, top_k=6, min_p=0.1, repetition_penalty=1.5),
     ],
 )
+@pytest.mark.slow
 def test_draws_follow_the_filtered_distribution(params):
     row = torch.tensor([2.0, 1.5, 1.2, 1.0, 0.4, 0.2, -0.5, -1.0])
     probs = torch.softmax(process_logits(row, params, [1], []), -1).double()

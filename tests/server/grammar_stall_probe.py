@@ -65,6 +65,7 @@ def tool(name: str, parameters: dict) -> dict:
 
 
 PROBES = {
+    "plain request (the baseline)": chat({}, "Say hello."),
     "first structured request": chat({"response_format": {"type": "json_object"}}),
     "tool whose parameters refer to themselves": chat(
         {

@@ -91,6 +91,7 @@ def wait(driver, condition, seconds: float = 60):
     return WebDriverWait(driver, seconds, poll_frequency=0.05).until(lambda d: condition())
 
 
+@pytest.mark.slow
 @needs_browser
 def test_a_reply_streams_in_and_stop_aborts_it(llm, browser):
     srv = served(llm)

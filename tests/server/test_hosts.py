@@ -76,6 +76,7 @@ def get(port: int, host: str) -> int:
         return exc.code
 
 
+@pytest.mark.slow
 def test_serve_on_loopback_answers_the_loopback_names_only(tmp_path):
     folder = write_hf_folder(random_tiny_llama(3, max_position_embeddings=64), str(tmp_path / "tiny"))
     with serve("--model", folder, "--kv-memory-gb", "0.01") as port:

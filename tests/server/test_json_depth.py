@@ -4,6 +4,7 @@ first nests too deep is the one named."""
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +27,7 @@ def depth(value) -> int:
     return 0
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(values, st.booleans(), st.booleans())
 def test_the_scan_agrees_with_the_parsed_depth(value, ascii_only, as_bytes):

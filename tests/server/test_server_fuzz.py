@@ -138,12 +138,14 @@ FUZZ = settings(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(body=bodies(CHAT, ("messages", "max_tokens"), with_logprobs))
 def test_fuzz_chat(http, body):
     check(http, "/v1/chat/completions", body)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(body=bodies(COMPLETION, ("prompt", "max_tokens")))
 def test_fuzz_completions(http, body):

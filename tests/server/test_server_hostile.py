@@ -148,6 +148,18 @@ def test_tool_parameters_nested_300_levels_are_a_400_naming_tools(conn):
     still_serves(conn, sock)
 
 
+@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "f"}}])
+def test_a_forced_tool_whose_arguments_contain_themselves_is_a_400_naming_tools(conn, tool_choice):
+    conn.connect()
+    sock = conn.sock
+    parameters = {"type": "object", "properties": {"x": {"$ref": "#"}}, "required": ["x"]}  # no finite instance
+    body = {"messages": CHAT, "tools": [tool("f", parameters)], "tool_choice": tool_choice}
+    status, answer = send(conn, "/v1/chat/completions", body)
+    assert status == 400 and answer["error"]["param"] == "tools", answer
+    assert "no finite" in answer["error"]["message"]
+    still_serves(conn, sock)
+
+
 class TemplateSpy:
     """Counts calls of the tokenizer's encode and chat template on the live server."""
 

@@ -99,6 +99,7 @@ def test_seeded_speculative_sampling_is_reproducible_and_equals_plain(model, smo
             assert [x.logprob for x in spec.logprobs] == pytest.approx([x.logprob for x in plain.logprobs], abs=1e-5)
 
 
+@pytest.mark.slow
 def test_first_speculative_tokens_follow_the_target_distribution(model, smollm_tokenizer):
     """Chi-square: the first verified token (position 1: a draft accepted, or the residual draw after a
     rejection) is distributed as the target says, given the first token."""

@@ -93,6 +93,7 @@ def test_metadata_of_default_model(smollm_tokenizer):
     assert tok.chat_template.startswith("{% for message in messages %}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text", CORPUS)
 def test_encode_equals_transformers(smollm_tokenizer, reference, text):
     assert not _has_digit_after_spaces(text)

@@ -52,7 +52,10 @@ class ToolRequest:
         functions = [t["function"] for t in self.tools]
         if self.choice != "required":
             functions = [f for f in functions if f["name"] == self.choice]
-        return StructuredOutput.grammar(call_grammar(self.fmt, functions))
+        try:
+            return StructuredOutput.grammar(call_grammar(self.fmt, functions))
+        except TinyLLMError as exc:  # e.g. a function whose required arguments contain themselves
+            raise bad_request(f"tools: {clip(str(exc))}", "tools") from None
 
     def parse(self, text: str) -> ParsedOutput:
         parsed = parse_tool_calls(text, self.fmt)
