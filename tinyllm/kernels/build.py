@@ -34,7 +34,7 @@ FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-fPIC", "-s
 LINK_ONLY = {"-shared"}
 LIB_NAME = "libtinyllm_kernels.so"
 TIMEOUT_S = 600
-NOTICE = "tinyllm: building the CPU kernels for this machine, once (about a minute):"
+NOTICE = "tinyllm: building the CPU kernels for this machine, once (seconds to a minute):"
 
 
 def cache_root() -> Path:
