@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from helpers.model_files import random_tiny_llama, write_gguf
+from tinyllm.bench.cli import BENCHES
 
 
 def run(*args, input=None, timeout=120):
@@ -211,7 +212,7 @@ print(code, sorted(m for m in sys.modules if m == "torch" or m.startswith("torch
         (["--version"], 0),
         *[([command, "--help"], 0) for command in ("generate", "chat", "info", "perplexity", "serve", "worker")],
         (["bench", "--help"], 0),
-        (["bench", "serve", "--help"], 0),
+        *[(["bench", kind, "--help"], 0) for kind, _ in BENCHES],
         (["generate"], 2),
         (["generate", "hi", "--top-k", "many"], 2),
         (["generate", "hi", "--model", "/no/such/model.gguf"], 2),

@@ -24,10 +24,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model.attention import GQAttention
-from ..model.llama import LlamaForCausalLM
-from ..model.quant_linear import QuantLinear
-
 
 @dataclass(frozen=True)
 class Costs:
@@ -49,6 +45,9 @@ def _linear_macs(module) -> int:
 def costs(model) -> Costs | None:
     """The model's Costs, or None for a model this count does not cover (any but LlamaForCausalLM's families
     with grouped-query attention)."""
+    from ..model.attention import GQAttention  # here, so that `bench decode --help` imports no torch
+    from ..model.llama import LlamaForCausalLM
+
     if not isinstance(model, LlamaForCausalLM):
         return None
     layers = model.model.layers
@@ -104,6 +103,8 @@ def floor(model, requests: list[tuple[int, int, int]], gmacs: float | None) -> d
 
 def _stored_bytes(module) -> int:
     """Bytes of the module's weights as stored: quantized blocks and float parameters."""
+    from ..model.quant_linear import QuantLinear
+
     quant = sum(w.data.nbytes for m in module.modules() if isinstance(m, QuantLinear) for w in m.parts)
     return quant + sum(p.nbytes for p in module.parameters())
 
