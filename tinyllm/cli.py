@@ -7,6 +7,7 @@ the engine only once it is sure to run."""
 from __future__ import annotations
 
 import json
+import logging
 import sys
 
 from .cli_checks import (
@@ -21,10 +22,11 @@ from .cli_checks import (
 )
 from .cli_parser import build_parser as _build_parser
 from .distributed.cli_args import parallel_from_args, run_launched_worker
-from .errors import TinyLLMError
+from .errors import EngineDown, TinyLLMError
 
 EXIT_CUT_SHORT = 1  # structured output ended by --max-tokens or the context, so not whole (cli_parser.EXIT_STATUS)
 EXIT_USER_ERROR = 2
+EXIT_ENGINE_DOWN = 3  # a tensor-parallel rank died or went silent
 EXIT_INTERRUPTED = 130
 
 
@@ -270,12 +272,18 @@ def build_parser():
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.func in COMMANDS.values():  # a lost rank reaches these as EngineDown, printed once below
+        logging.getLogger("tinyllm.distributed").addHandler(logging.NullHandler())
     try:
         worker = run_launched_worker(args)  # torchrun started this process as a rank other than 0
         return args.func(args) if worker is None else worker
     except TinyLLMError as exc:
         print(f"tinyllm: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except EngineDown as exc:
+        print(flush=True)  # end the streamed text's line
+        print(f"tinyllm: error: {exc}", file=sys.stderr)
+        return EXIT_ENGINE_DOWN
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:

@@ -21,7 +21,8 @@ from .distributed.cli_args import add_parallel_args, add_worker_command
 
 EXIT_STATUS = """exit status: 0 done; 1 the output of --json-object or --json-schema is not whole JSON, as --max-tokens
 or the context cut it short (with --json also a --grammar or --regex output the model had not ended); 2 a
-mistake in the command or the files it names (one line on stderr); 130 interrupted."""
+mistake in the command or the files it names (one line on stderr); 3 the engine stopped: a tensor-parallel rank died
+or went silent (one line on stderr naming it); 130 interrupted."""
 
 CHAT_HELP = """Type a message and press Enter; the reply streams back. Ctrl-C stops a reply and returns to the
 prompt; Ctrl-C or Ctrl-D at the prompt quits. Commands: /reset forgets the conversation (the system message

@@ -3,6 +3,7 @@ themselves, the output equals one process's, and a size the heads do not divide 
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -50,3 +51,32 @@ def test_torchrun_starts_the_ranks_and_rank_0_drives(tiny_gguf):
     assert r.returncode == 0, r.stderr
     (line,) = r.stdout.strip().splitlines()  # rank 1 served as a worker and printed nothing
     assert json.loads(line)["ids"] == greedy_ids(tiny_gguf)
+
+
+def children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/task"), reason="finds the worker through /proc")
+def test_a_worker_killed_mid_generate_ends_the_command_with_one_line_naming_its_rank(tmp_path):
+    path = str(tmp_path / "long.gguf")
+    write_gguf(random_tiny_llama(31, max_position_embeddings=4096), path, quant_types={"weight": "Q8_0"})
+    cmd = [sys.executable, "-m", "tinyllm", "generate", "the tin", "--model", path, "--max-tokens", "4000"]
+    cmd += ["--ignore-eos", "--tensor-parallel-size", "2"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    driver = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        assert driver.stdout.read(1), driver.stderr.read().decode()  # text streams: the group is running
+        (worker,) = children(driver.pid)
+        os.kill(worker, signal.SIGKILL)
+        driver.wait(timeout=60)
+        err = driver.stderr.read().decode()
+        assert driver.returncode == 3, err
+        assert "Traceback" not in err
+        (line,) = [x for x in err.splitlines() if x.strip()]
+        assert line.startswith("tinyllm: error:") and "rank 1" in line, err
+    finally:
+        driver.kill()
+        driver.wait()
