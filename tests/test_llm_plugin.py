@@ -15,6 +15,7 @@ import torch
 
 from helpers.model_files import random_tiny_llama, write_hf_folder
 from tinyllm import LLM
+from tinyllm.cli_flags import CHAT_TEMPERATURE
 
 llm = pytest.importorskip("llm", reason="the llm command line tool is not installed (the test extra has it)")
 
@@ -83,7 +84,7 @@ def test_a_conversation_goes_on_with_its_history(run, folder, tiny):
         {"role": "assistant", "content": first},
         {"role": "user", "content": "Again"},
     ]
-    assert second == tiny.chat(history, max_tokens=5, seed=3).text + "\n"
+    assert second == tiny.chat(history, max_tokens=5, seed=3, temperature=CHAT_TEMPERATURE).text + "\n"  # the default
     logs = json.loads(run("logs", "-n", "2", "--json").stdout)
     assert len({entry["conversation_id"] for entry in logs}) == 1
 

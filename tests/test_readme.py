@@ -59,11 +59,11 @@ def readme_commands(kind: str) -> list[str]:
 
 
 def server_snippets() -> list[str]:
-    return [b for p in [README, *DOCS] for b in blocks(p, "python") if "base_url=" in b]
+    return [b for p in [README, *DOCS] for b in blocks(p, "python") if f"127.0.0.1:{README_PORT}" in b]
 
 
 def library_snippets() -> list[str]:
-    return [b for p in [README, *DOCS] for b in blocks(p, "python") if "base_url=" not in b]
+    return [b for p in [README, *DOCS] for b in blocks(p, "python") if f"127.0.0.1:{README_PORT}" not in b]
 
 
 def curl_snippets() -> list[str]:

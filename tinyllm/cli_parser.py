@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from . import __version__
 from .cli_flags import (
+    CHAT_TEMPERATURE,
     MAX_LOGPROBS,
     IntRange,
     Parser,
@@ -88,7 +89,7 @@ def add_chat(sub, run: Callable) -> None:
     )
     c.add_argument("--system", default=None, metavar="TEXT", help="the system message (default: none)")
     add_model_args(c)
-    add_sampling_args(c, temperature=0.7)
+    add_sampling_args(c, temperature=CHAT_TEMPERATURE)
     add_structured_args(c)
     add_engine_args(c)
     add_speculative_args(c)

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 import llm
 from pydantic import Field
 
+from tinyllm.cli_flags import CHAT_TEMPERATURE, DEFAULT_MAX_TOKENS
+
 PREFIX = "tinyllm"
 FRESH_SEED_LIMIT = 2**31
 
@@ -38,11 +40,15 @@ class TinyLLM(llm.Model):
     supports_schema = True
 
     class Options(llm.Options):
-        temperature: float | None = Field(None, description="Sampling temperature (0 is greedy; default 1)")
+        temperature: float | None = Field(
+            None, description=f"Sampling temperature (0 is greedy; default {CHAT_TEMPERATURE:g})"
+        )
         top_p: float | None = Field(None, description="Nucleus sampling: keep the most likely tokens up to this mass")
         top_k: int | None = Field(None, description="Keep only the k most likely tokens (0: all)")
         min_p: float | None = Field(None, description="Drop tokens less likely than min_p x the top token's")
-        max_tokens: int | None = Field(None, description="Most tokens to generate (default: to the end of context)")
+        max_tokens: int | None = Field(
+            None, description=f"Most tokens to generate (default {DEFAULT_MAX_TOKENS}, or what the context leaves)"
+        )
         seed: int | None = Field(None, description="Random seed; the same seed gives the same answer")
         stop: list[str] | None = Field(None, description="Stop before any of these strings")
         repetition_penalty: float | None = Field(None, description="Penalize tokens already in prompt or answer")
@@ -111,13 +117,14 @@ def _legacy_chain(prompt, conversation) -> list[tuple[str, str]]:
 
 
 def sampling_of(prompt) -> dict:
-    """SamplingParams keywords: the options given, a fresh seed unless one is, no length limit but the context's
-    unless max_tokens is given, and the schema as the answer's constraint."""
+    """SamplingParams keywords: the options given, else `tinyllm chat`'s defaults (temperature, max_tokens, which
+    the engine shortens to what the context leaves) and a fresh seed; the schema as the answer's constraint."""
     from tinyllm.sampling.structured import StructuredOutput
 
     values = {k: v for k, v in prompt.options.model_dump().items() if v is not None}
     values.setdefault("seed", secrets.randbelow(FRESH_SEED_LIMIT))
-    values.setdefault("max_tokens", None)
+    values.setdefault("temperature", CHAT_TEMPERATURE)
+    values.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
     if prompt.schema:
         values["structured"] = StructuredOutput.json_schema(prompt.schema)
     return values
