@@ -85,13 +85,13 @@ class ChatShaper(StreamShaper):
 
 async def chat_completion(body: ChatCompletionRequest, request: Request, ctx: Ready) -> Response:
     with nesting_is_400():
-        ids, params, seed, tools = await _prepared(body, ctx)
+        ids, params, seed, tools = await prepare_chat(body, ctx)
     group = RequestGroup(ctx.engine, len(params))
     await start_group(group, [(ids, p) for p in params], PROMPT_PARAM)
     return await owned(group, _answer(body, request, ctx, group, len(ids), seed, tools))
 
 
-async def _prepared(body: ChatCompletionRequest, ctx: Ready):
+async def prepare_chat(body: ChatCompletionRequest, ctx: Ready):
     """The prompt's ids, one SamplingParams per choice, the seed and the tools; a 400 for what is wrong."""
     ctx.check_model(body.model)
     check_supported(body, CHAT_FIELDS)

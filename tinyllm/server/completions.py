@@ -103,7 +103,7 @@ class CompletionShaper(StreamShaper):
 
 async def completion(body: CompletionRequest, request: Request, ctx: Ready) -> Response:
     with nesting_is_400():
-        prompts, params, seed = await _prepared(body, ctx)
+        prompts, params, seed = await prepare_completion(body, ctx)
     n = len(params)
     jobs = [(ids, p) for ids in prompts for p in params]
     group = RequestGroup(ctx.engine, len(jobs))
@@ -112,7 +112,7 @@ async def completion(body: CompletionRequest, request: Request, ctx: Ready) -> R
     return await owned(group, _answer(body, request, ctx, group, choices, seed, prompts))
 
 
-async def _prepared(body: CompletionRequest, ctx: Ready):
+async def prepare_completion(body: CompletionRequest, ctx: Ready):
     """Each prompt's ids, one SamplingParams per choice of a prompt, and the seed; a 400 for what is wrong."""
     ctx.check_model(body.model)
     check_supported(body, COMPLETION_FIELDS)

@@ -22,8 +22,8 @@ from ...model.pooling import Pooling
 from ...sampling.params import SamplingParams
 from ..admission import context_error
 from ..body import chat_counts, parse_body
-from ..chat import _prepared as prepare_chat
-from ..completions import _prepared as prepare_completion
+from ..chat import prepare_chat
+from ..completions import prepare_completion
 from ..embeddings import Embedder, check_dimensions, split_inputs
 from ..errors import APIError, bad_request, nesting_is_400, validation_error
 from ..prompts import encode_text
