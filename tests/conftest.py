@@ -11,9 +11,9 @@ def default_model_path():
 @pytest.fixture(scope="session")
 def smollm_tokenizer(default_model_path):
     """Our tokenizer built from the default model's GGUF metadata."""
-    from tinyllm.text.tokenizer import Tokenizer
+    from tinyllm.loading.gguf_tokenizer import gguf_tokenizer
 
-    return Tokenizer.from_gguf(default_model_path)
+    return gguf_tokenizer(default_model_path)
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,7 @@
-"""The package's imports flow one way: server/cli/bench -> llm -> engine (and the reference loop) ->
-{speculative, model, cache, sampling, text} -> loading; no module imports one that imports it back."""
+"""The package's imports flow one way, down these layers (LAYERS): the fronts (server, CLI, bench, the llm
+plugin) -> llm -> distributed -> engine (and the reference loop) -> speculative -> loading (and embedding) ->
+{model, cache, sampling, text} -> kernels -> config, errors, outputs; no module imports one that imports it
+back."""
 
 import ast
 from pathlib import Path
@@ -53,8 +55,49 @@ def test_no_import_cycles():
             visit(m, [m])
 
 
+LAYERS = [  # lowest first; a module imports only from its own layer or below
+    ("config", "errors", "outputs"),
+    ("kernels",),
+    ("model", "cache", "sampling", "text"),
+    ("loading", "embedding"),
+    ("speculative",),
+    ("engine", "reference"),
+    ("distributed",),
+    ("llm", "perplexity"),
+    ("server", "cli", "cli_chat", "cli_checks", "cli_flags", "cli_parser", "bench", "llm_plugin", "smollm2_plugin"),
+]
+
+
+def layer_of(module: str) -> int:
+    top = module.split(".")[1]
+    (found,) = [i for i, names in enumerate(LAYERS) if top in names] or [None]
+    assert found is not None, f"{module} is in no layer of LAYERS"
+    return found
+
+
+def test_every_module_imports_from_its_layer_or_below():
+    for m, deps in graph().items():
+        if m == "tinyllm.__main__":
+            continue
+        for d in deps:
+            assert layer_of(d) <= layer_of(m), f"{m} reaches up to {d}"
+
+
+def test_text_and_model_never_read_files_through_loading():
+    for m, deps in graph().items():
+        if m.startswith(("tinyllm.text", "tinyllm.model", "tinyllm.kernels", "tinyllm.sampling", "tinyllm.cache")):
+            assert not any(d.startswith("tinyllm.loading") for d in deps), m
+
+
 def test_imports_flow_downwards():
-    top = ("tinyllm.server", "tinyllm.cli", "tinyllm.bench", "tinyllm.__main__")
+    top = (
+        "tinyllm.server",
+        "tinyllm.cli",
+        "tinyllm.bench",
+        "tinyllm.__main__",
+        "tinyllm.llm_plugin",
+        "tinyllm.smollm2_plugin",
+    )
     for m, deps in graph().items():
         for d in deps:
             assert not d.startswith(top) or m.startswith(top), f"{m} reaches up to {d}"

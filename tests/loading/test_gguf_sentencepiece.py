@@ -13,6 +13,7 @@ import pytest
 from helpers.family_models import hf_model, write_family_gguf
 from helpers.spm_vocab import train_spm
 from tinyllm import LLM
+from tinyllm.loading.gguf_tokenizer import gguf_tokenizer
 from tinyllm.text.tokenizer import Tokenizer
 
 PADDING = 4  # "[PAD{i}]" pieces the converter adds when the model's vocabulary is larger
@@ -81,9 +82,9 @@ def test_same_tokenizer_from_the_file_and_from_its_metadata(fam):
     from tinyllm.loading.gguf_file import open_gguf
 
     text = "Emoji 😀 the 한국어"
-    assert Tokenizer.from_gguf(fam.path).encode(text) == Tokenizer.from_gguf_metadata(
-        open_gguf(fam.path).metadata
-    ).encode(text)
+    assert gguf_tokenizer(fam.path).encode(text) == Tokenizer.from_gguf_metadata(open_gguf(fam.path).metadata).encode(
+        text
+    )
 
 
 def test_structured_output_over_the_sentencepiece_vocabulary(fam):

@@ -18,6 +18,8 @@ import time
 
 import httpx
 
+from tinyllm.loading.gguf_tokenizer import gguf_tokenizer
+
 CONTEXT = 8192
 POLL_S = 0.02
 
@@ -29,13 +31,12 @@ def serve(port: int) -> None:
     from tinyllm.loading.default_model import default_model_path
     from tinyllm.server import create_app
     from tinyllm.server.runner import ServerThread
-    from tinyllm.text.tokenizer import Tokenizer
 
     sys.path.insert(0, "tests")
     from helpers.tiny_models import tiny_llama
 
     torch.set_num_threads(1)
-    tok = Tokenizer.from_gguf(default_model_path())
+    tok = gguf_tokenizer(default_model_path())
     llm = LLM.from_parts(tiny_llama(0, vocab_size=tok.vocab_size, max_position_embeddings=CONTEXT), tok)
     with ServerThread(create_app(llm, num_blocks=1024), port=port):
         threading.Event().wait()

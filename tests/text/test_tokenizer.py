@@ -13,6 +13,7 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from tinyllm.errors import TinyLLMError
 from tinyllm.loading.gguf_file import GGUFFile
+from tinyllm.loading.gguf_tokenizer import gguf_tokenizer
 from tinyllm.text.pretokenizers import PRE_TOKENIZERS
 from tinyllm.text.tokenizer import Tokenizer
 
@@ -436,13 +437,13 @@ def test_from_gguf_metadata_each_pre_tokenizer(pre):
 
 def test_from_gguf_accepts_opened_file():
     metadata, ids = _tiny_metadata("smollm")
-    tok = Tokenizer.from_gguf(GGUFFile(path="tiny.gguf", metadata=metadata, tensors={}))
+    tok = gguf_tokenizer(GGUFFile(path="tiny.gguf", metadata=metadata, tensors={}))
     assert tok.encode("hello") == [ids["hello"]]
 
 
 def test_from_gguf_missing_file(tmp_path):
     with pytest.raises(TinyLLMError, match="does not exist"):
-        Tokenizer.from_gguf(tmp_path / "missing.gguf")
+        gguf_tokenizer(tmp_path / "missing.gguf")
 
 
 def test_gguf_add_bos_token_flag_wins():

@@ -175,7 +175,7 @@ def _load_gguf(path: str, dtype, device, options: WeightOptions) -> LoadedModel:
             f"{', '.join(quantized)} tensors"
         )
     native = options.native_on(device)
-    tokenizer = Tokenizer.from_gguf(g)
+    tokenizer = Tokenizer.from_gguf_metadata(g.metadata)
     types: dict[str, int] = {}
     for name in g.tensors:
         types[g.tensor_type(name)] = types.get(g.tensor_type(name), 0) + 1

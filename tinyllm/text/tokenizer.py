@@ -72,15 +72,6 @@ class Tokenizer:
     # ---- construction -------------------------------------------------------------------
 
     @classmethod
-    def from_gguf(cls, path_or_gguffile: Any) -> Tokenizer:
-        """From a GGUF file, given as a path or an already opened GGUFFile."""
-        # Imported here so the loading package may import this module without a cycle.
-        from ..loading.gguf_file import GGUFFile, open_gguf
-
-        gguf = path_or_gguffile if isinstance(path_or_gguffile, GGUFFile) else open_gguf(path_or_gguffile)
-        return cls.from_gguf_metadata(gguf.metadata)
-
-    @classmethod
     def from_gguf_metadata(cls, metadata: dict) -> Tokenizer:
         """From GGUF metadata (llama.cpp's tokenizer.ggml.* keys): byte-level BPE ("gpt2") or
         SentencePiece BPE ("llama")."""
