@@ -246,8 +246,8 @@ def test_stop_takes_backslash_escapes_as_the_shell_passes_them(tiny_gguf):
 
 @pytest.mark.slow
 def test_max_tokens_past_the_context_is_refused_with_the_servers_message(tiny_gguf):
-    from tinyllm.server.admission import PromptLimits
-    from tinyllm.server.errors import APIError
+    from tinyllm.server.checks.admission import PromptLimits
+    from tinyllm.server.wire.errors import APIError
 
     r = run("generate", "the tin", "--model", tiny_gguf, "--max-tokens", "125")
     assert r.returncode == 2 and "Traceback" not in r.stderr

@@ -11,9 +11,9 @@ import pytest
 from helpers.tiny_models import tiny_llama
 from tinyllm import LLM, SamplingParams
 from tinyllm.distributed.config import ParallelConfig
+from tinyllm.engine.async_engine import Accepted, AsyncEngine, EngineStopped, Failed, Sink
 from tinyllm.errors import EngineDown
-from tinyllm.server.async_engine import Accepted, AsyncEngine, EngineStopped, Failed, Sink
-from tinyllm.server.serving import engine_error
+from tinyllm.server.endpoints.serving import engine_error
 
 LONG = SamplingParams(temperature=0, max_tokens=200, ignore_eos=True)
 DEADLINE_S = 30  # the bound on noticing a lost worker

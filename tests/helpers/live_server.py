@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tinyllm.server.runner import free_port
+from tinyllm.server.transport.server_thread import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

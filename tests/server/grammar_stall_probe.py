@@ -27,7 +27,7 @@ def serve(port: int) -> None:
 
     from tinyllm import LLM
     from tinyllm.server import create_app
-    from tinyllm.server.runner import ServerThread
+    from tinyllm.server.transport.server_thread import ServerThread
 
     torch.set_num_threads(1)
     with ServerThread(create_app(LLM()), port=port):
@@ -119,7 +119,7 @@ def probe(url: str, name: str, body: dict) -> None:
 
 
 def main() -> None:
-    from tinyllm.server.runner import free_port
+    from tinyllm.server.transport.server_thread import free_port
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

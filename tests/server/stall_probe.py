@@ -30,7 +30,7 @@ def serve(port: int) -> None:
     from tinyllm import LLM
     from tinyllm.loading.default_model import default_model_path
     from tinyllm.server import create_app
-    from tinyllm.server.runner import ServerThread
+    from tinyllm.server.transport.server_thread import ServerThread
 
     sys.path.insert(0, "tests")
     from helpers.tiny_models import tiny_llama
@@ -88,7 +88,7 @@ def probe(url: str, name: str, raw: bytes) -> None:
 
 
 def main() -> None:
-    from tinyllm.server.runner import free_port
+    from tinyllm.server.transport.server_thread import free_port
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

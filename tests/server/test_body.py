@@ -9,8 +9,8 @@ import pytest
 from helpers.tiny_models import tiny_llama
 from tinyllm import LLM
 from tinyllm.server import create_app
-from tinyllm.server.protocol import ChatCompletionRequest, CompletionRequest
-from tinyllm.server.runner import ServerThread
+from tinyllm.server.transport.server_thread import ServerThread
+from tinyllm.server.wire.protocol import ChatCompletionRequest, CompletionRequest
 
 CONTEXT = 128
 CHAT = [{"role": "user", "content": "Hi"}]

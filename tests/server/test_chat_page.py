@@ -12,7 +12,7 @@ import pytest
 from helpers.bigram_model import scripted_llama
 from tinyllm import LLM
 from tinyllm.server import create_app
-from tinyllm.server.runner import ServerThread
+from tinyllm.server.transport.server_thread import ServerThread
 
 try:
     from selenium import webdriver

@@ -5,8 +5,8 @@ import logging
 import subprocess
 import sys
 
-from tinyllm.server.client_text import ClippedFormatter, clip, clip_traceback
-from tinyllm.server.limits import MAX_LOGGED_CHARS
+from tinyllm.server.transport.limits import MAX_LOGGED_CHARS
+from tinyllm.server.wire.client_text import ClippedFormatter, clip, clip_traceback
 
 GRAMMAR = "start: " + " | ".join(f'"w{i}"' for i in range(40_000))  # ~400 KB of a client's grammar
 
@@ -43,7 +43,7 @@ def test_serve_logging_config_clips_engine_log_lines():
     # A process of its own: the configuration is global to the process that installs it, as in `tinyllm serve`.
     code = (
         "import logging, logging.config\n"
-        "from tinyllm.server.client_text import log_config\n"
+        "from tinyllm.server.wire.client_text import log_config\n"
         "logging.config.dictConfig(log_config('info'))\n"
         "logging.getLogger('tinyllm.engine.isolation').warning('request r1: %s', 'g' * 400_000)\n"
     )

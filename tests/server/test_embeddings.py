@@ -13,8 +13,8 @@ import torch
 from helpers.tiny_models import tiny_llama
 from tinyllm import LLM
 from tinyllm.server import create_app
-from tinyllm.server.embeddings import MAX_INPUTS, MAX_TOTAL_TOKENS
-from tinyllm.server.runner import ServerThread
+from tinyllm.server.endpoints.embeddings import MAX_INPUTS, MAX_TOTAL_TOKENS
+from tinyllm.server.transport.server_thread import ServerThread
 
 MODEL = "tiny"
 TEXTS = ["The cat sat on the mat.", "A dog.", "x" * 300]

@@ -16,8 +16,8 @@ from tinyllm import LLM
 from tinyllm.errors import TinyLLMError
 from tinyllm.server import create_app
 from tinyllm.server.cli import allowed_hosts
-from tinyllm.server.hosts import LOOPBACK_NAMES, HostAllowList, default_allowed_hosts, parse_allowed_hosts
-from tinyllm.server.runner import ServerThread
+from tinyllm.server.transport.hosts import LOOPBACK_NAMES, HostAllowList, default_allowed_hosts, parse_allowed_hosts
+from tinyllm.server.transport.server_thread import ServerThread
 
 
 @pytest.fixture(scope="module")

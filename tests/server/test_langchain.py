@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 from helpers.tiny_models import tiny_llama
 from tinyllm import LLM
 from tinyllm.server import create_app
-from tinyllm.server.runner import ServerThread
+from tinyllm.server.transport.server_thread import ServerThread
 
 langchain_openai = pytest.importorskip("langchain_openai")
 messages = pytest.importorskip("langchain_core.messages")

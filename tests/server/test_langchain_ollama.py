@@ -10,7 +10,7 @@ from helpers.bigram_model import scripted_llama
 from helpers.tiny_models import tiny_llama
 from tinyllm import LLM
 from tinyllm.server import create_app
-from tinyllm.server.runner import ServerThread
+from tinyllm.server.transport.server_thread import ServerThread
 
 langchain_ollama = pytest.importorskip("langchain_ollama")
 

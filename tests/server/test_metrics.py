@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from helpers.tiny_models import tiny_llama
 from tinyllm import LLM
 from tinyllm.server import create_app
-from tinyllm.server.runner import ServerThread
+from tinyllm.server.transport.server_thread import ServerThread
 
 PHASES = (
     "tinyllm_e2e_request_latency_seconds",

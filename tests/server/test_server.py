@@ -11,7 +11,7 @@ import pytest
 from helpers.tiny_models import tiny_llama
 from tinyllm import LLM
 from tinyllm.server import create_app
-from tinyllm.server.runner import ServerThread
+from tinyllm.server.transport.server_thread import ServerThread
 
 MODEL = "tiny"
 KEY = "test-key"

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from helpers.tiny_models import tiny_llama
 from tinyllm import LLM
 from tinyllm.server import create_app
-from tinyllm.server.runner import ServerThread
+from tinyllm.server.transport.server_thread import ServerThread
 
 CONTEXT = 192  # a short context bounds every generation, however large the max_tokens drawn
 

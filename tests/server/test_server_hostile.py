@@ -14,10 +14,10 @@ from helpers.tiny_models import tiny_llama
 from tinyllm import LLM
 from tinyllm.sampling.constraint import Constraint, GrammarError
 from tinyllm.sampling.structured import StructuredOutput
-from tinyllm.server import chat as chat_module
 from tinyllm.server import create_app
-from tinyllm.server.limits import MAX_CHOICES, MAX_GRAMMAR_BYTES, MAX_JSON_DEPTH, MAX_TOOLS
-from tinyllm.server.runner import ServerThread
+from tinyllm.server.endpoints import chat as chat_module
+from tinyllm.server.transport.limits import MAX_CHOICES, MAX_GRAMMAR_BYTES, MAX_JSON_DEPTH, MAX_TOOLS
+from tinyllm.server.transport.server_thread import ServerThread
 
 CONTEXT = 256
 CHAT = [{"role": "user", "content": "Hi"}]

@@ -11,9 +11,9 @@ import pytest
 from helpers.tiny_models import tiny_llama
 from tinyllm import LLM
 from tinyllm.server import create_app
-from tinyllm.server.admission import MAX_STOP_CHARS, MAX_STOP_STRINGS
-from tinyllm.server.runner import ServerThread
-from tinyllm.server.slow_clients import ConnectionLimits
+from tinyllm.server.checks.admission import MAX_STOP_CHARS, MAX_STOP_STRINGS
+from tinyllm.server.transport.server_thread import ServerThread
+from tinyllm.server.transport.slow_clients import ConnectionLimits
 
 CONTEXT = 256
 CHAT = [{"role": "user", "content": "Hi"}]

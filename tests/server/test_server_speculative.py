@@ -5,7 +5,7 @@ import openai
 from helpers.tiny_models import tiny_llama
 from tinyllm import LLM
 from tinyllm.server import create_app
-from tinyllm.server.runner import ServerThread
+from tinyllm.server.transport.server_thread import ServerThread
 from tinyllm.speculative.proposer import SpeculativeConfig
 
 PROMPT = "one two three one two three one two"

@@ -6,8 +6,8 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tinyllm.server.tool_stream import ToolCallStream, call_deltas
-from tinyllm.server.tools import ToolRequest
+from tinyllm.server.checks.tools import ToolRequest
+from tinyllm.server.wire.tool_stream import ToolCallStream, call_deltas
 from tinyllm.text.tool_calls import FORMATS, HERMES
 
 CALLS = [{"name": "f", "arguments": {"x": "a b"}}, {"name": "g", "arguments": {}}]

@@ -134,7 +134,7 @@ def test_padding_pieces_keep_the_ids_and_are_never_produced():
 
 
 def test_token_text_and_bytes_keep_the_pieces_space(pair):
-    from tinyllm.server.logprobs import TokenTexts
+    from tinyllm.server.wire.logprobs import TokenTexts
 
     sp, tok = pair
     the, e2 = sp.PieceToId("▁the"), sp.PieceToId("<0xE2>")

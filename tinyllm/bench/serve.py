@@ -143,7 +143,7 @@ def measure(llm, args, work: list) -> tuple[list[dict], list[dict]]:
     """Each concurrency through the server, then through an in-process Engine of the same settings; the
     levels alternate so that both sides see the same machine load, and each side keeps one engine across
     levels so that both have the same prefix-cache history."""
-    from ..server.runner import free_port
+    from ..server.transport.server_thread import free_port
 
     port = args.port or free_port()
     url = f"http://127.0.0.1:{port}"

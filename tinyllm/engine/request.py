@@ -140,17 +140,17 @@ class Request:
 
 
 @dataclass
-class Accepted:
+class AcceptedTokens:
     text: str = ""
     num_new: int = 0
     finish: RequestStatus | None = None  # set when the request is done
 
 
-def accept_tokens(req: Request, results: list[SampleResult], now: float) -> Accepted:
+def accept_tokens(req: Request, results: list[SampleResult], now: float) -> AcceptedTokens:
     """Append sampled tokens in order until one ends the request: a stop id (never emitted), a stop string
     (text cut before it; with min_tokens, found only from the min_tokens-th token's text on), or the budget.
     On the end, the decoder's tail and held-back text are flushed."""
-    out = Accepted()
+    out = AcceptedTokens()
     req.times.first_token = req.times.first_token or now
     for r in results:
         if r.token in req.stop_ids:

@@ -19,7 +19,14 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from .. import __version__
-from .body import (
+from .endpoints.chat import chat_completion
+from .endpoints.completions import completion
+from .endpoints.responses import create_response
+from .endpoints.tokenization import add_tokenizer_routes
+from .metrics import CONTENT_TYPE, ServerMetrics
+from .state import Ready, ServerState
+from .surfaces import add_local_routes
+from .transport.body import (
     add_body_schemas,
     chat_counts,
     completion_counts,
@@ -27,14 +34,12 @@ from .body import (
     request_body_doc,
     responses_counts,
 )
-from .body_limit import BodyLimit
-from .chat import chat_completion
-from .completions import completion
-from .errors import APIError, install_error_handlers
-from .hosts import HostAllowList
-from .limits import MAX_BODY_BYTES
-from .metrics import CONTENT_TYPE, ServerMetrics
-from .protocol import (
+from .transport.body_limit import BodyLimit
+from .transport.hosts import HostAllowList
+from .transport.limits import MAX_BODY_BYTES
+from .transport.slow_clients import ConnectionLimits
+from .wire.errors import APIError, install_error_handlers
+from .wire.protocol import (
     ChatCompletionChunk,
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -46,11 +51,6 @@ from .protocol import (
     ResponsesRequest,
     TokenizeRequest,
 )
-from .responses import create_response
-from .slow_clients import ConnectionLimits
-from .state import Ready, ServerState
-from .surfaces import add_local_routes
-from .tokenization import add_tokenizer_routes
 
 
 def _auth_dependency(api_key: str | None):

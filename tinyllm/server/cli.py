@@ -106,7 +106,7 @@ def engine_options(args) -> dict:
 
 
 def connection_limits(args):
-    from .slow_clients import ConnectionLimits
+    from .transport.slow_clients import ConnectionLimits
 
     try:
         return ConnectionLimits(
@@ -123,7 +123,7 @@ def connection_limits(args):
 
 
 def allowed_hosts(args) -> tuple[str, ...] | None:
-    from .hosts import default_allowed_hosts, parse_allowed_hosts
+    from .transport.hosts import default_allowed_hosts, parse_allowed_hosts
 
     if args.allowed_hosts is None:
         return default_allowed_hosts(args.host)
@@ -176,8 +176,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         limits=limits,
         **options,
     )
-    from .client_text import log_config
-    from .slow_clients import uvicorn_options
+    from .transport.slow_clients import uvicorn_options
+    from .wire.client_text import log_config
 
     # On Ctrl-C, streams still open get a few seconds to end; then they are cut (and their requests aborted).
     uvicorn.run(

@@ -17,7 +17,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from .async_engine import EngineState, Live, Observer
+from ..engine.async_engine import EngineState, Live, Observer
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 

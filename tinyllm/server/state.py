@@ -8,11 +8,11 @@ import os
 import threading
 from dataclasses import dataclass
 
-from .admission import PromptLimits, max_token_chars
-from .async_engine import AsyncEngine
-from .errors import APIError
-from .logprobs import TokenTexts
+from ..engine.async_engine import AsyncEngine
+from .checks.admission import PromptLimits, max_token_chars
 from .metrics import ServerMetrics
+from .wire.errors import APIError
+from .wire.logprobs import TokenTexts
 
 log = logging.getLogger("tinyllm.server")
 

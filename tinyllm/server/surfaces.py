@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from .body import add_body_schemas
-from .chat_page import add_chat_page
-from .embeddings import Embedder, EmbeddingRequest, add_embedding_routes
+from .endpoints.chat_page import add_chat_page
+from .endpoints.embeddings import Embedder, EmbeddingRequest, add_embedding_routes
 from .ollama import add_ollama_routes
+from .transport.body import add_body_schemas
 
 
 def add_local_routes(app: FastAPI, auth: list, ready) -> None:

@@ -19,12 +19,12 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ...sampling.params import SamplingParams
-from ..group import RequestGroup
-from ..logprobs import TokenTexts, chat_logprobs
-from ..serving import Choice, ClientGone, client_gone_response, collect, engine_error, start_group
+from ..checks.tools import ToolRequest
+from ..endpoints.request_group import RequestGroup
+from ..endpoints.serving import Choice, ClientGone, client_gone_response, collect, engine_error, start_group
 from ..state import Ready
-from ..tool_stream import ToolCallStream
-from ..tools import ToolRequest
+from ..wire.logprobs import TokenTexts, chat_logprobs
+from ..wire.tool_stream import ToolCallStream
 from .protocol import STREAM_MEDIA_TYPE, created_at, nanos
 
 

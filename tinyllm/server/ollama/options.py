@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import bad_request
-from ..sampling import per_choice
-from ..unsupported import Unsupported, field_table, is_one_of
+from ..checks.sampling_params import per_choice
+from ..checks.unsupported import Unsupported, field_table, is_one_of
+from ..wire.errors import bad_request
 
 # Ollama's option -> (the OpenAI request field, and SamplingParams field, it sets; the JSON type it must have)
 SAMPLING = {

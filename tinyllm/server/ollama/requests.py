@@ -14,9 +14,9 @@ import json
 import re
 from typing import Any
 
-from ..client_text import clip
-from ..errors import APIError, bad_request
-from ..protocol import ChatCompletionRequest, CompletionRequest
+from ..wire.client_text import clip
+from ..wire.errors import APIError, bad_request
+from ..wire.protocol import ChatCompletionRequest, CompletionRequest
 from .options import Sampling
 from .protocol import ChatBody, GenerateBody, Message
 

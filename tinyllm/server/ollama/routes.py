@@ -20,14 +20,14 @@ from starlette.exceptions import HTTPException
 
 from ...model.pooling import Pooling
 from ...sampling.params import SamplingParams
-from ..admission import context_error
-from ..body import chat_counts, parse_body
-from ..chat import prepare_chat
-from ..completions import prepare_completion
-from ..embeddings import Embedder, check_dimensions, split_inputs
-from ..errors import APIError, bad_request, nesting_is_400, validation_error
-from ..prompts import encode_text
+from ..checks.admission import context_error
+from ..checks.prompts import encode_text
+from ..endpoints.chat import prepare_chat
+from ..endpoints.completions import prepare_completion
+from ..endpoints.embeddings import Embedder, check_dimensions, split_inputs
 from ..state import Ready
+from ..transport.body import chat_counts, parse_body
+from ..wire.errors import APIError, bad_request, nesting_is_400, validation_error
 from . import models
 from .answer import Job, Shape, answer, load_answer
 from .options import Sampling, sampling_of

@@ -20,14 +20,14 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
-from ..embedding import check_embeddable, pooling_of
-from ..errors import TinyLLMError
-from ..model.pooling import Pooling, embed_ids
-from .admission import PromptLimits, context_error
-from .body import parse_body, request_body_doc
-from .errors import bad_request
-from .prompts import encode_text
-from .state import Ready
+from ...embedding import check_embeddable, pooling_of
+from ...errors import TinyLLMError
+from ...model.pooling import Pooling, embed_ids
+from ..checks.admission import PromptLimits, context_error
+from ..checks.prompts import encode_text
+from ..state import Ready
+from ..transport.body import parse_body, request_body_doc
+from ..wire.errors import bad_request
 
 MAX_INPUTS = 2048  # inputs in one request, as OpenAI's API allows
 MAX_TOTAL_TOKENS = 1 << 16  # tokens of all inputs together: bounds one request's work

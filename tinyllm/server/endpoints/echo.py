@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .logprobs import TokenTexts, completion_logprobs
-from .protocol import CompletionLogprobs, PromptTokenLogprob
+from ..wire.logprobs import TokenTexts, completion_logprobs
+from ..wire.protocol import CompletionLogprobs, PromptTokenLogprob
 
 
 def echo_text(tokenizer, prompt) -> str:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import secrets
 from dataclasses import fields
 
-from ..errors import TinyLLMError
-from ..sampling.logit_bias import check_logit_bias_ids
-from ..sampling.params import SamplingParams
-from ..text.stop_automaton import compile_stops
+from ...errors import TinyLLMError
+from ...sampling.logit_bias import check_logit_bias_ids
+from ...sampling.params import SamplingParams
+from ...text.stop_automaton import compile_stops
+from ..wire.errors import APIError, bad_request
+from ..wire.protocol import ChatCompletionRequest, CompletionRequest
 from .admission import check_stops
-from .errors import APIError, bad_request
-from .protocol import ChatCompletionRequest, CompletionRequest
 
 # Fresh seeds stay below 2**31: exact in every JSON parser, and seed + i stays a valid seed.
 FRESH_SEED_LIMIT = 2**31

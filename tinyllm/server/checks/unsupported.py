@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import bad_request
+from ..wire.errors import bad_request
 
 
 @dataclass(frozen=True)

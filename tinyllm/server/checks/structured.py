@@ -15,12 +15,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import TinyLLMError
-from ..sampling.structured import StructuredOutput
-from .client_text import clip
-from .errors import bad_request
-from .json_depth import nests_deeper_than
-from .limits import MAX_CHOICE_BYTES, MAX_CHOICES, MAX_GRAMMAR_BYTES, MAX_JSON_DEPTH
+from ...errors import TinyLLMError
+from ...sampling.structured import StructuredOutput
+from ..transport.json_depth import nests_deeper_than
+from ..transport.limits import MAX_CHOICE_BYTES, MAX_CHOICES, MAX_GRAMMAR_BYTES, MAX_JSON_DEPTH
+from ..wire.client_text import clip
+from ..wire.errors import bad_request
 
 S = StructuredOutput
 

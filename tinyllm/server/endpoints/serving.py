@@ -14,11 +14,11 @@ from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel
 
-from ..errors import TinyLLMError
-from .async_engine import EngineFault, EngineStopped
-from .errors import APIError, bad_request
-from .group import RequestGroup
-from .protocol import PromptTokensDetails, Usage
+from ...engine.async_engine import EngineFault, EngineStopped
+from ...errors import TinyLLMError
+from ..wire.errors import APIError, bad_request
+from ..wire.protocol import PromptTokensDetails, Usage
+from .request_group import RequestGroup
 
 log = logging.getLogger("tinyllm.server")
 

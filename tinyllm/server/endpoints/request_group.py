@@ -12,7 +12,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
-from .async_engine import Accepted, AsyncEngine, Failed, Sink
+from ...engine.async_engine import Accepted, AsyncEngine, Failed, Sink
 
 
 class RequestGroup:

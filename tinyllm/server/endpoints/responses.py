@@ -14,11 +14,13 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
-from .errors import bad_request, nesting_is_400
-from .group import RequestGroup
-from .prompts import chat_prompt_ids
-from .protocol import ChatMessage, ResponsesRequest
-from .response_shapes import (
+from ..checks.prompts import chat_prompt_ids
+from ..checks.sampling_params import fresh_seed, per_choice
+from ..checks.unsupported import field_table, is_one_of
+from ..state import Ready
+from ..wire.errors import bad_request, nesting_is_400
+from ..wire.protocol import ChatMessage, ResponsesRequest
+from ..wire.response_shapes import (
     ResponseMeta,
     closing_events,
     delta_event,
@@ -27,10 +29,8 @@ from .response_shapes import (
     opening_events,
     usage,
 )
-from .sampling import fresh_seed, per_choice
+from .request_group import RequestGroup
 from .serving import Choice, ClientGone, EventStream, client_gone_response, collect, engine_error, owned, start_group
-from .state import Ready
-from .unsupported import field_table, is_one_of
 
 PROMPT_PARAM = "input"
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}

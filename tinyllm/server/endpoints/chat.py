@@ -9,11 +9,15 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from .errors import bad_request, nesting_is_400
-from .group import RequestGroup
-from .logprobs import TokenTexts, chat_logprobs
-from .prompts import chat_prompt_ids
-from .protocol import (
+from ..checks.prompts import chat_prompt_ids
+from ..checks.sampling_params import chat_params, check_vocab, fresh_seed, per_choice, prepare_stops
+from ..checks.structured import compile_structured, structured_from
+from ..checks.tools import ToolRequest, compile_tools, tool_calls_of, tools_from
+from ..checks.unsupported import CHAT_FIELDS, check_supported
+from ..state import Ready
+from ..wire.errors import bad_request, nesting_is_400
+from ..wire.logprobs import TokenTexts, chat_logprobs
+from ..wire.protocol import (
     AssistantMessage,
     ChatChoice,
     ChatCompletionChunk,
@@ -22,7 +26,8 @@ from .protocol import (
     ChatStreamChoice,
     Delta,
 )
-from .sampling import chat_params, check_vocab, fresh_seed, per_choice, prepare_stops
+from ..wire.tool_stream import ToolCallStream, call_deltas
+from .request_group import RequestGroup
 from .serving import (
     Choice,
     ClientGone,
@@ -34,11 +39,6 @@ from .serving import (
     stream,
     usage_of,
 )
-from .state import Ready
-from .structured import compile_structured, structured_from
-from .tool_stream import ToolCallStream, call_deltas
-from .tools import ToolRequest, compile_tools, tool_calls_of, tools_from
-from .unsupported import CHAT_FIELDS, check_supported
 
 PROMPT_PARAM = "messages"
 

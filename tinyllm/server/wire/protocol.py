@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
-from .. import __version__
-from .limits import MAX_N, MAX_TOP_LOGPROBS
+from ... import __version__
+from ..transport.limits import MAX_N, MAX_TOP_LOGPROBS
 
 # Names the code that produced an answer; OpenAI's clients read it from every response and chunk.
 SYSTEM_FINGERPRINT = f"tinyllm-{__version__}"

@@ -26,9 +26,9 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from pydantic.json_schema import models_json_schema
 
-from .admission import PromptLimits
-from .client_text import clip
-from .errors import bad_request
+from ..checks.admission import PromptLimits
+from ..wire.client_text import clip
+from ..wire.errors import bad_request
 from .json_depth import deep_field, nests_deeper_than
 from .limits import MAX_JSON_DEPTH, MAX_PROMPTS
 

@@ -15,13 +15,13 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import TinyLLMError
-from ..sampling.structured import StructuredOutput
-from ..text.tool_calls import ParsedOutput, ToolCallFormat, call_grammar, detect_format, parse_tool_calls
-from .client_text import clip
-from .errors import bad_request
-from .limits import MAX_GRAMMAR_BYTES, MAX_TOOLS
-from .protocol import FunctionCall, ToolCall
+from ...errors import TinyLLMError
+from ...sampling.structured import StructuredOutput
+from ...text.tool_calls import ParsedOutput, ToolCallFormat, call_grammar, detect_format, parse_tool_calls
+from ..transport.limits import MAX_GRAMMAR_BYTES, MAX_TOOLS
+from ..wire.client_text import clip
+from ..wire.errors import bad_request
+from ..wire.protocol import FunctionCall, ToolCall
 
 CHOICES = ("none", "auto", "required")
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for function names

@@ -13,13 +13,16 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
+from ..checks.prompts import check_prompts, completion_prompt_ids, split_prompts
+from ..checks.sampling_params import check_vocab, completion_params, fresh_seed, per_choice, prepare_stops
+from ..checks.structured import compile_structured, structured_from
+from ..checks.unsupported import COMPLETION_FIELDS, check_supported
+from ..state import Ready
+from ..wire.errors import nesting_is_400
+from ..wire.logprobs import completion_logprobs
+from ..wire.protocol import CompletionChoice, CompletionChunk, CompletionRequest, CompletionResponse
 from .echo import echo_logprobs, echo_text, prompt_logprobs_field, prompt_part
-from .errors import nesting_is_400
-from .group import RequestGroup
-from .logprobs import completion_logprobs
-from .prompts import check_prompts, completion_prompt_ids, split_prompts
-from .protocol import CompletionChoice, CompletionChunk, CompletionRequest, CompletionResponse
-from .sampling import check_vocab, completion_params, fresh_seed, per_choice, prepare_stops
+from .request_group import RequestGroup
 from .serving import (
     Choice,
     ClientGone,
@@ -31,9 +34,6 @@ from .serving import (
     stream,
     usage_of,
 )
-from .state import Ready
-from .structured import compile_structured, structured_from
-from .unsupported import COMPLETION_FIELDS, check_supported
 
 PROMPT_PARAM = "prompt"
 

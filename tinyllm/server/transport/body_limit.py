@@ -8,7 +8,7 @@ import asyncio
 
 from starlette.exceptions import HTTPException
 
-from .errors import APIError
+from ..wire.errors import APIError
 
 
 def _too_large(limit: int) -> str:

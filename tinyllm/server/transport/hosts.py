@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from .client_text import clip
-from .errors import APIError
+from ..wire.client_text import clip
+from ..wire.errors import APIError
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 
-from ..errors import TinyLLMError
-from .body import chat_counts, parse_body, request_body_doc
-from .errors import bad_request, nesting_is_400
-from .prompts import chat_prompt_text, encode_text
-from .protocol import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
-from .state import Ready
-from .tools import ToolRequest, tools_from
+from ...errors import TinyLLMError
+from ..checks.prompts import chat_prompt_text, encode_text
+from ..checks.tools import ToolRequest, tools_from
+from ..state import Ready
+from ..transport.body import chat_counts, parse_body, request_body_doc
+from ..wire.errors import bad_request, nesting_is_400
+from ..wire.protocol import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
 
 
 def add_tokenizer_routes(app: FastAPI, auth: list, ready) -> None:

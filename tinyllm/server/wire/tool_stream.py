@@ -9,9 +9,9 @@ what stream=false returns.
 
 from __future__ import annotations
 
-from ..text.tool_calls import ParsedOutput, call_start
+from ...text.tool_calls import ParsedOutput, call_start
+from ..checks.tools import ToolRequest, new_call_id
 from .protocol import FunctionDelta, ToolCallDelta
-from .tools import ToolRequest, new_call_id
 
 
 def _partial_open(text: str, opening: str) -> int:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from .errors import APIError
-from .limits import MAX_STOP_CHARS, MAX_STOP_STRINGS
+from ..transport.limits import MAX_STOP_CHARS, MAX_STOP_STRINGS
+from ..wire.errors import APIError
 
 CONTEXT_CODE = "context_length_exceeded"
 

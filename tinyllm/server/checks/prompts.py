@@ -3,11 +3,11 @@ four shapes of a completions prompt (text, texts, ids, lists of ids)."""
 
 from __future__ import annotations
 
-from ..errors import TinyLLMError
+from ...errors import TinyLLMError
+from ..transport.limits import MAX_PROMPTS
+from ..wire.errors import bad_request
+from ..wire.protocol import ChatMessage
 from .admission import PromptLimits, replace_lone_surrogates
-from .errors import bad_request
-from .limits import MAX_PROMPTS
-from .protocol import ChatMessage
 
 _TOOL_FIELDS = ("tool_calls", "tool_call_id")  # OpenAI's tool-calling fields of a message, checked by the template
 
