@@ -104,7 +104,7 @@ async def owned(group: RequestGroup, answer: Awaitable[Response]) -> Response:
     handed_out = False
     try:
         response = await answer
-        handed_out = isinstance(response, EventStream)
+        handed_out = isinstance(response, ClosingStream)
         return response
     finally:
         if not handed_out:
@@ -158,14 +158,12 @@ def _sse(model: BaseModel | dict) -> str:
     return f"data: {body}\n\n"
 
 
-class EventStream(StreamingResponse):
-    """A server-sent-event response that runs `on_close` however it ends: finished, failed, or cut off
-    by the client (Starlette then cancels the body iterator, which may never resume to clean up)."""
+class ClosingStream(StreamingResponse):
+    """A streamed response that runs `on_close` however it ends: finished, failed, or cut off by the client
+    (Starlette then cancels the body iterator, which may never resume to clean up)."""
 
-    def __init__(self, events: AsyncIterator[str], on_close: Callable[[], None]):
-        super().__init__(
-            events, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        )
+    def __init__(self, body: AsyncIterator[str], on_close: Callable[[], None], media_type: str, headers: dict):
+        super().__init__(body, media_type=media_type, headers={"Cache-Control": "no-cache", **headers})
         self._on_close = on_close
 
     async def __call__(self, scope, receive, send) -> None:
@@ -173,6 +171,13 @@ class EventStream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             self._on_close()
+
+
+class EventStream(ClosingStream):
+    """Server-sent events (OpenAI's streams)."""
+
+    def __init__(self, events: AsyncIterator[str], on_close: Callable[[], None]):
+        super().__init__(events, on_close, "text/event-stream", {"X-Accel-Buffering": "no"})
 
 
 class StreamShaper:

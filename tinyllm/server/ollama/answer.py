@@ -12,16 +12,24 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
 from ...sampling.params import SamplingParams
 from ..checks.tools import ToolRequest
 from ..endpoints.request_group import RequestGroup
-from ..endpoints.serving import Choice, ClientGone, client_gone_response, collect, engine_error, start_group
+from ..endpoints.serving import (
+    Choice,
+    ClientGone,
+    ClosingStream,
+    client_gone_response,
+    collect,
+    engine_error,
+    start_group,
+)
 from ..state import Ready
 from ..wire.logprobs import TokenTexts, chat_logprobs
 from ..wire.tool_stream import ToolCallStream
@@ -106,21 +114,6 @@ def ollama_calls(parsed) -> list[dict]:
     return [{"function": {"name": c.name, "arguments": json.loads(c.arguments)}} for c in parsed.calls]
 
 
-class NDJSONStream(StreamingResponse):
-    """Newline-delimited JSON that runs `on_close` however it ends (finished, failed, or cut off by the client,
-    whose leaving aborts the request)."""
-
-    def __init__(self, lines: AsyncIterator[str], on_close: Callable[[], None]):
-        super().__init__(lines, media_type=STREAM_MEDIA_TYPE, headers={"Cache-Control": "no-cache"})
-        self._on_close = on_close
-
-    async def __call__(self, scope, receive, send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._on_close()
-
-
 def _line(obj: dict) -> str:
     return json.dumps(obj, ensure_ascii=False) + "\n"
 
@@ -131,7 +124,7 @@ async def answer(request: Request, ctx: Ready, job: Job, shape: Shape, stream: b
     accepted = time.perf_counter()
     choice = Tracked(0, 0, len(job.ids))
     if stream:
-        return NDJSONStream(_lines(group, choice, job, shape, accepted, arrival), group.close)
+        return ClosingStream(_lines(group, choice, job, shape, accepted, arrival), group.close, STREAM_MEDIA_TYPE, {})
     try:
         await collect(request, group, [choice], job.param)  # closes the group
     except ClientGone:
