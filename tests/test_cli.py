@@ -219,6 +219,8 @@ print(code, sorted(m for m in sys.modules if m == "torch" or m.startswith("torch
         (["generate", "hi", "--model", "TINY", "--json-schema", "/no/such/schema.json"], 2),
         (["chat", "--model", "/no/such/folder/"], 2),
         (["perplexity", "/no/such/text.txt"], 2),
+        (["bench", "decode", "--new-tokens", "0"], 2),
+        (["bench", "throughput", "--concurrency", "4", "-3"], 2),
     ],
 )
 def test_help_and_user_errors_import_no_torch(tiny_gguf, args, code):
@@ -227,6 +229,12 @@ def test_help_and_user_errors_import_no_torch(tiny_gguf, args, code):
     assert r.stdout.splitlines()[-1] == f"{code} []", r.stdout[-500:] + r.stderr
     if code == 2:
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_chat_max_tokens_past_the_context_names_the_context(tiny_gguf):
+    r = run("chat", "--model", tiny_gguf, "--max-tokens", "99999")
+    assert r.returncode == 2
+    assert r.stderr == "tinyllm: error: --max-tokens is 99999, more than the model's context of 128 tokens\n"
 
 
 def generate_json(tiny_gguf, *args):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from ..cli_flags import POSITIVE
 from . import bound, common, figure, llamacpp
 
 QUICK = dict(new_tokens=[4, 8], prompt_tokens=16, repeats=1, prefill_tokens=32)
@@ -31,13 +32,13 @@ AIM_OVER_REFERENCE = 4.0  # contiguous vs HF generate, batch 1
 def add_args(p) -> None:
     p.add_argument(
         "--new-tokens",
-        type=int,
+        type=POSITIVE,
         nargs="+",
         default=[32, 64, 128, 256],
         help="numbers of new tokens (default 32 64 128 256)",
     )
-    p.add_argument("--prompt-tokens", type=int, default=32, help="prompt length (default 32)")
-    p.add_argument("--repeats", type=int, default=1, help="runs per mode and length; the fastest counts")
+    p.add_argument("--prompt-tokens", type=POSITIVE, default=32, help="prompt length (default 32)")
+    p.add_argument("--repeats", type=POSITIVE, default=1, help="runs per mode and length; the fastest counts")
     p.add_argument(
         "--modes",
         nargs="+",
@@ -45,10 +46,10 @@ def add_args(p) -> None:
         choices=[m for m, _ in MODES],
         help="our cache modes to run (default all)",
     )
-    p.add_argument("--prefill-tokens", type=int, default=512, help="prompt length of the prefill comparison")
+    p.add_argument("--prefill-tokens", type=POSITIVE, default=512, help="prompt length of the prefill comparison")
     p.add_argument(
         "--tensor-parallel-size",
-        type=int,
+        type=POSITIVE,
         nargs="+",
         default=None,
         help="instead: the engine split over each of these numbers of processes, with its all-reduce time",

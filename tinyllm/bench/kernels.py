@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 
+from ..cli_flags import POSITIVE
 from . import common, figure
 
 QUICK = dict(m=[1, 8], min_time=0.01, cache_mb=2)
@@ -26,9 +27,13 @@ SHAPES = [
 
 
 def add_args(p) -> None:
-    p.add_argument("--m", type=int, nargs="+", default=[1, 8, 32, 512], help="activation rows (default 1 8 32 512)")
+    p.add_argument(
+        "--m", type=POSITIVE, nargs="+", default=[1, 8, 32, 512], help="activation rows (default 1 8 32 512)"
+    )
     p.add_argument("--min-time", type=float, default=0.3, help="seconds of repeats per cell (default 0.3)")
-    p.add_argument("--cache-mb", type=int, default=96, help="weight copies per shape total at least this (default 96)")
+    p.add_argument(
+        "--cache-mb", type=POSITIVE, default=96, help="weight copies per shape total at least this (default 96)"
+    )
 
 
 def random_weight(fmt: str, n: int, k: int, seed: int):

@@ -5,15 +5,16 @@ Writes load.json and load.png."""
 
 from __future__ import annotations
 
+from ..cli_flags import POSITIVE
 from . import common, figure, llamacpp
 
 QUICK = dict(prompt_tokens=32, new_tokens=4, repeats=1)
 
 
 def add_args(p) -> None:
-    p.add_argument("--prompt-tokens", type=int, default=512, help="prefill prompt length (default 512)")
-    p.add_argument("--new-tokens", type=int, default=32, help="uncached greedy tokens to generate (default 32)")
-    p.add_argument("--repeats", type=int, default=3, help="prefill runs per engine; the best counts (default 3)")
+    p.add_argument("--prompt-tokens", type=POSITIVE, default=512, help="prefill prompt length (default 512)")
+    p.add_argument("--new-tokens", type=POSITIVE, default=32, help="uncached greedy tokens to generate (default 32)")
+    p.add_argument("--repeats", type=POSITIVE, default=3, help="prefill runs per engine; the best counts (default 3)")
 
 
 def prefill_times(models: common.Models, ids: list[int], repeats: int) -> dict:

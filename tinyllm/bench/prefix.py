@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import random
 
+from ..cli_flags import POSITIVE
 from . import common, figure
 from .workload import Work, drive_engine
 
@@ -31,14 +32,16 @@ QUICK = dict(
 
 
 def add_args(p) -> None:
-    p.add_argument("--requests", type=int, default=32, help="requests sharing the system prompt (default 32)")
-    p.add_argument("--system-tokens", type=int, default=512, help="shared system prompt length (default 512)")
-    p.add_argument("--suffix-range", type=int, nargs=2, default=[16, 48], help="each request's own tokens, min max")
-    p.add_argument("--output-tokens", type=int, default=16, help="greedy tokens per request (default 16)")
-    p.add_argument("--max-batched-tokens", type=int, default=256, help="engine token budget per step")
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--kv-memory-mb", type=int, default=1024, help="engine KV pool size (default 1024 MiB)")
-    p.add_argument("--repeats", type=int, default=2, help="runs of each setting, alternating; the fastest counts")
+    p.add_argument("--requests", type=POSITIVE, default=32, help="requests sharing the system prompt (default 32)")
+    p.add_argument("--system-tokens", type=POSITIVE, default=512, help="shared system prompt length (default 512)")
+    p.add_argument(
+        "--suffix-range", type=POSITIVE, nargs=2, default=[16, 48], help="each request's own tokens, min max"
+    )
+    p.add_argument("--output-tokens", type=POSITIVE, default=16, help="greedy tokens per request (default 16)")
+    p.add_argument("--max-batched-tokens", type=POSITIVE, default=256, help="engine token budget per step")
+    p.add_argument("--block-size", type=POSITIVE, default=16)
+    p.add_argument("--kv-memory-mb", type=POSITIVE, default=1024, help="engine KV pool size (default 1024 MiB)")
+    p.add_argument("--repeats", type=POSITIVE, default=2, help="runs of each setting, alternating; the fastest counts")
 
 
 def shared_workload(tokenizer, args) -> list[Work]:

@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.request
 
-from ..cli_flags import PORT
+from ..cli_flags import PORT, POSITIVE
 from . import common
 from .workload import drive_engine, make_workload
 
@@ -26,15 +26,15 @@ QUICK = dict(concurrency=[1, 2], prompt_range=[8, 24], output_range=[4, 8])
 def add_serve_bench_args(p) -> None:
     p.add_argument(
         "--concurrency",
-        type=int,
+        type=POSITIVE,
         nargs="+",
         default=[1, 8, 32],
         help="numbers of streaming clients run together (default 1 8 32)",
     )
-    p.add_argument("--prompt-range", type=int, nargs=2, default=[16, 256], help="prompt tokens, min max")
-    p.add_argument("--output-range", type=int, nargs=2, default=[64, 64], help="output tokens, min max")
-    p.add_argument("--max-batched-tokens", type=int, default=256, help="engine token budget per step")
-    p.add_argument("--kv-memory-mb", type=int, default=1024, help="engine KV pool size (default 1024 MiB)")
+    p.add_argument("--prompt-range", type=POSITIVE, nargs=2, default=[16, 256], help="prompt tokens, min max")
+    p.add_argument("--output-range", type=POSITIVE, nargs=2, default=[64, 64], help="output tokens, min max")
+    p.add_argument("--max-batched-tokens", type=POSITIVE, default=256, help="engine token budget per step")
+    p.add_argument("--kv-memory-mb", type=POSITIVE, default=1024, help="engine KV pool size (default 1024 MiB)")
     p.add_argument("--startup-timeout", type=float, default=300.0, help="seconds to wait for the server")
     p.add_argument(
         "--port", type=PORT, default=None, help="the port the server listens on, at 127.0.0.1 (default: a free one)"

@@ -6,6 +6,7 @@ Writes speculative.json and speculative.png."""
 
 from __future__ import annotations
 
+from ..cli_flags import POSITIVE
 from . import common
 
 QUICK = dict(max_tokens=8, draft_layers=[1], num_draft_tokens=2, repeats=1)
@@ -27,10 +28,10 @@ TASKS = {
 
 
 def add_args(p) -> None:
-    p.add_argument("--max-tokens", type=int, default=128, help="new tokens per run (default 128)")
-    p.add_argument("--num-draft-tokens", type=int, default=4, help="k, drafts per target forward (default 4)")
-    p.add_argument("--draft-layers", type=int, nargs="+", default=[4, 8], help="self-draft depths (default 4 8)")
-    p.add_argument("--repeats", type=int, default=2, help="runs per mode; the fastest counts")
+    p.add_argument("--max-tokens", type=POSITIVE, default=128, help="new tokens per run (default 128)")
+    p.add_argument("--num-draft-tokens", type=POSITIVE, default=4, help="k, drafts per target forward (default 4)")
+    p.add_argument("--draft-layers", type=POSITIVE, nargs="+", default=[4, 8], help="self-draft depths (default 4 8)")
+    p.add_argument("--repeats", type=POSITIVE, default=2, help="runs per mode; the fastest counts")
 
 
 def modes(args) -> list[tuple[str, object]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import time
 
+from ..cli_flags import POSITIVE
 from . import common, figure
 from .step_engine import engine_breakdown
 
@@ -24,8 +25,8 @@ ATTENTION_OPS = ("aten::scaled_dot_product_attention",)
 
 
 def add_args(p) -> None:
-    p.add_argument("--prompt-tokens", type=int, default=32, help="prompt length before the measured steps")
-    p.add_argument("--steps", type=int, default=64, help="decode steps measured (default 64)")
+    p.add_argument("--prompt-tokens", type=POSITIVE, default=32, help="prompt length before the measured steps")
+    p.add_argument("--steps", type=POSITIVE, default=64, help="decode steps measured (default 64)")
 
 
 def _part(name: str) -> str:

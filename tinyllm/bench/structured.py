@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+from ..cli_flags import POSITIVE
 from . import common
 
 QUICK = dict(max_tokens=24, concurrent=4, repeats=1)
@@ -56,9 +57,9 @@ PROMPTS = {
 
 
 def add_args(p) -> None:
-    p.add_argument("--max-tokens", type=int, default=160, help="token budget of each request (default 160)")
-    p.add_argument("--concurrent", type=int, default=32, help="requests at once, half constrained (default 32)")
-    p.add_argument("--repeats", type=int, default=3, help="seeds per kind for the mask cost (default 3)")
+    p.add_argument("--max-tokens", type=POSITIVE, default=160, help="token budget of each request (default 160)")
+    p.add_argument("--concurrent", type=POSITIVE, default=32, help="requests at once, half constrained (default 32)")
+    p.add_argument("--repeats", type=POSITIVE, default=3, help="seeds per kind for the mask cost (default 3)")
 
 
 def _constraints():

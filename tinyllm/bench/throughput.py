@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gc
 
+from ..cli_flags import POSITIVE
 from ..errors import TinyLLMError
 from . import bound, common, figure, llamacpp, llamacpp_batch
 from .workload import drive_engine, drive_reference, make_workload, poisson
@@ -36,13 +37,13 @@ AIM_TOKENS_PER_S = 300.0  # aggregate output tokens/s of 32 concurrent requests
 def add_args(p) -> None:
     p.add_argument(
         "--concurrency",
-        type=int,
+        type=POSITIVE,
         nargs="+",
         default=[1, 4, 16, 32, 64],
         help="numbers of requests run together (default 1 4 16 32 64)",
     )
-    p.add_argument("--prompt-range", type=int, nargs=2, default=[16, 256], help="prompt tokens, min max")
-    p.add_argument("--output-range", type=int, nargs=2, default=[32, 128], help="output tokens, min max")
+    p.add_argument("--prompt-range", type=POSITIVE, nargs=2, default=[16, 256], help="prompt tokens, min max")
+    p.add_argument("--output-range", type=POSITIVE, nargs=2, default=[32, 128], help="output tokens, min max")
     p.add_argument(
         "--rates",
         type=float,
@@ -50,20 +51,24 @@ def add_args(p) -> None:
         default=[0.5, 1.0, 2.0],
         help="Poisson arrival rates in requests/s (default 0.5 1 2; none to skip)",
     )
-    p.add_argument("--poisson-requests", type=int, default=32, help="requests per Poisson run (default 32)")
+    p.add_argument("--poisson-requests", type=POSITIVE, default=32, help="requests per Poisson run (default 32)")
     p.add_argument(
-        "--hf-batch", type=int, nargs="*", default=[8, 32], help="HF static batch sizes (default 8 32; none to skip)"
+        "--hf-batch",
+        type=POSITIVE,
+        nargs="*",
+        default=[8, 32],
+        help="HF static batch sizes (default 8 32; none to skip)",
     )
-    p.add_argument("--hf-requests", type=int, default=32, help="requests HF runs, the first of the workload")
+    p.add_argument("--hf-requests", type=POSITIVE, default=32, help="requests HF runs, the first of the workload")
     p.add_argument(
         "--llamacpp",
-        type=int,
+        type=POSITIVE,
         nargs="*",
         default=[32],
         help="numbers of requests llama.cpp runs at once, the first of the workload (default 32; none to skip)",
     )
-    p.add_argument("--max-batched-tokens", type=int, default=256, help="engine token budget per step")
-    p.add_argument("--kv-memory-mb", type=int, default=1024, help="engine KV pool size (default 1024 MiB)")
+    p.add_argument("--max-batched-tokens", type=POSITIVE, default=256, help="engine token budget per step")
+    p.add_argument("--kv-memory-mb", type=POSITIVE, default=1024, help="engine KV pool size (default 1024 MiB)")
     p.add_argument(
         "--cold-pool",
         action="store_true",
