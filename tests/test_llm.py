@@ -117,7 +117,7 @@ def test_a_stream_dropped_before_its_first_piece_frees_its_request(llm):
     assert engine.has_unfinished()
     del it
     gc.collect()
-    assert not engine.has_unfinished() and engine.pool_stats().used == 0 and not llm._pending
+    assert not engine.has_unfinished() and engine.pool_stats().used == 0 and not llm._inboxes and not llm._router.routes
 
 
 def test_score_and_logprobs_equal_the_full_forward(smollm_tokenizer):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections import deque
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -20,6 +19,7 @@ from .distributed.config import ParallelConfig
 from .distributed.driver import TensorParallel
 from .distributed.worker import ModelSource
 from .engine.engine import Engine, EngineConfig
+from .engine.output_router import Failed, Inbox, OutputRouter
 from .engine.prompt import prompt_ids_of
 from .errors import TinyLLMError
 from .loading.loader import load
@@ -152,7 +152,8 @@ class LLM:
     def _init_engine_state(self) -> None:
         self._engine: Engine | None = None
         self._engine_key: tuple | None = None
-        self._pending: dict[str, deque[RequestOutput]] = {}  # outputs of live requests, by id
+        self._router = OutputRouter()  # the engine's outputs to the requests they belong to
+        self._inboxes: dict[str, Inbox] = {}  # outputs of this LLM's live requests, by id, until read
         self._drafts = DraftModels(self.model, self.tokenizer)  # for the reference loop
         self.grammars = Grammars(self.tokenizer, self.config.vocab_size, self.eos_ids)  # structured outputs
 
@@ -249,7 +250,7 @@ class LLM:
             raise TinyLLMError(f"prefill_chunk must be a positive integer, got {prefill_chunk!r}")
         key = (dtype, prefill_chunk or DEFAULT_CHUNK_BUDGET)
         if self._engine is None or self._engine_key != key:
-            if self._engine is not None and self._pending:
+            if self._engine is not None and self._inboxes:
                 raise TinyLLMError(
                     "kv_dtype and prefill_chunk cannot change while this LLM's streams are open "
                     "(finish or close them first)"
@@ -262,7 +263,8 @@ class LLM:
     def _engine_generate(self, prompts: list, p, kv_dtype, prefill_chunk, spec) -> list[Generation]:
         engine = self._shared_engine(kv_dtype, prefill_chunk)
         rids = engine.add_requests(prompts, p, spec)
-        self._pending.update((rid, deque()) for rid in rids)
+        for rid in rids:
+            self._open(rid)
         try:
             for _ in self._outputs(engine, rids):
                 pass
@@ -273,8 +275,12 @@ class LLM:
     def _engine_stream(self, prompt, p, kv_dtype, prefill_chunk, spec) -> Iterator[str]:
         engine = self._shared_engine(kv_dtype, prefill_chunk)
         rid = engine.add_request(prompt, p, speculative=spec)  # validated now, not at the first next()
-        self._pending[rid] = deque()  # from now on its outputs are kept, whoever steps the engine
+        self._open(rid)  # from now on its outputs are kept, whoever steps the engine
         return TextStream(self, engine, rid)
+
+    def _open(self, rid: str) -> None:
+        self._inboxes[rid] = Inbox()
+        self._router.open(rid, self._inboxes[rid])
 
     def _outputs(self, engine: Engine, rids: list[str]) -> Iterator[RequestOutput]:
         """Step the engine until every request in rids has finished, yielding their outputs; outputs of
@@ -282,11 +288,13 @@ class LLM:
         live = set(rids)
         while live:
             for rid in rids:
-                while self._pending[rid]:
-                    out = self._pending[rid].popleft()
-                    if out.error is not None:  # a grammar that failed is the caller's error, anything else ours
-                        error = TinyLLMError if out.error_kind == "grammar" else RuntimeError
-                        raise error(f"request {rid} failed: {out.error}")
+                inbox = self._inboxes[rid]
+                while inbox:
+                    out = inbox.popleft()
+                    if isinstance(out, Failed):  # the engine's fault
+                        raise RuntimeError(f"request {rid} failed: {out.error}")
+                    if out.error is not None:  # its grammar gave up: the caller's error
+                        raise TinyLLMError(f"request {rid} failed: {out.error}")
                     if out.finished:
                         live.discard(rid)
                     yield out
@@ -294,14 +302,13 @@ class LLM:
                 break
             if not engine.has_unfinished():
                 raise RuntimeError(f"requests {sorted(live)} vanished from the engine")
-            for out in engine.step():
-                if out.request_id in self._pending:
-                    self._pending[out.request_id].append(out)
+            self._router.route(engine.step())
 
     def _close(self, engine: Engine, rids: list[str]) -> None:
         """Abort what has not finished (a stream closed early, an error) and forget the requests."""
         for rid in rids:
-            self._pending.pop(rid, None)
+            self._inboxes.pop(rid, None)
+            self._router.close(rid)
             engine.abort(rid)
             engine.release(rid)
 

@@ -17,34 +17,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import EngineDown, TinyLLMError
+from .output_router import EngineFault, Failed, OutputRouter, Route
+
+__all__ = ["Accepted", "AsyncEngine", "EngineFault", "EngineStopped", "Failed", "Sink"]
 
 log = logging.getLogger("tinyllm.server")
-
-
-class EngineFault(RuntimeError):
-    """The engine failed while running a request (a bug, not the client's mistake)."""
 
 
 class EngineStopped(RuntimeError):
     """The server is shutting down; the request will not be served."""
 
 
-def is_own_fault(output) -> bool:
-    """An output that ended with finish reason "error" through the request's own fault (its grammar gave up
-    while generating): it goes to the handler as an output, to be answered as the client's error. Any other
-    failure is the engine's, and fails the request as an EngineFault."""
-    return getattr(output, "error_kind", None) == "grammar"
-
-
 @dataclass
 class Accepted:
     request_id: str
-
-
-@dataclass
-class Failed:
-    request_id: str
-    error: Exception
 
 
 @dataclass
@@ -71,11 +57,10 @@ class Sink:
 
 @dataclass
 class Live:
-    """The engine thread's record of a request it serves; metrics read the times. `arrival` is when the
-    handler handed the request over; `times` is the engine's RequestTimes (first scheduled, first token,
-    finished), updated in place by the engine."""
+    """The engine thread's record of a request it serves (its route's record); metrics read the times.
+    `arrival` is when the handler handed the request over; `times` is the engine's RequestTimes (first
+    scheduled, first token, finished), updated in place by the engine."""
 
-    sink: Sink
     arrival: float
     times: Any = None
     first_output: float | None = None
@@ -115,7 +100,7 @@ class AsyncEngine:
         self._cond = threading.Condition()
         self._inbox: list = []
         self._stopping = False
-        self._live: dict[str, Live] = {}  # engine thread only
+        self._router = OutputRouter()  # engine thread only; each route's record is the request's Live
         self._published = 0.0
         self._thread = threading.Thread(target=self._run, name="tinyllm-engine", daemon=True)
 
@@ -178,7 +163,7 @@ class AsyncEngine:
 
     def _apply(self, command) -> None:
         if isinstance(command, _Abort):
-            if command.request_id in self._live:
+            if command.request_id in self._router.routes:
                 self.engine.abort(command.request_id)  # its "abort" output comes out of the next step()
             return
         try:
@@ -191,7 +176,7 @@ class AsyncEngine:
             command.sink.put(Failed(command.request_id, EngineFault(f"adding the request failed: {exc}")))
             return
         times = self.engine.requests[command.request_id].times
-        self._live[command.request_id] = Live(command.sink, command.arrival, times)
+        self._router.open(command.request_id, command.sink, Live(command.arrival, times))
         command.sink.put(Accepted(command.request_id))
 
     def _step(self) -> None:
@@ -210,37 +195,29 @@ class AsyncEngine:
             self._fail_all(EngineFault(f"the engine failed while generating ({type(exc).__name__}: {exc})"))
             return
         now = time.perf_counter()
-        for output in outputs:
-            self._dispatch(output, now)
+        finished = self._router.route(
+            outputs, lambda route, output: self._observe(route, output, now), self._route_failed
+        )
+        for request_id in finished:
+            self.engine.release(request_id)
 
-    def _dispatch(self, output, now: float) -> None:
-        live = self._live.get(output.request_id)
-        if live is None:  # failed or released already
-            return
-        if output.finish_reason == "error" and not is_own_fault(output):  # the rest of the batch went on
-            error = EngineFault(output.error or "the request failed")
-            self._notify_failed(live, error)
-            live.sink.put(Failed(output.request_id, error))
-        else:
-            try:
-                self.observer.on_output(live, output, now)
-            except Exception:
-                log.exception("metrics observer failed")
-            live.sink.put(output)
-        if output.finished:
-            del self._live[output.request_id]
-            self.engine.release(output.request_id)
+    def _observe(self, route: Route, output, now: float) -> None:
+        try:
+            self.observer.on_output(route.record, output, now)
+        except Exception:
+            log.exception("metrics observer failed")
+
+    def _route_failed(self, route: Route, error: Exception) -> None:
+        self._notify_failed(route.record, error)
 
     def _fail_all(self, error: Exception) -> None:
-        for request_id, live in list(self._live.items()):
+        for request_id in list(self._router.routes):
             try:
                 self.engine.abort(request_id)
                 self.engine.release(request_id)
             except Exception:
                 log.exception("aborting request %s failed", request_id)
-            self._notify_failed(live, error)
-            live.sink.put(Failed(request_id, error))
-        self._live.clear()
+        self._router.fail_all(error, self._route_failed)
         with self._cond:
             for command in self._inbox if self._stopping else ():
                 if isinstance(command, _Add):

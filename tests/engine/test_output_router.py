@@ -1,0 +1,45 @@
+"""The one output router of LLM and AsyncEngine: what a front gets for each engine output."""
+
+from tinyllm.engine.output_router import EngineFault, Failed, Inbox, OutputRouter
+from tinyllm.outputs import RequestOutput
+
+
+def output(rid: str, text: str = "", finish: str | None = None, error: str | None = None, kind: str | None = None):
+    return RequestOutput(rid, text, [], [], finish is not None, finish, error=error, error_kind=kind)
+
+
+def test_outputs_reach_their_own_request_and_a_finish_closes_the_route():
+    router, a, b = OutputRouter(), Inbox(), Inbox()
+    router.open("a", a)
+    router.open("b", b)
+    finished = router.route([output("a", "x"), output("b", "y", "stop"), output("a", "z")])
+    assert [o.text for o in a] == ["x", "z"] and [o.text for o in b] == ["y"]
+    assert finished == ["b"] and list(router.routes) == ["a"]
+    router.route([output("b", "late")])  # no route any more: dropped
+    assert len(b) == 1
+
+
+def test_a_requests_own_grammar_failure_is_an_output_and_any_other_error_is_an_engine_fault():
+    router, own, other = OutputRouter(), Inbox(), Inbox()
+    router.open("own", own)
+    router.open("other", other)
+    failed = []
+    router.route(
+        [output("own", finish="error", error="gave up", kind="grammar"), output("other", finish="error", error="boom")],
+        on_failed=lambda route, error: failed.append((route.mailbox, error)),
+    )
+    assert isinstance(own[0], RequestOutput) and own[0].error == "gave up"
+    (item,) = other
+    assert isinstance(item, Failed) and isinstance(item.error, EngineFault) and str(item.error) == "boom"
+    assert failed == [(other, item.error)] and not router.routes
+
+
+def test_fail_all_fails_every_open_request_once():
+    router, a, b = OutputRouter(), Inbox(), Inbox()
+    router.open("a", a, record="metrics of a")
+    router.open("b", b)
+    records = []
+    error = EngineFault("down")
+    assert router.fail_all(error, lambda route, e: records.append(route.record)) == ["a", "b"]
+    assert [x.error for x in (*a, *b)] == [error, error] and records == ["metrics of a", None]
+    assert not router.routes and router.close("a") is None
