@@ -62,7 +62,7 @@ def add_args(p) -> None:
     p.add_argument("--hf-requests", type=POSITIVE, default=32, help="requests HF runs, the first of the workload")
     p.add_argument(
         "--llamacpp",
-        type=POSITIVE,
+        type=int,  # 1 to the token budget, named by check_args before anything loads
         nargs="*",
         default=[32],
         help="numbers of requests llama.cpp runs at once, the first of the workload (default 32; none to skip)",
