@@ -16,8 +16,8 @@ from ..cache.block_table import BlockTable, blocks_for
 from ..cache.fill import offset_causal_mask
 from ..cache.paged_cache import PagedStorage
 from ..kernels import torch_single_threaded
-from ..kernels.decode_step import StepTokens
-from ..model.fused_decode import build_stack, step_logits
+from ..model.native.lowering import build_stack, step_logits
+from ..model.native.step_structs import StepTokens
 from ..model.quant_linear import runs_native
 from ..model.ragged_attention import PrefillSlice, RaggedLayout, ragged_attention, windowed
 from ..model.sdpa import AttentionSpec

@@ -13,9 +13,9 @@ from torch import nn
 from ..cache.kv_cache import KVCache
 from ..cache.paged_cache import PagedStorage
 from ..errors import TinyLLMError
-from ..kernels.decode_step import StepTokens
-from ..model.fused_decode import MAX_TOKENS, build_stack, step_logits, unsupported
 from ..model.llama import LlamaForCausalLM
+from ..model.native.lowering import MAX_TOKENS, build_stack, step_logits, unsupported
+from ..model.native.step_structs import StepTokens
 
 BLOCK = 16  # slots per block of the native draft's storage (its slot p is position p)
 
@@ -39,7 +39,7 @@ def self_draft(target: LlamaForCausalLM, num_layers: int) -> LlamaForCausalLM:
 
 
 class NativeDraftCache:
-    """The draft's keys and values for the native decode step (model/fused_decode.py): a paged storage whose
+    """The draft's keys and values for the native decode step (model/native/lowering.py): a paged storage whose
     slot p holds position p, fed up to MAX_TOKENS tokens per call, each reading the keys up to its own
     position. A draft token then costs one native call instead of a module forward."""
 

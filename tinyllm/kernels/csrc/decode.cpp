@@ -5,7 +5,7 @@
 // of the gate times up -> down projection (-> RMSNorm) + residual. The projections are the quantized matmuls
 // of qmatmul.cpp (a fused projection may be several weights of different formats); activations are float32,
 // the KV cache float32, float16 or bfloat16 (kv.h).
-// Python hands the layers' weights and KV pointers once (tinyllm/model/fused_decode.py; a (1 + w) norm
+// Python hands the layers' weights and KV pointers once (tinyllm/model/native/lowering.py; a (1 + w) norm
 // arrives as its effective weight) and per step the positions, the slots (or the block tables they come from),
 // the token ids (or their embeddings) and a scratch buffer; tl_decode_head then runs the final norm and the
 // output projection over the rows to sample.

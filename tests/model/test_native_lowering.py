@@ -1,4 +1,4 @@
-"""The native decode step (model/fused_decode.py, kernels/csrc/decode.cpp) against the module path it replaces:
+"""The native decode step (model/native/lowering.py, kernels/csrc/decode.cpp) against the module path it replaces:
 one step on paged storage with scattered blocks, every option it covers (q/k/v biases, sliding windows, a
 second rotary table, partial rotary, query scale, attention soft-cap, GQA), and whole generations through the
 engine (greedy batch == alone, seeded sampling alone == batched == preempted, speculative == plain).
@@ -20,10 +20,10 @@ from tinyllm.cache.paged_cache import PagedStorage
 from tinyllm.engine.engine import Engine
 from tinyllm.engine.runner import NativeKeys, StepInputs, execute
 from tinyllm.kernels import native
-from tinyllm.kernels.decode_step import KV_TYPES, StepTokens
 from tinyllm.loading.quantize import quantize_q4_1, quantize_q8_0
-from tinyllm.model import fused_decode
-from tinyllm.model.fused_decode import build_stack, decode_logits, step_logits, unsupported
+from tinyllm.model.native import lowering
+from tinyllm.model.native.lowering import build_stack, decode_logits, step_logits, unsupported
+from tinyllm.model.native.step_structs import KV_TYPES, StepTokens
 from tinyllm.model.quant_linear import QuantLinear, quant_weights
 from tinyllm.model.ragged_attention import RaggedLayout
 from tinyllm.speculative.draft_model import DraftModelProposer, self_draft
@@ -166,11 +166,11 @@ def test_the_engines_native_step_equals_the_tensor_step(name, threads, monkeypat
         assert stack.embeds and stack.has_head
         ours = step_logits(model, stack, tokens, array("q", rows.tolist()))
         x = stack._x[rows].clone()  # the layers' output the head ran on (the rows it read)
-        monkeypatch.setattr(fused_decode, "GROUP_TOKENS", 2)  # offsets into the arrays
+        monkeypatch.setattr(lowering, "GROUP_TOKENS", 2)  # offsets into the arrays
         grouped = step_logits(model, build_stack(model, copy_storage(twin)), tokens, array("q", rows.tolist()))
         monkeypatch.undo()
-        monkeypatch.setattr(fused_decode, "_head", lambda model: None)
-        monkeypatch.setattr(fused_decode, "_embedding", lambda model: None)
+        monkeypatch.setattr(lowering, "_head", lambda model: None)
+        monkeypatch.setattr(lowering, "_embedding", lambda model: None)
         python_stack = build_stack(model, twin)
         assert not (python_stack.embeds or python_stack.has_head)
         ref = decode_logits(model, python_stack, ids, inputs.positions, inputs.write_slots, key_slots, rows)
@@ -229,7 +229,7 @@ def test_shared_key_rows_and_token_groups_change_no_bit(name, monkeypatch):
             alone = decode_logits(model, stack, ids, positions, write, key_slots, rows, shared)
         finally:
             torch.set_num_threads(before)
-        monkeypatch.setattr(fused_decode, "GROUP_TOKENS", 7)
+        monkeypatch.setattr(lowering, "GROUP_TOKENS", 7)
         grouped = decode_logits(model, stack, ids, positions, write, key_slots, rows, shared)
     assert torch.equal(one, again) and torch.equal(one, grouped) and torch.equal(one, alone)
 

@@ -1,5 +1,5 @@
 """The native decode step (csrc/decode.cpp): a stack of pre-norm decoder layers run for N new tokens, one per
-sequence, in one call. This file holds the C structures and the call; model/fused_decode.py decides which
+sequence, in one call. This file holds the C structures and the call; model/native/lowering.py decides which
 models it serves and fills them from the model's modules."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .formats import FORMATS
-from .native import _weight_args, library, packed
-from .qweight import QuantWeight
-from .threads import kernel_threads
+from ...kernels.formats import FORMATS
+from ...kernels.native import _weight_args, library, packed
+from ...kernels.qweight import QuantWeight
+from ...kernels.threads import kernel_threads
 
 _I64, _F64, _FP = ctypes.c_int64, ctypes.c_double, ctypes.POINTER(ctypes.c_float)
 

@@ -23,8 +23,12 @@ from array import array
 
 import torch
 
-from ..kernels import native
-from ..kernels.decode_step import (
+from ...kernels import native
+from ..attention import GQAttention
+from ..norm import RMSNorm, RMSNormPlusOne
+from ..quant_bias import BiasedQuantLinear
+from ..quant_linear import QuantEmbedding, QuantLinear
+from .step_structs import (
     ACTIVATIONS,
     KV_TYPES,
     DecodeStack,
@@ -34,10 +38,6 @@ from ..kernels.decode_step import (
     StackShape,
     StepTokens,
 )
-from .attention import GQAttention
-from .norm import RMSNorm, RMSNormPlusOne
-from .quant_bias import BiasedQuantLinear
-from .quant_linear import QuantEmbedding, QuantLinear
 
 MAX_TOKENS = 64  # tokens a draft model feeds the native step per call
 GROUP_TOKENS = 256  # tokens per native call: its scratch grows with them (~10 KB a token on the default model)
