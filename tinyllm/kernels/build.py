@@ -26,7 +26,18 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ["attention.h", "blocks.h", "decode_args.h", "kv.h", "layer_ops.h", "pool.h", "q8act.h", "simd.h", "tile.h", "vmath.h"]
+SOURCES = [
+    "attention.h",
+    "blocks.h",
+    "decode_args.h",
+    "kv.h",
+    "layer_ops.h",
+    "pool.h",
+    "q8act.h",
+    "simd.h",
+    "tile.h",
+    "vmath.h",
+]
 # compiled into one library
 UNITS = ["qmatmul.cpp", "q8act.cpp", "q8pack.cpp", "decode.cpp", "greedy.cpp", "probe.cpp"]
 SOURCES += UNITS
