@@ -21,6 +21,7 @@ from tinyllm.engine.engine import Engine
 from tinyllm.engine.runner import NativeKeys, StepInputs, execute
 from tinyllm.kernels import native
 from tinyllm.loading.quantize import quantize_q4_1, quantize_q8_0
+from tinyllm.model.family import FAMILIES
 from tinyllm.model.native import lowering
 from tinyllm.model.native.lowering import build_stack, decode_logits, step_logits, unsupported
 from tinyllm.model.native.step_structs import KV_TYPES, StepTokens
@@ -64,6 +65,8 @@ VARIANTS = {
     ),
     "mixed-formats": ("int8", {}),  # q and k in Q8_0, v in Q4_1; gate in Q4_1, up in Q8_0 (see variant)
 }
+# and every family of the table as it stands there, so that a new family's row is covered by these tests
+VARIANTS.update({f"family-{name}": ("int8", dict(family=name)) for name in FAMILIES})
 
 
 def variant(name: str, seed: int = 0):
