@@ -41,3 +41,12 @@ def serve(*args: str, ready_s: float = 180):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def tiny_llm(tokenizer):
+    """A tiny random Llama (seed 11, a 1024-token context) with the given tokenizer: the model the client suites
+    (openai, LangChain, Ollama, embeddings) serve in a thread."""
+    from helpers.tiny_models import tiny_llama
+    from tinyllm import LLM
+
+    return LLM.from_parts(tiny_llama(11, vocab_size=tokenizer.vocab_size, max_position_embeddings=1024), tokenizer)

@@ -5,8 +5,7 @@ with the default model's tokenizer: only the constraints make its answers right,
 import pytest
 from pydantic import BaseModel, Field
 
-from helpers.tiny_models import tiny_llama
-from tinyllm import LLM
+from helpers.live_server import tiny_llm
 from tinyllm.server import create_app
 from tinyllm.server.transport.server_thread import ServerThread
 
@@ -30,9 +29,7 @@ class Person(BaseModel):
 
 @pytest.fixture(scope="module")
 def chat_model(smollm_tokenizer, one_thread):
-    llm = LLM.from_parts(
-        tiny_llama(11, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=1024), smollm_tokenizer
-    )
+    llm = tiny_llm(smollm_tokenizer)
     with ServerThread(create_app(llm, served_model_name=MODEL, num_blocks=512)) as srv:
         yield langchain_openai.ChatOpenAI(
             model=MODEL, base_url=f"{srv.wait_ready().url}/v1", api_key="x", max_retries=0, max_tokens=120, seed=1

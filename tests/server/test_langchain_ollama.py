@@ -7,7 +7,7 @@ import torch
 from pydantic import BaseModel, Field
 
 from helpers.bigram_model import scripted_llama
-from helpers.tiny_models import tiny_llama
+from helpers.live_server import tiny_llm
 from tinyllm import LLM
 from tinyllm.server import create_app
 from tinyllm.server.transport.server_thread import ServerThread
@@ -31,9 +31,7 @@ class weather(BaseModel):  # lower case: the tool is named after the class
 
 @pytest.fixture(scope="module")
 def llm(smollm_tokenizer, one_thread):
-    return LLM.from_parts(
-        tiny_llama(11, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=1024), smollm_tokenizer
-    )
+    return tiny_llm(smollm_tokenizer)
 
 
 @pytest.fixture(scope="module")

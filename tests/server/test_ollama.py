@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from helpers.bigram_model import scripted_llama
-from helpers.tiny_models import tiny_llama
+from helpers.live_server import tiny_llm
 from tinyllm import LLM
 from tinyllm.server import create_app
 from tinyllm.server.transport.server_thread import ServerThread
@@ -33,9 +33,7 @@ WEATHER = {
 
 @pytest.fixture(scope="module")
 def llm(smollm_tokenizer, one_thread):
-    return LLM.from_parts(
-        tiny_llama(11, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=1024), smollm_tokenizer
-    )
+    return tiny_llm(smollm_tokenizer)
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,7 @@ import openai
 import pytest
 import torch
 
-from helpers.tiny_models import tiny_llama
-from tinyllm import LLM
+from helpers.live_server import tiny_llm
 from tinyllm.server import create_app
 from tinyllm.server.endpoints.embeddings import MAX_INPUTS, MAX_TOTAL_TOKENS
 from tinyllm.server.transport.server_thread import ServerThread
@@ -22,9 +21,7 @@ TEXTS = ["The cat sat on the mat.", "A dog.", "x" * 300]
 
 @pytest.fixture(scope="module")
 def llm(smollm_tokenizer, one_thread):
-    return LLM.from_parts(
-        tiny_llama(11, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=1024), smollm_tokenizer
-    )
+    return tiny_llm(smollm_tokenizer)
 
 
 @pytest.fixture(scope="module")
