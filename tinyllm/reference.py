@@ -18,7 +18,7 @@ from collections.abc import Generator as PyGenerator
 import torch
 
 from .cache.kv_cache import KVCache
-from .engine.prompt import check_prompt, prompt_ids_of, token_budget
+from .engine.prompt import check_prompt, effective_max_tokens, prompt_ids_of
 from .engine.request import Request, accept_tokens, make_generation
 from .errors import TinyLLMError
 from .outputs import Generation
@@ -121,7 +121,7 @@ def speculative_step(seq: SequenceState, req: Request, proposer, k: int) -> list
     """Feed the last token and up to k drafts in one forward, keep the accepted drafts' KV, and return the
     accepted drafts and the target's own next token."""
     num_committed = req.num_committed
-    drafts = proposer.propose(req.prompt_ids + req.output_ids, min(k, req.max_new - len(req.output_ids) - 1))
+    drafts = proposer.propose(req.prompt_ids + req.output_ids, min(k, req.tokens_left - 1))
     rows = seq.feed([req.output_ids[-1]] + drafts, rows="all")  # [1 + m, V]
     results = verify_drafts(rows, drafts, req.params, req.prompt_ids, req.output_ids, req.rng, req.constraint)
     req.num_drafted += len(drafts)
@@ -177,12 +177,12 @@ def _setup(
     _, _, _, max_len = cache_dims(model)
     check_prompt(prompt_ids, getattr(model.config, "vocab_size", None), max_len)
     check_logit_bias_ids(p.logit_bias, getattr(model.config, "vocab_size", None))
-    budget = token_budget(len(prompt_ids), p.max_tokens, max_len)
+    max_tokens = effective_max_tokens(len(prompt_ids), p.max_tokens, max_len)
     if p.structured is not None and grammars is None:
         grammars = Grammars(tok, model.config.vocab_size, eos_ids)
     constraint = grammars.constraint(p.structured) if grammars is not None else None
-    kv = make_cache(model, cache, len(prompt_ids) + budget, kv_dtype)
-    return Request.create("reference", prompt_ids, p, budget, tok, eos_ids, constraint), SequenceState(model, kv)
+    kv = make_cache(model, cache, len(prompt_ids) + max_tokens, kv_dtype)
+    return Request.create("reference", prompt_ids, p, max_tokens, tok, eos_ids, constraint), SequenceState(model, kv)
 
 
 def generate(

@@ -1,4 +1,4 @@
-"""Token acceptance (the stop-id rule, stop strings, the budget) over every finish case, and the one
+"""Token acceptance (the stop-id rule, stop strings, max_tokens) over every finish case, and the one
 Generation builder; no model."""
 
 import pytest
@@ -15,9 +15,9 @@ def results(ids):
     return [SampleResult(t, -0.5, [(t, -0.5)], 0.1) for t in ids]
 
 
-def request(tok, max_new=10, eos=(EOS,), **params):
+def request(tok, max_tokens=10, eos=(EOS,), **params):
     p = SamplingParams(temperature=0, **params)
-    return Request.create("r", tok.encode("Hi"), p, max_new, tok, eos)
+    return Request.create("r", tok.encode("Hi"), p, max_tokens, tok, eos)
 
 
 def test_tokens_are_accepted_in_order_and_their_text_streams(smollm_tokenizer):
@@ -58,10 +58,10 @@ def test_a_stop_string_cuts_the_text_and_ends_the_request(smollm_tokenizer):
     assert req.out.text == " alpha beta"
 
 
-def test_the_budget_ends_with_length_and_flushes_held_back_text(smollm_tokenizer):
+def test_max_tokens_ends_with_length_and_flushes_held_back_text(smollm_tokenizer):
     tok = smollm_tokenizer
     ids = tok.encode(" alpha beta")
-    req = request(tok, max_new=len(ids), stop=(" beta gamma",))
+    req = request(tok, max_tokens=len(ids), stop=(" beta gamma",))
     acc = accept_tokens(req, results(ids + [99, 100]), now=0.0)
     # " beta" was held back as a possible start of the stop string; the end releases it
     assert acc.finish is RequestStatus.FINISHED_LENGTH and acc.text == " alpha beta"
@@ -71,7 +71,7 @@ def test_the_budget_ends_with_length_and_flushes_held_back_text(smollm_tokenizer
 def test_several_results_stop_at_the_first_that_ends(smollm_tokenizer):
     """Speculative verification hands over several tokens; the ones after an end are dropped."""
     tok = smollm_tokenizer
-    req = request(tok, max_new=2)
+    req = request(tok, max_tokens=2)
     acc = accept_tokens(req, results([40, 41, 42, 43]), now=0.0)
     assert acc.num_new == 2 and req.output_ids == [40, 41] and acc.finish is RequestStatus.FINISHED_LENGTH
 
@@ -112,9 +112,9 @@ def test_stop_strings_are_not_searched_before_the_min_tokens_th_token(smollm_tok
         (0, ""),  # no minimum: the first token is the stop string
         (first + 1, ""),  # the min_tokens-th token is searched
         (first + 2, " stop here."),  # the first is before the minimum; the second ends it
-        (second + 2, " stop here. stop there. end"),  # none counts: the budget ends it
+        (second + 2, " stop here. stop there. end"),  # none counts: max_tokens ends it
     ]:
-        req = request(tok, max_new=len(ids), stop=(" stop",), min_tokens=min(min_tokens, len(ids)))
+        req = request(tok, max_tokens=len(ids), stop=(" stop",), min_tokens=min(min_tokens, len(ids)))
         acc = accept_tokens(req, results(ids), now=0.0)
         assert acc.text == text, min_tokens
         expected = RequestStatus.FINISHED_LENGTH if min_tokens > second + 1 else RequestStatus.FINISHED_STOPPED

@@ -20,9 +20,9 @@ class NoTokenizer:
         return ""
 
 
-def fake_request(rid: str, prompt: list[int], max_new: int = 8) -> Request:
+def fake_request(rid: str, prompt: list[int], max_tokens: int = 8) -> Request:
     out = OutputStream.create(NoTokenizer(), ())
-    return Request(rid, list(prompt), SamplingParams(temperature=0), max_new, out, request_rng(0))
+    return Request(rid, list(prompt), SamplingParams(temperature=0), max_tokens, out, request_rng(0))
 
 
 def make(num_blocks=16, max_num_seqs=8, budget=32, prefix=True):
@@ -161,13 +161,13 @@ def test_truncate_releases_whole_blocks_past_the_kept_positions():
 @pytest.mark.parametrize("prefix", [True, False])
 def test_every_block_returns_to_the_pool(prefix):
     pool, kv, sched = make(num_blocks=12, budget=12, prefix=prefix)
-    reqs = [fake_request(str(i), range(i, i + 9), max_new=5) for i in range(5)]
+    reqs = [fake_request(str(i), range(i, i + 9), max_tokens=5) for i in range(5)]
     for r in reqs:
         sched.add(r)
     while sched.has_unfinished():
         plan = sched.schedule()
         finish_step(sched, plan)
         for r in list(sched.running):
-            if len(r.output_ids) >= r.max_new:
+            if r.tokens_left <= 0:
                 sched.finish(r, RequestStatus.FINISHED_LENGTH)
     assert pool.stats().used == 0

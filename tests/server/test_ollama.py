@@ -167,8 +167,8 @@ def test_logprobs_come_per_token(client):
 
 
 def test_num_ctx_bounds_prompt_and_answer_together(client, http):
-    room = prompt_tokens(http, HI) + 3
-    r = client.chat(MODEL, HI, options={"num_ctx": room, "seed": 1})
+    num_ctx = prompt_tokens(http, HI) + 3  # the prompt, then room for three tokens
+    r = client.chat(MODEL, HI, options={"num_ctx": num_ctx, "seed": 1})
     assert (r.eval_count, r.done_reason) == (3, "length")
     with pytest.raises(ollama.ResponseError, match="options.num_ctx is 5") as err:
         client.chat(MODEL, HI, options={"num_ctx": 5})

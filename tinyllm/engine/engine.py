@@ -25,7 +25,7 @@ from ..speculative.proposer import SpeculativeConfig
 from ..speculative.verify import verify_drafts
 from .isolation import describe, draw_rows, isolated
 from .kv_manager import KVManager
-from .prompt import check_prompt, prompt_ids_of, token_budget
+from .prompt import check_prompt, effective_max_tokens, prompt_ids_of
 from .prompt_logprobs import record as record_prompt_logprobs
 from .request import Request, RequestStatus, accept_tokens, make_generation
 from .runner import ModelRunner
@@ -127,12 +127,13 @@ class Engine:
         request_id = str(next(self._ids)) if request_id is None else str(request_id)
         if request_id in self.requests:
             raise TinyLLMError(f"request id {request_id!r} is already in use")
-        max_new = token_budget(len(ids), params.max_tokens, max_len, self.pool.num_blocks * self.pool.block_size)
+        pool_positions = self.pool.num_blocks * self.pool.block_size
+        max_tokens = effective_max_tokens(len(ids), params.max_tokens, max_len, pool_positions)
         constraint = self.grammars.constraint(params.structured, wait=self.config.compile_grammars_on_add)
-        req = Request.create(request_id, ids, params, max_new, self.tokenizer, self.eos_ids, constraint)
+        req = Request.create(request_id, ids, params, max_tokens, self.tokenizer, self.eos_ids, constraint)
         spec = speculative or self.config.speculative
         if spec is not None:
-            req.proposer = make_proposer(spec, self.drafts, max_len=len(ids) + max_new)
+            req.proposer = make_proposer(spec, self.drafts, max_len=len(ids) + max_tokens)
             req.num_draft_tokens = spec.num_draft_tokens
         return req
 
@@ -181,9 +182,9 @@ class Engine:
         for req in self.scheduler.running:
             if req.proposer is None or req.draft_ids or req.num_computed != req.num_committed - 1:
                 continue
-            room = min(req.num_draft_tokens, req.max_new - len(req.output_ids) - 1)
-            if room > 0:
-                req.draft_ids = req.proposer.propose(req.prompt_ids + req.output_ids, room)
+            num_drafts = min(req.num_draft_tokens, req.tokens_left - 1)  # the target's own next token takes one
+            if num_drafts > 0:
+                req.draft_ids = req.proposer.propose(req.prompt_ids + req.output_ids, num_drafts)
                 if req.constraint is not None and req.draft_ids:  # a mask per verified row
                     out = req.output_ids
                     req.constraint.prefetch([out + req.draft_ids[:i] for i in range(len(req.draft_ids) + 1)])

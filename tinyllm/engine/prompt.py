@@ -1,4 +1,5 @@
-"""Prompt validation, the one place both the engine and the reference loop check a prompt and its budget."""
+"""Prompt validation, the one place both the engine and the reference loop check a prompt and work out its
+effective max_tokens."""
 
 from __future__ import annotations
 
@@ -31,11 +32,14 @@ def check_prompt(ids: list[int], vocab_size: int | None, max_len: int) -> None:
         )
 
 
-def token_budget(prompt_len: int, max_tokens: int | None, max_len: int, pool_positions: int | None = None) -> int:
-    """How many tokens a request may generate: the context's room, the caller's max_tokens, and (in the
-    engine) what fits the whole KV pool alone (the last token is never fed back, hence + 1), so a request
-    that outgrows the pool ends with "length" instead of being preempted forever."""
-    budget = max_len - prompt_len  # generated token i sits at position prompt_len + i < max_len
+def effective_max_tokens(
+    prompt_len: int, max_tokens: int | None, max_len: int, pool_positions: int | None = None
+) -> int:
+    """A request's max_tokens as the engine holds it: the caller's max_tokens (None: no limit of its own) cut
+    to the context's room and (in the engine) to what fits the whole KV pool alone (the last token is never
+    fed back, hence + 1), so a request that outgrows the pool ends with "length" instead of being preempted
+    forever."""
+    fits = max_len - prompt_len  # generated token i sits at position prompt_len + i < max_len
     if pool_positions is not None:
-        budget = min(budget, pool_positions - prompt_len + 1)
-    return budget if max_tokens is None else min(budget, max_tokens)
+        fits = min(fits, pool_positions - prompt_len + 1)
+    return fits if max_tokens is None else min(fits, max_tokens)

@@ -56,14 +56,15 @@ class RequestTimes:
 class Request:
     """Terms: `num_computed` positions have KV in the cache; the sequence is prompt_ids + output_ids, then
     any draft_ids awaiting verification; the last output id is fed to the model on the next step (so
-    num_computed < num_tokens while running). `max_new` is the token budget after the context limit.
+    num_computed < num_tokens while running). `max_tokens` is the most output tokens the request may have:
+    params.max_tokens cut to the context and the KV pool (engine/prompt.py's effective_max_tokens).
     `num_sampling_forwards` counts the forwards whose logits were sampled (the prefill's last chunk, then
     one per decode or verification)."""
 
     request_id: str
     prompt_ids: list[int]
     params: SamplingParams
-    max_new: int
+    max_tokens: int
     out: OutputStream
     rng: RequestRng
     stop_ids: frozenset[int] = frozenset()
@@ -87,7 +88,7 @@ class Request:
         request_id: str,
         prompt_ids: list[int],
         params: SamplingParams,
-        max_new: int,
+        max_tokens: int,
         tok,
         eos_ids=(),
         constraint: Constraint | None = None,
@@ -103,7 +104,7 @@ class Request:
             request_id,
             prompt_ids,
             params,
-            max_new,
+            max_tokens,
             OutputStream.create(tok, () if params.min_tokens else params.stop),
             request_rng(params.seed),
             stop_ids,
@@ -121,6 +122,11 @@ class Request:
     def num_tokens(self) -> int:
         """Positions the next forward may reach: prompt, output and drafts."""
         return len(self.prompt_ids) + len(self.output_ids) + len(self.draft_ids)
+
+    @property
+    def tokens_left(self) -> int:
+        """Output tokens the request may still generate before max_tokens ends it."""
+        return self.max_tokens - len(self.output_ids)
 
     @property
     def num_committed(self) -> int:
@@ -148,7 +154,7 @@ class AcceptedTokens:
 
 def accept_tokens(req: Request, results: list[SampleResult], now: float) -> AcceptedTokens:
     """Append sampled tokens in order until one ends the request: a stop id (never emitted), a stop string
-    (text cut before it; with min_tokens, found only from the min_tokens-th token's text on), or the budget.
+    (text cut before it; with min_tokens, found only from the min_tokens-th token's text on), or max_tokens.
     On the end, the decoder's tail and held-back text are flushed."""
     out = AcceptedTokens()
     req.times.first_token = req.times.first_token or now
@@ -164,7 +170,7 @@ def accept_tokens(req: Request, results: list[SampleResult], now: float) -> Acce
         if req.out.stopped:
             out.finish = RequestStatus.FINISHED_STOPPED
             break
-        if len(req.output_ids) >= req.max_new:
+        if req.tokens_left <= 0:
             out.finish = RequestStatus.FINISHED_LENGTH
             break
     if out.finish is not None:

@@ -18,42 +18,13 @@ from ..cache.paged_cache import PagedStorage
 from ..kernels import torch_single_threaded
 from ..model.native.lowering import build_stack, step_logits
 from ..model.native.step_structs import StepTokens
+from ..model.paged_batch import PagedBatch
 from ..model.quant_linear import runs_native
-from ..model.ragged_attention import PrefillSlice, RaggedLayout, ragged_attention, windowed
-from ..model.sdpa import AttentionSpec
+from ..model.ragged_attention import PrefillSlice, RaggedLayout
 from .prompt_logprobs import PromptRows, missing_positions
 from .scheduler import ScheduledChunk, SchedulerOutput
 
 SINGLE_THREAD_MAX_TOKENS = 4  # steps of at most this many new tokens run torch's own ops on one thread
-
-
-class PagedBatch:
-    """The cache object the model sees for one engine step (a ragged batch over the paged storage)."""
-
-    is_ragged = True
-
-    def __init__(
-        self, storage: PagedStorage, slot_mapping: torch.Tensor, positions: torch.Tensor, layout: RaggedLayout
-    ):
-        self.storage, self.slot_mapping, self._positions, self.layout = storage, slot_mapping, positions, layout
-        self._windowed = {None: layout}  # window -> the layout with its masks narrowed, made once per step
-
-    def positions(self, t_new: int) -> torch.Tensor:
-        return self._positions  # [N]
-
-    def mask(self, t_new: int) -> None:
-        return None  # masks live in the layout, per group
-
-    def attend(
-        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: AttentionSpec | None = None
-    ) -> torch.Tensor:
-        """Write the new k, v [1, Hkv, N, D] at their slots, then attend q [1, H, N, D] -> [1, H, N, D]."""
-        spec = spec or AttentionSpec()
-        self.storage.write(layer, self.slot_mapping, k[0].transpose(0, 1), v[0].transpose(0, 1))
-        if spec.window not in self._windowed:
-            self._windowed[spec.window] = windowed(self.layout, spec.window, self.storage.device)
-        layout = self._windowed[spec.window]
-        return ragged_attention(q, lambda slots: self.storage.gather(layer, slots, q.dtype), layout, spec)
 
 
 @dataclass

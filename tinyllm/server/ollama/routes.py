@@ -86,8 +86,9 @@ def _within(job: Job, num_ctx: int | None) -> Job:
             f"the prompt has {len(job.ids)} tokens, but options.num_ctx is {num_ctx} (nothing is cut to fit)",
             "options.num_ctx",
         )
-    room, limit = num_ctx - len(job.ids), job.params.max_tokens
-    return replace(job, params=job.params.replace(max_tokens=room if limit is None else min(limit, room)))
+    ctx_left = num_ctx - len(job.ids)  # the context's positions after the prompt
+    max_tokens = ctx_left if job.params.max_tokens is None else min(job.params.max_tokens, ctx_left)
+    return replace(job, params=job.params.replace(max_tokens=max_tokens))
 
 
 async def _chat_job(body: ChatBody, sampling: Sampling, ctx: Ready) -> Job:
@@ -105,9 +106,9 @@ async def _generate_job(body: GenerateBody, sampling: Sampling, ctx: Ready) -> J
         ids = before + await run_in_threadpool(encode_text, ctx.tokenizer, body.prompt)
         ctx.limits.check_ids(len(ids), "prompt")
         job = _within(Job(ids, SamplingParams(max_tokens=None), None, "prompt", True), sampling.num_ctx)
-        room = (sampling.num_ctx or ctx.context_length) - len(job.ids)
-        limit = sampling.fields.get("max_tokens") or room  # a raw prompt too may run to the end of the context
-        openai = _openai(lambda: raw_request(body, sampling, ids, limit))
+        ctx_left = (sampling.num_ctx or ctx.context_length) - len(job.ids)  # positions after the prompt
+        max_tokens = sampling.fields.get("max_tokens") or ctx_left  # a raw prompt too may run to the context's end
+        openai = _openai(lambda: raw_request(body, sampling, ids, max_tokens))
         with nesting_is_400():
             [ids], params, _ = await prepare_completion(openai, ctx)
         return Job(ids, params[0], None, "prompt", returns_context=True)
