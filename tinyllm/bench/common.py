@@ -233,8 +233,12 @@ class Models:
 
 
 def model_path(path: str | None) -> str:
+    """--model as a file or folder; the default model when none; synthetic:SHAPE:FORMAT built on first use."""
     from ..loading.default_model import default_model_path
+    from .synthetic import is_synthetic, synthetic_path
 
+    if is_synthetic(path):
+        return synthetic_path(path)
     return os.path.abspath(path) if path else default_model_path()
 
 

@@ -1,9 +1,12 @@
-"""Quantized matmul kernels on the default model's shapes: native qmatmul (float32 activations, and 8-bit
-activations as weights="native-int8" runs it) vs float32 F.linear vs dequantize + F.linear, per M, with GB/s of
-weight bytes read, and one whole decode token's matmuls.
+"""Quantized matmul kernels on a model's shapes (the default model's, or --model's): native qmatmul (float32
+activations, and 8-bit activations as weights="native-int8" runs it) vs float32 F.linear vs dequantize +
+F.linear, per M, with GB/s of weight bytes read, and one whole decode token's matmuls.
 
 Weights are random blocks (timing does not depend on the values) with enough copies of each shape to exceed
 the last-level cache, cycled through as a model's layers are, so M = 1 reads its weights from memory.
+
+With --model, the shapes and formats are the file's matrices (a synthetic:SHAPE:FORMAT file gives a real model's
+shapes); the whole-step runs in order are for the default model only.
 
 Writes kernels.json and kernels.png (one decode step's matmuls per activation row, at each M)."""
 
@@ -24,6 +27,25 @@ SHAPES = [
     ("Q4_1", 576, 1536, 30),
     ("Q8_0", 49152, 576, 1),
 ]
+
+
+def model_shapes(path: str) -> list[tuple[str, int, int, int]]:
+    """(format, N, K, uses per decode token) of a GGUF file's block-format matrices; a tied head (no
+    output.weight) is the embedding's matrix used once more."""
+    from ..kernels import FORMATS
+    from ..loading.gguf_file import open_gguf
+
+    g = open_gguf(path)
+    uses: dict[tuple[str, int, int], int] = {}
+    for name, t in g.tensors.items():
+        fmt = t.tensor_type.name
+        if fmt not in FORMATS or len(t.shape) != 2:
+            continue
+        if name == "token_embd.weight" and "output.weight" in g.tensors:
+            continue  # an embedding looked up, not multiplied
+        k, n = (int(d) for d in t.shape)  # ggml lists the fastest dim first
+        uses[(fmt, n, k)] = uses.get((fmt, n, k), 0) + 1
+    return [(fmt, n, k, u) for (fmt, n, k), u in uses.items()]
 
 
 def add_args(p) -> None:
@@ -131,9 +153,9 @@ def measured_token(m: int, min_time: float) -> dict:
     return out
 
 
-def token_time(rows: list[dict], m: int, key: str) -> float:
+def token_time(rows: list[dict], m: int, key: str, shapes: list) -> float:
     """Seconds of one decode step's matmuls at this M: each shape's time times its uses per token."""
-    uses = {(f, n, k): u for f, n, k, u in SHAPES}
+    uses = {(f, n, k): u for f, n, k, u in shapes}
     return sum(r[key] * uses[(r["fmt"], r["n"], r["k"])] for r in rows if r["m"] == m)
 
 
@@ -151,9 +173,10 @@ def report(result: dict) -> str:
             f"{r['dequantize_linear_s'] * 1e3:11.3f} {r['float32_linear_s'] / r['native_s']:6.2f} "
             f"{r['native_gb_s']:11.1f} {r['float32_gb_s']:9.1f}"
         )
+    count = sum(u for *_, u in result["shapes"])
     for m, t in result["token_ms"].items():
         lines.append(
-            f"211 matmuls of one step at M={m}, sum of the cells above: native {t['native']:.2f} ms, "
+            f"{count} matmuls of one step at M={m}, sum of the cells above: native {t['native']:.2f} ms, "
             f"8-bit activations {t['native_int8']:.2f} ms, float32 F.linear {t['float32']:.2f} ms"
         )
     for m, t in result["token_measured"].items():
@@ -174,7 +197,7 @@ def draw(result: dict):
         ax = fig.add_subplot(1, 1, 1)
         series = {name: [result["token_ms"][m][key] / m for m in ms] for name, key in modes.items()}
         figure.grouped_bars(ax, [f"M = {m}" for m in ms], series, "{:.3f}")
-        ax.set(ylabel="ms per activation row", title="one decode step's matmuls (the default model's shapes)")
+        ax.set(ylabel="ms per activation row", title=f"one decode step's matmuls ({result['shapes_of']}'s shapes)")
 
     return plot
 
@@ -190,17 +213,17 @@ def run(args) -> dict:
         "native": native_available(),
         "rows": [],
     }
-    for fmt, n, k, _ in SHAPES:
+    shapes = SHAPES if args.model is None else model_shapes(common.model_path(args.model))
+    result["shapes"], result["shapes_of"] = shapes, "the default model" if args.model is None else args.model
+    for fmt, n, k, _ in shapes:
         result["rows"] += measure_shape(fmt, n, k, args.m, args.min_time, args.cache_mb)
     result["token_ms"] = {
-        m: {
-            "native": token_time(result["rows"], m, "native_s") * 1e3,
-            "native_int8": token_time(result["rows"], m, "native_int8_s") * 1e3,
-            "float32": token_time(result["rows"], m, "float32_linear_s") * 1e3,
-        }
+        m: {key: token_time(result["rows"], m, f"{key}_s", shapes) * 1e3 for key in ("native", "native_int8")}
+        | {"float32": token_time(result["rows"], m, "float32_linear_s", shapes) * 1e3}
         for m in args.m
     }
     # a whole step holds ~100 MB of blocks and ~540 MB as float32: not in a --quick smoke run
-    result["token_measured"] = {} if args.quick else {m: measured_token(m, args.min_time) for m in args.m if m <= 8}
+    default = args.model is None and not args.quick
+    result["token_measured"] = {m: measured_token(m, args.min_time) for m in args.m if m <= 8} if default else {}
     result["machine"]["load_average_after"] = common.load_now()
     return common.save(args.out, "kernels", result, draw(result), report)

@@ -1,0 +1,53 @@
+"""Synthetic GGUF files with a model's shapes (bench/synthetic.py): the float16 file our loader reads back with
+the shape it was given and the default model's tokenizer; `synthetic:SHAPE:FORMAT` names checked; the bench
+kernels' shape table of a file."""
+
+from __future__ import annotations
+
+import pytest
+
+from tinyllm.bench import synthetic
+from tinyllm.bench.kernels import model_shapes
+
+TINY = synthetic.Shape("qwen2", 2, 64, 4, 2, 128, 49152 + 40, 10000.0, qkv_bias=True, context=256)
+
+
+@pytest.fixture(scope="module")
+def tiny_file(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("synthetic") / "tiny-F16.gguf")
+    synthetic.write_f16(TINY, path)
+    return path
+
+
+@pytest.mark.slow
+def test_the_file_loads_with_its_shape_and_the_default_tokenizer(tiny_file):
+    from tinyllm import LLM
+
+    llm = LLM(tiny_file)
+    c = llm.config
+    assert (c.family, c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads) == ("qwen2", 2, 64, 4, 2)
+    assert (c.intermediate_size, c.vocab_size, c.rope_theta) == (128, TINY.vocab, 10000.0)
+    assert llm.model.model.layers[0].self_attn.qkv_proj.bias is not None
+    assert llm.tokenizer.decode(llm.tokenizer.encode("Hello world")) == "Hello world"
+    out = llm.generate([1, 2, 3], max_tokens=3, temperature=0.0)
+    assert len(out.ids) == 3 and out.finish_reason == "length"
+
+
+@pytest.mark.slow
+def test_kernels_take_the_file_s_matrices(tiny_file):
+    # float16 matrices are not a block format: nothing to time; the table lists block formats only
+    assert model_shapes(tiny_file) == []
+
+
+@pytest.mark.parametrize(
+    "name", ["synthetic:llama-3.2-1b", "synthetic:llama-9b:Q4_K_M", "synthetic:llama-3.2-1b:Q3_K", "synthetic:"]
+)
+def test_a_bad_name_says_what_is_expected(name):
+    with pytest.raises(ValueError, match="expected synthetic:SHAPE:FORMAT with SHAPE one of llama-3.2-1b"):
+        synthetic.parse(name)
+
+
+def test_names():
+    assert synthetic.parse("synthetic:qwen2.5-0.5b:Q8_0") == ("qwen2.5-0.5b", "Q8_0")
+    assert synthetic.is_synthetic("synthetic:llama-3.2-1b:Q4_0") and not synthetic.is_synthetic("model.gguf")
+    assert not synthetic.is_synthetic(None)
