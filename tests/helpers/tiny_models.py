@@ -7,6 +7,7 @@ from torch import nn
 
 from tinyllm.config import ModelConfig
 from tinyllm.model.llama import LlamaForCausalLM
+from tinyllm.model.plan import ModelPlan
 
 
 def tiny_config(**overrides) -> ModelConfig:
@@ -27,10 +28,11 @@ def tiny_config(**overrides) -> ModelConfig:
     return ModelConfig(**values)
 
 
-def tiny_llama(seed: int = 0, **overrides) -> LlamaForCausalLM:
-    """Random weights with a spread large enough that a wrong position or mask changes the logits."""
+def tiny_llama(seed: int = 0, *, plan: ModelPlan | None = None, **overrides) -> LlamaForCausalLM:
+    """Random weights with a spread large enough that a wrong position or mask changes the logits. plan: the
+    model's, where not its config's."""
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(tiny_config(**overrides))
+    model = LlamaForCausalLM(tiny_config(**overrides), plan)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 2:
@@ -80,4 +82,4 @@ def quantized_copy(model: LlamaForCausalLM, mode: str = "int8") -> LlamaForCausa
     from tinyllm.loading.quantize import quantize_state
 
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    return build_model(model.config, quantize_state(state, mode, "<test>"), "cpu", "<test>")
+    return build_model(model.config, quantize_state(state, mode, "<test>"), "cpu", "<test>", plan=model.plan)

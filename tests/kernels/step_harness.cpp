@@ -100,8 +100,12 @@ int main(int argc, char** argv) {
             caches.emplace_back(2 * slots_per_seq * KV * D * elem, 0);
             la.v_cache = caches.back().data();
         }
-        tl::ModelArgs md{L, C, H, KV, D, I, D, activation, 1e-5, 0.125, 0.0, run.data(),
-                         {inv_freq.data(), nullptr}, kv_type};
+        for (auto& la : run) {
+            la.activation = activation;
+            la.scale = 0.125;
+            la.softcap = 0.0;
+        }
+        tl::ModelArgs md{L, C, H, KV, D, I, D, 1e-5, run.data(), {inv_freq.data(), nullptr}, kv_type};
         // step 0: prompts of 70 and 5 tokens; steps 1-3: one new token for each sequence
         const int64_t lens[2] = {70, 5}, smax = 80;
         std::vector<int64_t> key_slots(2 * smax);

@@ -1,7 +1,8 @@
 """The native decode step (model/native/lowering.py, kernels/csrc/decode.cpp) against the module path it replaces:
-one step on paged storage with scattered blocks, every option it covers (q/k/v biases, sliding windows, a
-second rotary table, partial rotary, query scale, attention soft-cap, GQA), and whole generations through the
-engine (greedy batch == alone, seeded sampling alone == batched == preempted, speculative == plain).
+one step on paged storage with scattered blocks, every option it covers (every feature of the layer plan alone,
+per layer and with every family: q/k/v biases, sliding windows, a second rotary table, query scale, attention
+and final soft-caps; partial rotary, GQA), and whole generations through the engine (greedy batch == alone,
+seeded sampling alone == batched == preempted, speculative == plain).
 
 Bound: both paths run the same quantized matmuls; they differ in the order of float32 sums (norms, attention)
 and in e^x (a polynomial within 2 ulp), so a logit moves by a few ulps of the magnitudes summed: 1e-5 of the
@@ -9,22 +10,23 @@ largest logit, as for the other cached paths. A wrong slot, head, window or rota
 
 import random
 from array import array
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import pytest
 import torch
 
-from helpers.tiny_models import quantized_copy, tiny_llama
+from helpers.tiny_models import quantized_copy, tiny_config, tiny_llama
 from tinyllm import LLM, SamplingParams
 from tinyllm.cache.paged_cache import PagedStorage
 from tinyllm.engine.engine import Engine
 from tinyllm.engine.runner import NativeKeys, StepInputs, execute
 from tinyllm.kernels import native
 from tinyllm.loading.quantize import quantize_q4_1, quantize_q8_0
-from tinyllm.model.family import FAMILIES
+from tinyllm.model.family import ACTIVATIONS, BLOCK_KINDS, FAMILIES, NORM_KINDS
 from tinyllm.model.native import lowering
 from tinyllm.model.native.lowering import build_stack, decode_logits, step_logits, unsupported
 from tinyllm.model.native.step_structs import KV_TYPES, StepTokens
+from tinyllm.model.plan import ROPE_TABLES, LayerPlan, ModelPlan, model_plan
 from tinyllm.model.quant_linear import QuantLinear, quant_weights
 from tinyllm.model.ragged_attention import RaggedLayout
 from tinyllm.speculative.draft_model import DraftModelProposer, self_draft
@@ -33,21 +35,36 @@ from tinyllm.speculative.proposer import SpeculativeConfig
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no native kernels on this machine")
 
 BASE = dict(hidden_size=64, intermediate_size=96, num_heads=4, num_kv_heads=2, head_dim=32, vocab_size=300)
+# Config overrides that switch one feature of the plan (model/plan.py) on, by the plan field they set; the
+# family table's own features come with its rows below. A new feature is covered by adding its row here.
+PLAN_FEATURES = {
+    "qkv_bias": dict(attention_bias=True),
+    "window": dict(sliding_window=5, layer_kinds=("sliding", "full", "sliding")),
+    "rope": dict(sliding_window=6, layer_kinds=("sliding", "sliding", "full"), local_rope_theta=500.0, rope_theta=1e5),
+    "attn_scale": dict(query_scale=0.07),
+    "attn_softcap": dict(attn_softcap=3.0),
+    "final_softcap": dict(final_softcap=8.0),
+}
 VARIANTS = {
     "llama-int8": ("int8", {}),
     "llama-int4": ("int4", {}),
     "mha": ("int8", dict(num_kv_heads=4)),
-    "bias": ("int8", dict(attention_bias=True)),
-    "window": ("int8", dict(sliding_window=5, layer_kinds=("sliding", "full", "sliding"))),
-    "local-rope": (
-        "int8",
-        dict(sliding_window=6, layer_kinds=("sliding", "sliding", "full"), local_rope_theta=500.0, rope_theta=1e5),
-    ),
     "partial-rotary": ("int8", dict(rope_dim=16)),
     "head-dim-64": ("int8", dict(head_dim=64)),  # values summed 64 columns at a time in registers
     "head-dim-80": ("int4", dict(head_dim=80, num_kv_heads=1)),  # and a tail of 16; 4 query heads per kv head
     "three-per-kv": ("int8", dict(num_heads=6, head_dim=64)),  # 3 query heads per kv head, as SmolLM2's
     "scale-softcap": ("int8", dict(query_scale=0.07, attn_softcap=3.0, final_softcap=8.0)),
+    # each layer its own attention scale, soft-cap and window: what no config says, a plan may
+    "per-layer": (
+        "int8",
+        dict(
+            plan_layers=(
+                dict(attn_scale=0.07),
+                dict(attn_softcap=3.0, window=4),
+                dict(attn_scale=0.2, attn_softcap=2.0),
+            )
+        ),
+    ),
     "qwen3": ("int8", dict(family="qwen3")),  # per-head q/k norms
     "gemma2": (  # (1 + w) norms on both sides of each sub-layer, GeGLU, scaled embeddings
         "int4",
@@ -65,20 +82,33 @@ VARIANTS = {
     ),
     "mixed-formats": ("int8", {}),  # q and k in Q8_0, v in Q4_1; gate in Q4_1, up in Q8_0 (see variant)
 }
-# and every family of the table as it stands there, so that a new family's row is covered by these tests
+ALL_FEATURES = {k: v for overrides in PLAN_FEATURES.values() for k, v in overrides.items()}
+# every plan feature alone, and every family of the table as it stands there, alone and with those features
+VARIANTS.update({field: ("int8", overrides) for field, overrides in PLAN_FEATURES.items()})
 VARIANTS.update({f"family-{name}": ("int8", dict(family=name)) for name in FAMILIES})
+VARIANTS.update({f"family-{name}-features": ("int8", dict(ALL_FEATURES, family=name)) for name in FAMILIES})
+
+
+def variant_plan(name: str) -> tuple[dict, ModelPlan]:
+    """A variant's config values, and its plan: the config's, with the row's per-layer edits (`plan_layers`)."""
+    values = {**BASE, **VARIANTS[name][1]}
+    edits = values.pop("plan_layers", None)
+    plan = model_plan(tiny_config(**values))
+    if edits is not None:
+        plan = replace(plan, layers=tuple(replace(p, **e) for p, e in zip(plan.layers, edits, strict=True)))
+    return values, plan
 
 
 def variant(name: str, seed: int = 0):
-    mode, overrides = VARIANTS[name]
-    model = tiny_llama(seed, **{**BASE, **overrides})
+    values, plan = variant_plan(name)
+    model = tiny_llama(seed, plan=plan, **values)
     with torch.no_grad():
-        for layer in model.model.layers:
-            if overrides.get("attention_bias"):
+        for p, layer in zip(plan.layers, model.model.layers):
+            if p.qkv_bias:
                 layer.self_attn.qkv_proj.bias.normal_(0.0, 0.5)
             for norm in (m for n, m in layer.named_modules() if n.endswith("norm")):
-                norm.weight.normal_(0.0, 0.3) if overrides.get("family", "").startswith("gemma") else None
-    quantized = quantized_copy(model, mode)
+                norm.weight.normal_(0.0, 0.3) if p.norm == "rms_plus_one" else None
+    quantized = quantized_copy(model, VARIANTS[name][0])
     if name == "mixed-formats":
         for ours, theirs in zip(quantized.model.layers, model.model.layers):
             qk = (theirs.self_attn.num_heads + theirs.self_attn.num_kv_heads) * theirs.self_attn.head_dim
@@ -87,6 +117,25 @@ def variant(name: str, seed: int = 0):
             half = gu.shape[0] // 2
             ours.mlp.gate_up_proj = QuantLinear([quantize_q4_1(gu[:half]), quantize_q8_0(gu[half:])])
     return quantized
+
+
+KINDS = {
+    "norm": NORM_KINDS,
+    "activation": ACTIVATIONS,
+    "block": BLOCK_KINDS,
+    "rope": ROPE_TABLES,
+    "final_norm": NORM_KINDS,
+}
+
+
+def test_the_variants_take_every_value_of_every_plan_field():
+    """Every field of the layer and model plans is on and off (and every kind of a kind field is taken) in some
+    variant, so the parity tests run each feature of the plan on both executors."""
+    plans = [variant_plan(name)[1] for name in VARIANTS]
+    seen = {f.name: {getattr(layer, f.name) for p in plans for layer in p.layers} for f in fields(LayerPlan)}
+    seen.update({f.name: {getattr(p, f.name) for p in plans} for f in fields(ModelPlan) if f.name != "layers"})
+    for name, values in seen.items():
+        assert values == set(KINDS[name]) if name in KINDS else len(values) >= 2, (name, values)
 
 
 def scattered_step(model, lengths: list[int], seed: int, num_blocks: int = 64, dtype=torch.float32):
@@ -192,7 +241,7 @@ def test_the_engines_native_step_equals_the_tensor_step(name, threads, monkeypat
             stack.head(x, array("q", [4]), 4)
 
 
-@pytest.mark.parametrize("name", ["llama-int8", "window", "scale-softcap", "head-dim-80", "gemma3"])
+@pytest.mark.parametrize("name", ["llama-int8", "window", "scale-softcap", "head-dim-80", "gemma3", "per-layer"])
 def test_long_sequences_split_into_spans(name, threads):
     """Keys are attended in spans of 64 joined afterwards: lengths at, just past and well past span edges, with
     windows that start inside a span."""

@@ -13,6 +13,7 @@ from ..errors import TinyLLMError
 from ..kernels import dequantize, native
 from ..kernels.formats import FORMATS
 from ..model.llama import LlamaForCausalLM, rotary_tables
+from ..model.plan import ModelPlan
 from ..model.quant_bias import BiasedQuantLinear
 from ..model.quant_linear import QuantEmbedding, QuantLinear, quant_weights
 from ..text.tokenizer import Tokenizer
@@ -121,12 +122,17 @@ def _place_quantized(model: nn.Module, state: dict, dtype: torch.dtype) -> None:
 
 
 def build_model(
-    config: ModelConfig, state: dict, device: torch.device | str, source: str, dtype: torch.dtype = torch.float32
+    config: ModelConfig,
+    state: dict,
+    device: torch.device | str,
+    source: str,
+    dtype: torch.dtype = torch.float32,
+    plan: ModelPlan | None = None,
 ) -> LlamaForCausalLM:
     """Put loaded weights (float tensors, or QuantWeights kept as blocks) into a model without allocating
-    them twice; nothing is half-loaded on error."""
+    them twice; nothing is half-loaded on error. plan: the model's, where not its config's (model_plan)."""
     with torch.device("meta"):
-        model = LlamaForCausalLM(config)
+        model = LlamaForCausalLM(config, plan)
     if config.tie_word_embeddings:
         state.pop("lm_head.weight", None)
         state["lm_head.weight"] = state.get("model.embed_tokens.weight")

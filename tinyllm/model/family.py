@@ -1,6 +1,6 @@
 """Model families as data: what makes each decoder differ from Llama, in one frozen description each.
 
-The model (llama.py) and the loaders read these fields; no forward branches on a family's name. What a
+The layer plan (plan.py) and the loaders read these fields; no forward branches on a family's name. What a
 config may switch on or off within a family (biases, windows, softcaps, rope scaling) lives in
 ModelConfig; what every model of the family shares lives here.
 """
@@ -42,18 +42,6 @@ class Family:
         ):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
-
-    def features(self) -> list[str]:
-        """What differs from a plain Llama, for `tinyllm info`."""
-        flags = (
-            ("norm (1 + w)", self.norm == "rms_plus_one"),
-            ("GeGLU (tanh GELU)", self.activation == "gelu_tanh"),
-            ("pre- and post-norms", self.block == "sandwich"),
-            ("q/k/v biases", self.qkv_bias),
-            ("q/k norms", self.qk_norm),
-            ("embeddings scaled by sqrt(hidden)", self.embed_scale),
-        )
-        return [text for text, on in flags if on]
 
 
 _QKV_BIAS = (

@@ -1,30 +1,57 @@
-"""What a loaded model does beyond a plain Llama, in words, for `tinyllm info`: the family's fixed traits
-and the options its config switched on."""
+"""What a loaded model does beyond a plain Llama, in words, for `tinyllm info`: its plan's layer and model
+features (model/plan.py) and the rotary tables' options of its config."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
+
 from ..config import ModelConfig
-from .family import FAMILIES
+from .plan import LayerPlan, ModelPlan, model_plan
+
+# (text, a layer's value): the text, formatted with the value, for each value other than None or False
+_LAYER_TRAITS: tuple[tuple[str, Callable[[LayerPlan], object]], ...] = (
+    ("norm (1 + w)", lambda p: p.norm == "rms_plus_one"),
+    ("GeGLU (tanh GELU)", lambda p: p.activation == "gelu_tanh"),
+    ("pre- and post-norms", lambda p: p.block == "sandwich"),
+    ("q/k norms", lambda p: p.qk_norm),
+)
 
 
-def model_features(c: ModelConfig) -> list[str]:
-    features = FAMILIES[c.family].features()
-    if c.attention_bias:
-        features.append("q/k/v biases")
+def _per_layer(plan: ModelPlan, text: str, value: Callable[[LayerPlan], object], count_all: bool = False) -> list:
+    """text for each value the layers have, with how many layers have it unless all do (or count_all)."""
+    total = len(plan.layers)
+    counts = Counter(value(p) for p in plan.layers)
+    return [
+        text.format(v) + (f" on {n} of {total} layers" if count_all or n < total else "")
+        for v, n in counts.items()
+        if v is not None and v is not False
+    ]
+
+
+def _rotary(c: ModelConfig) -> list[str]:
+    features = []
     if c.rope_scaling is not None:
         features.append(f"rope scaling {c.rope_scaling.kind} x{c.rope_scaling.factor:g}")
     if c.rope_freq_factors is not None:
         features.append("rope frequency factors")
     if c.rotary_dim != c.head_dim:
         features.append(f"partial rotary ({c.rotary_dim} of {c.head_dim} dims)")
-    num_sliding = sum(c.layer_window(i) is not None for i in range(c.num_layers))
-    if num_sliding:
-        features.append(f"sliding window {c.sliding_window} on {num_sliding} of {c.num_layers} layers")
+    return features
+
+
+def model_features(c: ModelConfig) -> list[str]:
+    plan = model_plan(c)
+    features = [f for text, value in _LAYER_TRAITS for f in _per_layer(plan, text, value)]
+    if plan.embed_scale is not None:
+        features.append("embeddings scaled by sqrt(hidden)")
+    features += _per_layer(plan, "q/k/v biases", lambda p: p.qkv_bias)
+    features += _rotary(c)
+    features += _per_layer(plan, "sliding window {}", lambda p: p.window, count_all=True)
     if c.local_rope_theta is not None:
         features.append(f"sliding layers' rope base {c.local_rope_theta:g}")
-    if c.query_scale is not None:
-        features.append(f"query scale {c.query_scale:.6g}")
-    for name, cap in (("attention", c.attn_softcap), ("final", c.final_softcap)):
-        if cap is not None:
-            features.append(f"{name} logit soft-cap {cap:g}")
+    features += _per_layer(plan, "query scale {:.6g}", lambda p: p.attn_scale)
+    features += _per_layer(plan, "attention logit soft-cap {:g}", lambda p: p.attn_softcap)
+    if plan.final_softcap is not None:
+        features.append(f"final logit soft-cap {plan.final_softcap:g}")
     return features

@@ -1,6 +1,7 @@
 """The decoder every family shares (Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3): wires embedding, blocks,
-norm and head. What differs between families is data (model/family.py, ModelConfig) choosing small pieces:
-the norm, the activation, the block layout, the per-layer AttentionSpec and rotary tables.
+norm and head. What differs between families is data: the model's plan (model/plan.py, built from the family
+table and the config) gives each layer its norm, activation, block layout, biases, q/k norms, rotary table and
+AttentionSpec, and the model its embedding scale, final norm and final soft-cap.
 
 Parameter names follow Hugging Face's checkpoints, except that q/k/v and gate/up are fused into one
 projection each (`qkv_proj`, `gate_up_proj`); the loaders map both HF and GGUF names by tables and
@@ -14,24 +15,19 @@ from torch import nn
 
 from ..config import ModelConfig
 from .attention import GQAttention
-from .family import FAMILIES, Family
 from .mlp import GatedMLP
 from .norm import NORMS
+from .plan import PLAIN_LAYER, LayerPlan, ModelPlan, model_plan
 from .rope import RotaryEmbedding
-from .sdpa import AttentionSpec, window_mask
-
-
-def attention_spec(config: ModelConfig, layer: int) -> AttentionSpec:
-    return AttentionSpec(config.query_scale, config.attn_softcap, config.layer_window(layer))
+from .sdpa import soft_cap, window_mask
 
 
 class DecoderLayer(nn.Module):
     """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x)). The attention is GQA unless given."""
 
-    def __init__(self, config, layer_idx: int, attention: nn.Module | None = None, family: Family | None = None):
+    def __init__(self, config, layer_idx: int, plan: LayerPlan = PLAIN_LAYER, attention: nn.Module | None = None):
         super().__init__()
-        family = family or FAMILIES["llama"]
-        norm = NORMS[family.norm]
+        norm = NORMS[plan.norm]
         self.input_layernorm = norm(config.hidden_size, config.rms_norm_eps)
         self.self_attn = attention or GQAttention(
             config.hidden_size,
@@ -39,13 +35,13 @@ class DecoderLayer(nn.Module):
             config.num_kv_heads,
             config.head_dim,
             layer_idx,
-            bias=config.attention_bias or family.qkv_bias,
-            qk_norm=norm if family.qk_norm else None,
+            bias=plan.qkv_bias,
+            qk_norm=norm if plan.qk_norm else None,
             eps=config.rms_norm_eps,
-            spec=attention_spec(config, layer_idx),
+            spec=plan.attention,
         )
         self.post_attention_layernorm = norm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, family.activation)
+        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, plan.activation)
 
     def forward(self, x, cos, sin, mask, cache):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache)
@@ -56,9 +52,9 @@ class SandwichDecoderLayer(DecoderLayer):
     """Norms on both sides of each sub-layer (Gemma 2/3): x + post(attn(pre(x))), then the same for the MLP.
     Here post_attention_layernorm is the norm after attention, as Gemma's checkpoints name it."""
 
-    def __init__(self, config, layer_idx: int, family: Family):
-        super().__init__(config, layer_idx, family=family)
-        norm = NORMS[family.norm]
+    def __init__(self, config, layer_idx: int, plan: LayerPlan):
+        super().__init__(config, layer_idx, plan)
+        norm = NORMS[plan.norm]
         self.pre_feedforward_layernorm = norm(config.hidden_size, config.rms_norm_eps)
         self.post_feedforward_layernorm = norm(config.hidden_size, config.rms_norm_eps)
 
@@ -67,19 +63,19 @@ class SandwichDecoderLayer(DecoderLayer):
         return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
 
 
-BLOCKS = {"pre_norm": lambda c, i, f: DecoderLayer(c, i, family=f), "sandwich": SandwichDecoderLayer}
+BLOCKS = {"pre_norm": DecoderLayer, "sandwich": SandwichDecoderLayer}
 
 
 class LlamaBackbone(nn.Module):
-    def __init__(self, config: ModelConfig, family: Family):
+    def __init__(self, config: ModelConfig, plan: ModelPlan):
         super().__init__()
         # Zeros, not nn.Embedding's normal_ init: loaders build on the meta device, where normal_ imports
         # torch's Python decompositions (seconds and tens of MB); every weight is loaded afterwards anyway.
         self.embed_tokens = nn.Embedding(
             config.vocab_size, config.hidden_size, _weight=torch.zeros(config.vocab_size, config.hidden_size)
         )
-        self.layers = nn.ModuleList(BLOCKS[family.block](config, i, family) for i in range(config.num_layers))
-        self.norm = NORMS[family.norm](config.hidden_size, config.rms_norm_eps)
+        self.layers = nn.ModuleList(BLOCKS[p.block](config, i, p) for i, p in enumerate(plan.layers))
+        self.norm = NORMS[plan.final_norm](config.hidden_size, config.rms_norm_eps)
 
 
 def rotary_tables(config: ModelConfig) -> tuple[RotaryEmbedding, RotaryEmbedding | None]:
@@ -93,11 +89,16 @@ def rotary_tables(config: ModelConfig) -> tuple[RotaryEmbedding, RotaryEmbedding
 class LlamaForCausalLM(nn.Module):
     """A decoder of any family in model/family.py; the name is kept from when Llama was the only one."""
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, plan: ModelPlan | None = None):
+        """plan: what each layer and the model around them compute; None (every loaded model): model_plan(config)."""
         super().__init__()
-        self.config = config
-        self.family = FAMILIES[config.family]
-        self.model = LlamaBackbone(config, self.family)
+        plan = model_plan(config) if plan is None else plan
+        if len(plan.layers) != config.num_layers:
+            raise ValueError(f"the plan must hold {config.num_layers} layers, got {len(plan.layers)}")
+        if "sliding" in plan.rope_tables and config.local_rope_theta is None:
+            raise ValueError("the plan's layers read the sliding rotary table but local_rope_theta is None")
+        self.config, self.plan = config, plan
+        self.model = LlamaBackbone(config, self.plan)
         self.rotary, self.rotary_local = rotary_tables(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
@@ -114,14 +115,12 @@ class LlamaForCausalLM(nn.Module):
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         x = self.model.embed_tokens(ids)  # [B, T, C]
-        if self.family.embed_scale:  # the scale rounded to the compute dtype first, as Gemma does
-            x = x * torch.tensor(self.config.hidden_size**0.5, dtype=x.dtype)
+        if self.plan.embed_scale is not None:  # the scale rounded to the compute dtype first, as Gemma does
+            x = x * torch.tensor(self.plan.embed_scale, dtype=x.dtype)
         return x
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
-        logits = self.lm_head(self.model.norm(x)).float()  # [B, T, V]
-        cap = self.config.final_softcap
-        return logits if cap is None else torch.tanh(logits / cap) * cap
+        return soft_cap(self.lm_head(self.model.norm(x)).float(), self.plan.final_softcap)  # [B, T, V]
 
     def forward(
         self,
@@ -160,15 +159,14 @@ class LlamaForCausalLM(nn.Module):
             positions = torch.arange(T, device=ids.device)  # [T]
         positions = positions.to(ids.device)
         x = self.embed(ids)  # [B, T, C]
-        ropes = {"full": self.rotary.cos_sin(positions, x.dtype)}  # cos, sin [T, R] each
-        local = getattr(self, "rotary_local", None)
-        ropes["sliding"] = ropes["full"] if local is None else local.cos_sin(positions, x.dtype)
+        tables = {"full": self.rotary, "sliding": getattr(self, "rotary_local", None)}
+        ropes = {t: tables[t].cos_sin(positions, x.dtype) for t in self.plan.rope_tables}  # cos, sin [T, R] each
         windowed = {}  # window -> mask
         ragged = getattr(cache, "is_ragged", False)
-        for i, layer in enumerate(self.model.layers):
-            window = self.config.layer_window(i)
+        for p, layer in zip(self.plan.layers, self.model.layers, strict=True):
+            window = p.window
             if window is not None and not ragged and window not in windowed:
                 windowed[window] = window_mask(mask, T, num_keys, window, ids.device)  # [T, S] or [B, 1, T, S]
-            cos, sin = ropes[self.config.layer_kind(i)]
+            cos, sin = ropes[p.rope]
             x = layer(x, cos, sin, mask if window is None or ragged else windowed[window], cache)
         return x  # [B, T, C]

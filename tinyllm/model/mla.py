@@ -66,7 +66,7 @@ class MLAForCausalLM(nn.Module):
         super().__init__()
         self.config = c
         self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(c, i, MLAttention(c, i)) for i in range(c.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(c, i, attention=MLAttention(c, i)) for i in range(c.num_layers))
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
         self.rotary = RotaryEmbedding(c.d_rope, c.rope_theta)

@@ -32,6 +32,11 @@ class AttentionSpec:
 PLAIN = AttentionSpec()
 
 
+def soft_cap(x: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """x, or cap·tanh(x/cap) (logits kept within ±cap); the same shape."""
+    return x if cap is None else torch.tanh(x / cap) * cap
+
+
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -50,7 +55,7 @@ def attention(
         k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)  # [B, H, S, D]
     scale = spec.scale if spec.scale is not None else q.shape[-1] ** -0.5
     scores = (q @ k.transpose(-1, -2)) * scale  # [B, H, T, S]
-    scores = torch.tanh(scores / spec.softcap) * spec.softcap
+    scores = soft_cap(scores, spec.softcap)
     if is_causal:
         mask = window_mask(None, q.shape[2], k.shape[2], None, q.device)
     if mask is not None:

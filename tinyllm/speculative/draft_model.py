@@ -33,7 +33,8 @@ def self_draft(target: LlamaForCausalLM, num_layers: int) -> LlamaForCausalLM:
     draft.model.embed_tokens = target.model.embed_tokens
     draft.model.layers = nn.ModuleList(list(target.model.layers)[:num_layers])
     draft.model.norm = target.model.norm
-    draft.family, draft.rotary, draft.rotary_local = target.family, target.rotary, target.rotary_local
+    draft.plan = replace(target.plan, layers=target.plan.layers[:num_layers])
+    draft.rotary, draft.rotary_local = target.rotary, target.rotary_local
     draft.lm_head = target.lm_head
     return draft.eval()
 

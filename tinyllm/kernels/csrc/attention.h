@@ -143,7 +143,7 @@ static void attend_heads(const AttnJob& j, const float* q, const int64_t* slots,
                          int64_t offset, float* const* o) {
     const ModelArgs& md = *j.md;
     const int64_t D = md.head_dim, kv_row = md.kv_heads * D;
-    const float scale = (float)md.scale, cap = (float)md.softcap;
+    const float scale = (float)j.layer->scale, cap = (float)j.layer->softcap;
     alignas(32) float p[NH * SPAN];
     key_scores<NH>(q, static_cast<const T*>(j.layer->k_cache), slots, first, last, kv_row, offset, D, p);
     for (int n = 0; n < NH; ++n) span_softmax(p + n * SPAN, last - first, scale, cap, o[n], D);
@@ -228,7 +228,8 @@ static void attend_streaming(const AttnJob& j, const float* q, const int64_t* sl
 #endif
     for (; s < last; ++s)
         for (int64_t h = h0; h < h1; ++h) p[(h - h0) * SPAN + s - first] = dot(q + h * D, kc + slots[s] * kv_row + h / G * D, D);
-    for (int64_t h = h0; h < h1; ++h) span_softmax(p + (h - h0) * SPAN, last - first, (float)md.scale, (float)md.softcap, o[h - h0], D);
+    const float scale = (float)j.layer->scale, cap = (float)j.layer->softcap;
+    for (int64_t h = h0; h < h1; ++h) span_softmax(p + (h - h0) * SPAN, last - first, scale, cap, o[h - h0], D);
     for (int64_t g = kv0; g < kv0 + j.kv_each; ++g)
         for (int64_t h = g * G; h < (g + 1) * G; h += PASS_HEADS)
             values_heads(std::min<int64_t>(PASS_HEADS, (g + 1) * G - h), p + (h - h0) * SPAN, first, last, slots, vc, kv_row, g * D, D, o.data() + (h - h0));

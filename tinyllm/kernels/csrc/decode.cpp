@@ -119,7 +119,7 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
     matmul(L.gate_up, h, M, gu, part, threads);
     clock.mark(Clock::MATMUL);
     for_rows(M, threads, [&](int64_t r0, int64_t r1) {
-        (md.activation == 1 ? gelu_mul : silu_mul)(gu + r0 * 2 * I, r1 - r0, I, act + r0 * I);
+        (L.activation == 1 ? gelu_mul : silu_mul)(gu + r0 * 2 * I, r1 - r0, I, act + r0 * I);
     });
     clock.mark(Clock::OTHER);
     matmul(L.down, act, M, tmp, threads);

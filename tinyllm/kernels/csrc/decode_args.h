@@ -33,14 +33,16 @@ struct LayerArgs {
     const float* qkv_bias;  // [(H + 2 Hkv) D] or null
     void* k_cache;          // [slots, Hkv * D] of this layer, elements of ModelArgs::kv_type
     void* v_cache;
-    int64_t window;  // keys visible to a query, its own included; 0 = all
-    int64_t rope;    // which rotary table: 0 or 1
+    int64_t window;      // keys visible to a query, its own included; 0 = all
+    int64_t rope;        // which rotary table: 0 or 1
+    int64_t activation;  // 0: SiLU, 1: GELU with the tanh approximation
+    double scale;        // of the attention logits q . k
+    double softcap;      // of the attention logits: cap * tanh(logit / cap); 0 = none
 };
 
 struct ModelArgs {
     int64_t num_layers, hidden, heads, kv_heads, head_dim, inter, rotary_dim;
-    int64_t activation;          // 0: SiLU, 1: GELU with the tanh approximation
-    double eps, scale, softcap;  // softcap 0 = none
+    double eps;
     const LayerArgs* layers;
     const float* inv_freq[2];  // [R/2] per rotary table (model/rope.py: scaling already applied)
     int64_t kv_type;           // KvType of the caches' elements (kv.h)

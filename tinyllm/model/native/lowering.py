@@ -26,8 +26,10 @@ import torch
 from ...kernels import native
 from ..attention import GQAttention
 from ..norm import RMSNorm, RMSNormPlusOne
+from ..plan import ROPE_TABLES, LayerPlan
 from ..quant_bias import BiasedQuantLinear
 from ..quant_linear import QuantEmbedding, QuantLinear
+from ..sdpa import soft_cap
 from .step_structs import (
     ACTIVATIONS,
     KV_TYPES,
@@ -66,13 +68,14 @@ def _layer_reason(layer) -> str | None:
 
 def unsupported(model) -> str | None:
     """Why the native step cannot run this model, or None when it can."""
-    family, config = getattr(model, "family", None), getattr(model, "config", None)
-    if family is None or config is None:
+    plan, config = getattr(model, "plan", None), getattr(model, "config", None)
+    if plan is None or config is None:
         return "it is not a decoder of model/llama.py"
     if native.library() is None:
         return "the native kernels are not built"
-    if family.activation not in ACTIVATIONS:
-        return f"the activation {family.activation} is not covered"
+    for layer in plan.layers:
+        if layer.activation not in ACTIVATIONS:
+            return f"the activation {layer.activation} is not covered"
     if model.dtype != torch.float32 or model.device.type != "cpu":
         return "it does not run in float32 on the CPU"
     if config.rotary_dim > config.head_dim:
@@ -93,17 +96,17 @@ def _scale(norm) -> torch.Tensor | None:
     return (1.0 + w if isinstance(norm, RMSNormPlusOne) else w).contiguous()
 
 
-def _layer_weights(layer, storage, index: int, rope: int) -> LayerWeights:
+def _layer_weights(layer, plan: LayerPlan, storage, index: int, head_dim: int) -> LayerWeights:
     attn, mlp = layer.self_attn, layer.mlp
-    sandwich = hasattr(layer, "pre_feedforward_layernorm")
-    bias = getattr(attn.qkv_proj, "bias", None)
+    sandwich = plan.block == "sandwich"
+    bias = getattr(attn.qkv_proj, "bias", None) if plan.qkv_bias else None
     return LayerWeights(
         attn_norm=_scale(layer.input_layernorm),
         attn_out_norm=_scale(layer.post_attention_layernorm) if sandwich else None,
         mlp_norm=_scale(layer.pre_feedforward_layernorm if sandwich else layer.post_attention_layernorm),
         mlp_out_norm=_scale(layer.post_feedforward_layernorm) if sandwich else None,
-        q_norm=_scale(getattr(attn, "q_norm", None)),
-        k_norm=_scale(getattr(attn, "k_norm", None)),
+        q_norm=_scale(attn.q_norm) if plan.qk_norm else None,
+        k_norm=_scale(attn.k_norm) if plan.qk_norm else None,
         qkv=list(attn.qkv_proj.parts),
         gate_up=list(mlp.gate_up_proj.parts),
         o=attn.o_proj.parts[0],
@@ -111,8 +114,11 @@ def _layer_weights(layer, storage, index: int, rope: int) -> LayerWeights:
         qkv_bias=None if bias is None else bias.detach().float().contiguous(),
         k_cache=storage.k[index],
         v_cache=storage.v[index],
-        window=attn.spec.window,
-        rope=rope,
+        window=plan.window,
+        rope=ROPE_TABLES.index(plan.rope),
+        activation=plan.activation,
+        scale=plan.attn_scale if plan.attn_scale is not None else head_dim**-0.5,
+        softcap=plan.attn_softcap,
     )
 
 
@@ -120,18 +126,16 @@ def build_stack(model, storage) -> DecodeStack | None:
     """The native step over this model and KV storage, or None when either is not covered."""
     if unsupported(model) is not None or storage.dtype not in KV_TYPES or storage.device.type != "cpu":
         return None
-    c = model.config
-    local = getattr(model, "rotary_local", None) is not None
+    c, plan = model.config, model.plan
     layers = [
-        _layer_weights(layer, storage, i, 1 if local and c.layer_kind(i) == "sliding" else 0)
-        for i, layer in enumerate(model.model.layers)
+        _layer_weights(layer, p, storage, i, c.head_dim)
+        for i, (p, layer) in enumerate(zip(plan.layers, model.model.layers, strict=True))
     ]
-    scale = c.query_scale if c.query_scale is not None else c.head_dim**-0.5
     shape = StackShape(
-        c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size, c.rotary_dim,
-        model.family.activation, c.rms_norm_eps, scale, c.attn_softcap, storage.dtype,
+        c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size, c.rotary_dim, c.rms_norm_eps,
+        storage.dtype,
     )  # fmt: skip
-    tables = [model.rotary] + ([model.rotary_local] if local else [])
+    tables = [model.rotary] + ([model.rotary_local] if "sliding" in plan.rope_tables else [])  # ROPE_TABLES order
     inv_freq = [t.inv_freq.float().contiguous() for t in tables]
     return DecodeStack(native.library(), shape, layers, inv_freq, _head(model), _embedding(model))
 
@@ -141,7 +145,7 @@ def _embedding(model) -> Embedding | None:
     table = model.model.embed_tokens
     if type(table) is not QuantEmbedding or table.dtype != torch.float32:
         return None
-    return Embedding(table.weight, model.config.hidden_size**0.5 if model.family.embed_scale else None)
+    return Embedding(table.weight, model.plan.embed_scale)
 
 
 def _head(model) -> Head | None:
@@ -203,6 +207,5 @@ def step_logits(model, stack: DecodeStack, tokens: StepTokens, rows: array) -> t
 
 
 def _capped(model, logits: torch.Tensor) -> torch.Tensor:
-    """The head's final soft-cap (Gemma 2), as model.head applies it."""
-    cap = model.config.final_softcap
-    return logits if cap is None else torch.tanh(logits / cap) * cap
+    """The plan's final soft-cap (Gemma 2), as model.head applies it."""
+    return soft_cap(logits, model.plan.final_softcap)

@@ -1,6 +1,6 @@
-"""The native decode step (csrc/decode.cpp): a stack of pre-norm decoder layers run for N new tokens, one per
-sequence, in one call. This file holds the C structures and the call; model/native/lowering.py decides which
-models it serves and fills them from the model's modules."""
+"""The native decode step (csrc/decode.cpp): a stack of decoder layers run for N new tokens, one per sequence,
+in one call. This file holds the C structures and the call; model/native/lowering.py decides which models it
+serves and fills them from the model's plan and modules."""
 
 from __future__ import annotations
 
@@ -43,6 +43,9 @@ class _Layer(ctypes.Structure):
         ("v_cache", ctypes.c_void_p),
         ("window", _I64),
         ("rope", _I64),
+        ("activation", _I64),
+        ("scale", _F64),
+        ("softcap", _F64),
     ]
 
 
@@ -55,10 +58,7 @@ class _Model(ctypes.Structure):
         ("head_dim", _I64),
         ("inter", _I64),
         ("rotary_dim", _I64),
-        ("activation", _I64),
         ("eps", _F64),
-        ("scale", _F64),
-        ("softcap", _F64),
         ("layers", ctypes.c_void_p),
         ("inv_freq", ctypes.c_void_p * 2),
         ("kv_type", _I64),
@@ -98,7 +98,7 @@ KV_TYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # csrc/kv.h 
 @dataclass
 class LayerWeights:
     """One layer's tensors, as the native step reads them (every float tensor float32 and contiguous; norm
-    weights are the effective scales, (1 + w) for Gemma's)."""
+    weights are the effective scales, (1 + w) for Gemma's), and its options."""
 
     attn_norm: torch.Tensor  # [C]
     attn_out_norm: torch.Tensor | None  # [C] sandwich layers
@@ -114,7 +114,10 @@ class LayerWeights:
     k_cache: torch.Tensor  # [slots, Hkv, D] of this layer, float32, float16 or bfloat16
     v_cache: torch.Tensor
     window: int | None
-    rope: int  # 0: the full layers' rotary table, 1: the sliding layers' own
+    rope: int  # which of the stack's rotary tables: 0 or 1
+    activation: str  # a key of ACTIVATIONS
+    scale: float  # of the attention logits q·k
+    softcap: float | None  # of the attention logits; None = none
 
 
 @dataclass(frozen=True)
@@ -125,10 +128,7 @@ class StackShape:
     head_dim: int
     inter: int
     rotary_dim: int
-    activation: str
     eps: float
-    scale: float
-    softcap: float | None
     kv_dtype: torch.dtype = torch.float32  # of the KV storage: a key of KV_TYPES
 
 
@@ -226,15 +226,17 @@ class DecodeStack:
                     _ptr(w.v_cache),
                     w.window or 0,
                     w.rope,
+                    ACTIVATIONS[w.activation],
+                    w.scale,
+                    w.softcap or 0.0,
                 )
                 for w in layers
             )
         )
         s = shape
         self._model = _Model(
-            len(layers), s.hidden, s.heads, s.kv_heads, s.head_dim, s.inter, s.rotary_dim,
-            ACTIVATIONS[s.activation], s.eps, s.scale,
-            s.softcap or 0.0, ctypes.addressof(self._layers),
+            len(layers), s.hidden, s.heads, s.kv_heads, s.head_dim, s.inter, s.rotary_dim, s.eps,
+            ctypes.addressof(self._layers),
             (ctypes.c_void_p * 2)(inv_freq[0].data_ptr(), inv_freq[-1].data_ptr()),
             KV_TYPES[s.kv_dtype],
             None if head is None else head.norm.data_ptr(),

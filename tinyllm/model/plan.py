@@ -1,0 +1,106 @@
+"""The layer plan: what each decoder layer computes and what the model computes around the layers, built by one
+function (`model_plan`) from the family table and the config. Both executors read it, the torch modules
+(llama.py) and the native step (native/lowering.py); neither reads a family feature anywhere else.
+
+A layer: its norm kind, activation and block layout, q/k/v biases, per-head q/k norms, which rotary table it
+reads ("full": rope_theta and the scaling; "sliding": the sliding layers' own base), its window, and the scale
+and soft-cap of its attention logits. The model: the embedding scale, the final norm and the final soft-cap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import ModelConfig
+from .family import ACTIVATIONS, BLOCK_KINDS, FAMILIES, NORM_KINDS
+from .sdpa import AttentionSpec
+
+ROPE_TABLES = ("full", "sliding")
+
+
+def _check_kind(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+def _check_positive(name: str, value) -> None:
+    if value is not None and not value > 0:
+        raise ValueError(f"{name} must be positive or None, got {value!r}")
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """One decoder layer; the defaults are a plain Llama layer."""
+
+    norm: str = "rms"  # a NORM_KINDS entry, for every norm of the layer (q/k norms included)
+    activation: str = "silu"  # of the gated MLP
+    block: str = "pre_norm"  # a BLOCK_KINDS entry
+    qkv_bias: bool = False
+    qk_norm: bool = False  # per-head norms of q and k before rotation
+    rope: str = "full"  # which rotary table: a ROPE_TABLES entry
+    window: int | None = None  # positions a query sees, its own included; None = all earlier ones
+    attn_scale: float | None = None  # multiplies q·k; None = 1/sqrt(head_dim)
+    attn_softcap: float | None = None  # attention logits become cap·tanh(logit/cap); None = none
+
+    def __post_init__(self):
+        _check_kind("norm", self.norm, NORM_KINDS)
+        _check_kind("activation", self.activation, ACTIVATIONS)
+        _check_kind("block", self.block, BLOCK_KINDS)
+        _check_kind("rope", self.rope, ROPE_TABLES)
+        for name in ("window", "attn_scale", "attn_softcap"):
+            _check_positive(name, getattr(self, name))
+
+    @property
+    def attention(self) -> AttentionSpec:
+        return AttentionSpec(self.attn_scale, self.attn_softcap, self.window)
+
+
+PLAIN_LAYER = LayerPlan()
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """The layers in order, and what runs before and after them."""
+
+    layers: tuple[LayerPlan, ...]
+    embed_scale: float | None = None  # embeddings times this (rounded to the compute dtype first); None = none
+    final_norm: str = "rms"  # a NORM_KINDS entry
+    final_softcap: float | None = None  # output logits become cap·tanh(logit/cap); None = none
+
+    def __post_init__(self):
+        _check_kind("final_norm", self.final_norm, NORM_KINDS)
+        for name in ("embed_scale", "final_softcap"):
+            _check_positive(name, getattr(self, name))
+
+    @property
+    def rope_tables(self) -> tuple[str, ...]:
+        """The rotary tables the layers read, in ROPE_TABLES order."""
+        return tuple(t for t in ROPE_TABLES if any(layer.rope == t for layer in self.layers))
+
+
+def layer_plan(config: ModelConfig, layer: int) -> LayerPlan:
+    """Layer `layer` of a model of this config: the family's fixed traits and the config's options."""
+    family = FAMILIES[config.family]
+    own_rope = config.layer_kind(layer) == "sliding" and config.local_rope_theta is not None
+    return LayerPlan(
+        norm=family.norm,
+        activation=family.activation,
+        block=family.block,
+        qkv_bias=family.qkv_bias or config.attention_bias,
+        qk_norm=family.qk_norm,
+        rope="sliding" if own_rope else "full",
+        window=config.layer_window(layer),
+        attn_scale=config.query_scale,
+        attn_softcap=config.attn_softcap,
+    )
+
+
+def model_plan(config: ModelConfig) -> ModelPlan:
+    """The whole model's plan, from FAMILIES[config.family] and the config."""
+    family = FAMILIES[config.family]
+    return ModelPlan(
+        layers=tuple(layer_plan(config, i) for i in range(config.num_layers)),
+        embed_scale=config.hidden_size**0.5 if family.embed_scale else None,
+        final_norm=family.norm,
+        final_softcap=config.final_softcap,
+    )
