@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from tinyllm.cache.fill import offset_causal_mask
-from tinyllm.model.ragged_attention import PrefillSlice, RaggedLayout, windowed
-from tinyllm.model.sdpa import AttentionSpec, attention, window_decode_mask, window_mask
+from tinyllm.model.ragged_attention import PrefillSlice, RaggedLayout, ragged_attention, windowed
+from tinyllm.model.sdpa import AttentionSpec, attention, window_mask
 
 
 @pytest.mark.parametrize("t_new, num_keys, window", [(4, 4, 2), (3, 10, 4), (1, 9, 3), (5, 12, 20), (6, 6, None)])
@@ -30,23 +30,57 @@ def test_window_mask_narrows_a_padded_batch_mask():
     assert first[1, 0, 0].tolist() == [False] * 3 + [True] * 4 + [False]
 
 
-def test_decode_masks_keep_the_last_w_keys_of_each_sequence():
+def test_windowed_decodes_gather_only_each_sequence_s_last_w_keys():
     lengths = [7, 3, 5]
+    slots = torch.arange(100, 121).view(3, 7)  # [Bd, Smax], padded past each length
     mask = (torch.arange(7) < torch.tensor(lengths)[:, None])[:, None, None]  # [Bd, 1, 1, Smax]
-    got = window_decode_mask(mask, 7, 4)
+    narrow = windowed(RaggedLayout(3, slots, mask, []), 4)
     for b, n in enumerate(lengths):
-        assert got[b, 0, 0].tolist() == [max(0, n - 4) <= j < n for j in range(7)]
-    alone = window_decode_mask(None, 6, 2)  # one query over all 6 keys
-    assert alone.shape == (1, 1, 1, 6) and alone.flatten().tolist() == [False] * 4 + [True] * 2
+        kept = [int(s) for s, keep in zip(narrow.decode_slots[b], narrow.decode_mask[b, 0, 0]) if keep]
+        assert kept == slots[b, max(0, n - 4) : n].tolist()
+    assert narrow.decode_slots.shape == (3, 4)
+    alone = windowed(RaggedLayout(1, slice(10, 16), None, []), 2)  # one query over a run of 6 slots
+    assert alone.decode_slots == slice(14, 16) and alone.decode_mask is None
+    short = RaggedLayout(1, slice(10, 12), None, [])
+    assert windowed(short, 4).decode_slots == slice(10, 12)  # within the window: nothing to cut
 
 
 def test_windowed_layout_narrows_every_group_and_keeps_the_original():
     prefill = PrefillSlice(2, 3, slice(0, 9), offset_causal_mask(3, 6))
     layout = RaggedLayout(2, torch.zeros(2, 5, dtype=torch.long), torch.ones(2, 1, 1, 5, dtype=torch.bool), [prefill])
     narrow = windowed(layout, 2)
-    assert narrow.decode_mask[0, 0, 0].tolist() == [False] * 3 + [True] * 2
-    assert torch.equal(narrow.prefills[0].mask, window_mask(None, 3, 9, 2))
+    assert narrow.decode_slots.shape == (2, 2) and narrow.decode_mask is None
+    cut = narrow.prefills[0]  # the first query (position 6) sees positions 5 and 6: keys from slot 5 on
+    assert cut.kv_slots == slice(5, 9) and torch.equal(cut.mask, window_mask(None, 3, 9, 2)[:, 5:])
     assert layout.prefills[0].mask.sum() == 3 * 6 + 6 and windowed(layout, None) is layout
+
+
+@pytest.mark.parametrize("window", [1, 3, 6, 20])
+def test_windowed_ragged_attention_equals_masking_every_key(window):
+    torch.manual_seed(0)
+    H, Hkv, D = 4, 2, 8
+    keys, values = torch.randn(64, Hkv, D), torch.randn(64, Hkv, D)  # a pool of 64 slots
+
+    def gather(slots):
+        return keys[slots], values[slots]
+
+    lengths = [9, 4, 12]
+    table = torch.randperm(64)[:36].view(3, 12)  # [Bd, Smax]
+    mask = (torch.arange(12) < torch.tensor(lengths)[:, None])[:, None, None]
+    prefill = PrefillSlice(3, 5, torch.randperm(64)[:14], offset_causal_mask(5, 9))
+    layout = RaggedLayout(3, table, mask, [prefill])
+    q = torch.randn(1, H, 8, D)
+    spec = AttentionSpec(scale=0.4, softcap=3.0, window=window)
+    got = ragged_attention(q, gather, windowed(layout, window), spec)
+    for b, n in enumerate(lengths):  # each decode query over its keys in the window, by plain attention
+        first = max(0, n - window)
+        k, v = (t[table[b, first:n]].transpose(0, 1)[None] for t in (keys, values))  # [1, Hkv, S, D]
+        qd = q[:, :, b : b + 1].reshape(1, Hkv, H // Hkv, D)
+        expect = attention(qd, k, v, None, AttentionSpec(scale=0.4, softcap=3.0)).reshape(H, D)
+        assert torch.allclose(got[0, :, b], expect, atol=1e-6)
+    k, v = (t[prefill.kv_slots].transpose(0, 1)[None] for t in (keys, values))
+    expect = attention(q[:, :, 3:], k, v, window_mask(prefill.mask, 5, 14, window), spec)
+    assert torch.allclose(got[:, :, 3:], expect, atol=1e-6)
 
 
 def test_soft_capped_attention_equals_a_loop_over_keys():

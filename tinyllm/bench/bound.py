@@ -62,7 +62,7 @@ def costs(model) -> Costs | None:
         last_layer_kv=kv,
         head=model.lm_head.in_features * model.lm_head.out_features,
         per_key=2 * c.num_heads * c.head_dim,
-        windows=tuple(c.layer_window(i) for i in range(c.num_layers)),
+        windows=tuple(layer.window for layer in model.plan.layers),
     )
 
 

@@ -272,7 +272,8 @@ def run(args, models: common.Models | None = None) -> dict:
         return parallel.run(args)
     models = models or common.load_models(args)
     result = common.header("decode", args, models)
-    peer = llamacpp.peer_for(models.path, common.torch_threads())
+    n_ctx = max(2048, args.prompt_tokens + max(args.new_tokens) + 8, args.prefill_tokens + 8)
+    peer = llamacpp.peer_for(models.path, common.torch_threads(), n_ctx)
     result.update(measure(models, args.prompt_tokens, args.new_tokens, args.repeats, args.seed, args.modes, peer))
     prompt = common.windows(common.corpus_ids(models.llm.tokenizer), [args.prefill_tokens], args.seed + 1)[0]
     repeats = max(2, args.repeats)

@@ -117,9 +117,9 @@ def peer_usable(path: str) -> bool:
     return True
 
 
-def peer_for(path: str, threads: int) -> LlamaCpp | None:
+def peer_for(path: str, threads: int, n_ctx: int = 2048) -> LlamaCpp | None:
     """llama.cpp on the same file, or None (with a note) when it is not installed or the model is not GGUF."""
-    return load(path, threads) if peer_usable(path) else None
+    return load(path, threads, n_ctx) if peer_usable(path) else None
 
 
 def prefill_pair(ours, peer: LlamaCpp | None, ids: list[int], repeats: int) -> dict:

@@ -3,7 +3,7 @@
 The batch puts every decode query first (one token per sequence), then each prefill chunk. Decode
 queries attend in one batched SDPA call over their keys gathered from the paged pool and padded to the
 longest context (padding masked out); each prefill chunk attends with the offset causal mask. A layer
-with a sliding window narrows both masks to it (`windowed`), so no query sees a key outside its window.
+with a sliding window cuts both to it (`windowed`): its queries gather and score only the keys in their window.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .sdpa import PLAIN, AttentionSpec, attention, window_decode_mask, window_mask
+from .sdpa import PLAIN, AttentionSpec, attention, window_mask
 
 
 @dataclass
@@ -36,17 +36,41 @@ def _num_slots(slots: torch.Tensor | slice) -> int:
 
 
 def windowed(layout: RaggedLayout, window: int | None, device=None) -> RaggedLayout:
-    """The same batch with every mask narrowed to the last `window` positions of each query (masks made on
-    `device`, where the batch's tensors live)."""
+    """The same batch with every query's keys narrowed to the last `window` positions: slot tables and masks
+    cut to the columns some query of the group may see (masks made on `device`, where the batch's tensors
+    live), so a sliding layer gathers and scores at most `window` keys a decode query."""
     if window is None:
         return layout
-    decode_mask = layout.decode_mask
+    slots, mask = layout.decode_slots, layout.decode_mask
     if layout.num_decode:
-        decode_mask = window_decode_mask(decode_mask, _num_slots(layout.decode_slots), window, device)
-    prefills = [
-        replace(p, mask=window_mask(p.mask, p.q_len, p.mask.shape[-1], window, device)) for p in layout.prefills
-    ]
-    return RaggedLayout(layout.num_decode, layout.decode_slots, decode_mask, prefills)
+        slots, mask = _window_decodes(slots, mask, window, device)
+    return RaggedLayout(layout.num_decode, slots, mask, [_window_prefill(p, window, device) for p in layout.prefills])
+
+
+def _window_decodes(slots: torch.Tensor | slice, mask: torch.Tensor | None, window: int, device):
+    """Decode rows' slot table [Bd, S] (or one row's run of slots) and mask cut to each row's last `window` keys."""
+    n = _num_slots(slots)
+    if n <= window:
+        return slots, mask
+    if isinstance(slots, slice):  # one sequence over a run of slots: its last `window`
+        return slice(slots.stop - window, slots.stop), None
+    lengths = mask.sum(-1).view(-1, 1) if mask is not None else torch.full((slots.shape[0], 1), n, device=device)
+    cols = (lengths - window).clamp(min=0) + torch.arange(window, device=device)  # [Bd, W]
+    keep = cols < lengths  # [Bd, W]: a row shorter than the window pads its tail
+    table = slots.gather(1, cols.clamp(max=n - 1))  # [Bd, W]
+    return table, None if bool(keep.all()) else keep.view(-1, 1, 1, window)
+
+
+def _window_prefill(p: PrefillSlice, window: int, device) -> PrefillSlice:
+    """A prefill chunk's mask narrowed to the window, and its keys cut before the first one any query sees."""
+    num_keys = p.mask.shape[-1]
+    mask = window_mask(p.mask, p.q_len, num_keys, window, device)  # [T, S]
+    cut = max(0, num_keys - p.q_len - window + 1)  # the first query sees keys from here on
+    if not cut:
+        return replace(p, mask=mask)
+    kv = p.kv_slots
+    kv = slice(kv.start + cut, kv.stop) if isinstance(kv, slice) else kv[cut:]
+    return replace(p, kv_slots=kv, mask=mask[:, cut:])
 
 
 def ragged_attention(q: torch.Tensor, gather, layout: RaggedLayout, spec: AttentionSpec = PLAIN) -> torch.Tensor:

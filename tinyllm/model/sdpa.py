@@ -75,15 +75,3 @@ def window_mask(
     k = torch.arange(num_keys, device=device)[None, :]  # [1, S]
     band = k <= q if window is None else (k <= q) & (k > q - window)  # [T, S]
     return band if mask is None else mask & band
-
-
-def window_decode_mask(mask: torch.Tensor | None, num_keys: int, window: int | None, device=None):
-    """Decode queries each see a prefix of their keys (mask [Bd, 1, 1, Smax] True on the real ones, or
-    None for one query over all num_keys); keep only the last `window` of each prefix."""
-    if window is None:
-        return mask
-    device = mask.device if mask is not None else device
-    slots = torch.arange(num_keys, device=device)  # [Smax]
-    lengths = mask.sum(-1, keepdim=True) if mask is not None else torch.tensor(num_keys, device=device)
-    keep = slots >= lengths - window  # [Bd, 1, 1, Smax] or [Smax]
-    return keep.view(1, 1, 1, num_keys) if mask is None else mask & keep  # [Bd or 1, 1, 1, Smax]
