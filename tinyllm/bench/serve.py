@@ -1,6 +1,8 @@
 """The HTTP server under N concurrent streaming clients (time to first token, inter-token latency p50/p99,
 aggregate output tokens/s), beside the same workload run through the in-process Engine; their ratio is
-what HTTP, JSON and server-sent events cost.
+what HTTP, JSON and server-sent events cost. With --llamacpp-server, llama.cpp's own OpenAI server
+(`python -m llama_cpp.server`, the `bench` extra) on the same GGUF file, threads and context serves the same
+clients too (it runs one request at a time: llama-cpp-python's server has no parallel slots).
 
 The server runs in a subprocess (`tinyllm serve` on 127.0.0.1), so the clients' own work does not share
 the server's interpreter. Requests are greedy with EOS ignored, so both sides produce the same tokens,
@@ -39,6 +41,9 @@ def add_serve_bench_args(p) -> None:
     p.add_argument(
         "--port", type=PORT, default=None, help="the port the server listens on, at 127.0.0.1 (default: a free one)"
     )
+    p.add_argument(
+        "--llamacpp-server", action="store_true", help="also run llama.cpp's OpenAI server on the same GGUF file"
+    )
 
 
 add_args = add_serve_bench_args  # the interface `tinyllm bench` expects of a kind
@@ -73,13 +78,22 @@ def start_server(args, port: int) -> subprocess.Popen:
     return subprocess.Popen(cmd)
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
+def start_llamacpp_server(args, port: int, n_ctx: int) -> subprocess.Popen:
+    """llama-cpp-python's OpenAI server on 127.0.0.1, the same file and threads; its own logs kept quiet."""
+    threads = str(getattr(args, "threads", None) or common.torch_threads())
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", common.model_path(getattr(args, "model", None))]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--n_threads", threads, "--n_threads_batch", threads]
+    cmd += ["--n_ctx", str(n_ctx), "--n_batch", str(args.max_batched_tokens), "--verbose", "False"]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float, path: str = "/health") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"the server exited with status {proc.returncode}")
         try:
-            with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
+            with urllib.request.urlopen(f"{url}{path}", timeout=5) as r:
                 if r.status == 200:
                     return
         except (urllib.error.URLError, ConnectionError, TimeoutError):
@@ -91,15 +105,8 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
 # ---- the clients
 
 
-async def _one(client, work, t0: float) -> dict:
-    body = {
-        "prompt": work.ids,
-        "max_tokens": work.max_tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
+async def _one(client, work, t0: float, body_of) -> dict:
+    body = body_of(work)
     times, pieces, usage = [], [], None
     async with client.stream("POST", "/v1/completions", json=body) as r:
         r.raise_for_status()
@@ -115,17 +122,43 @@ async def _one(client, work, t0: float) -> dict:
         "ttft": times[0] - t0 if times else None,
         "itl": [b - a for a, b in zip(times, times[1:])],
         "text": "".join(pieces),
-        "tokens": usage["completion_tokens"] if usage else 0,
+        "tokens": usage["completion_tokens"] if usage else len(times),  # no usage: a chunk a token
     }
 
 
-async def _drive_http(url: str, work: list) -> dict:
+def our_body(work) -> dict:
+    return {
+        "prompt": work.ids,
+        "max_tokens": work.max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+def llamacpp_body(tokenizer, eos_ids):
+    """llama.cpp's server takes text prompts and no ignore_eos: the workload's text, its EOS ids banned."""
+
+    def body(work) -> dict:
+        return {
+            "prompt": tokenizer.decode(work.ids),
+            "max_tokens": work.max_tokens,
+            "temperature": 0,
+            "stream": True,
+            "logit_bias": {str(i): -100 for i in eos_ids},
+        }
+
+    return body
+
+
+async def _drive_http(url: str, work: list, body_of=our_body) -> dict:
     import httpx
 
     limits = httpx.Limits(max_connections=len(work) + 4)
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
         t0 = time.perf_counter()
-        results = await asyncio.gather(*(_one(client, w, t0) for w in work))
+        results = await asyncio.gather(*(_one(client, w, t0, body_of) for w in work))
         wall = time.perf_counter() - t0
     tokens = sum(r["tokens"] for r in results)
     return {
@@ -139,25 +172,36 @@ async def _drive_http(url: str, work: list) -> dict:
     }
 
 
-def measure(llm, args, work: list) -> tuple[list[dict], list[dict]]:
-    """Each concurrency through the server, then through an in-process Engine of the same settings; the
-    levels alternate so that both sides see the same machine load, and each side keeps one engine across
-    levels so that both have the same prefix-cache history."""
+def measure(llm, args, work: list) -> tuple[list[dict], list[dict], list[dict]]:
+    """Each concurrency through the server, then through an in-process Engine of the same settings (then
+    through llama.cpp's server with --llamacpp-server); the levels alternate so that every side sees the same
+    machine load, and each side keeps one engine across levels so that all have the same prefix-cache
+    history."""
     from ..server.transport.server_thread import free_port
 
     port = args.port or free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = start_server(args, port)
+    procs = [start_server(args, port)]
+    peer_url, peer_body = None, None
     try:
-        wait_healthy(url, proc, args.startup_timeout)
+        if getattr(args, "llamacpp_server", False):
+            peer_port = free_port()
+            peer_url = f"http://127.0.0.1:{peer_port}"
+            n_ctx = max(2048, 2 * (args.prompt_range[1] + args.output_range[1]))
+            procs.append(start_llamacpp_server(args, peer_port, n_ctx))
+            peer_body = llamacpp_body(llm.tokenizer, llm.eos_ids)
+            wait_healthy(peer_url, procs[-1], args.startup_timeout, path="/v1/models")
+        wait_healthy(url, procs[0], args.startup_timeout)
         engine = llm.engine(
             max_num_seqs=max(args.concurrency),
             max_num_batched_tokens=args.max_batched_tokens,
             kv_memory_bytes=args.kv_memory_mb << 20,
         )
-        asyncio.run(_drive_http(url, work[:1]))  # first-call set-up, on both sides
+        asyncio.run(_drive_http(url, work[:1]))  # first-call set-up, on every side
         drive_engine(engine, work[:1])
-        http, local = [], []
+        if peer_url:
+            asyncio.run(_drive_http(peer_url, work[:1], peer_body))
+        http, local, peer = [], [], []
         for n in args.concurrency:
             http.append({"concurrency": n, **asyncio.run(_drive_http(url, work[:n]))})
             _progress("http", http[-1])
@@ -165,13 +209,18 @@ def measure(llm, args, work: list) -> tuple[list[dict], list[dict]]:
             result["texts"] = [llm.tokenizer.decode(ids) for ids in result.pop("ids")]
             local.append({"concurrency": n, **result})
             _progress("engine", local[-1])
-        return http, local
+            if peer_url:
+                peer.append({"concurrency": n, **asyncio.run(_drive_http(peer_url, work[:n], peer_body))})
+                peer[-1].pop("texts")
+                _progress("llama.cpp server", peer[-1])
+        return http, local, peer
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        for proc in procs:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def _progress(what: str, r: dict) -> None:
@@ -182,26 +231,33 @@ def _progress(what: str, r: dict) -> None:
     )
 
 
-def compare(http: list[dict], engine: list[dict]) -> list[dict]:
+def compare(http: list[dict], engine: list[dict], peer: list[dict]) -> list[dict]:
     rows = []
-    for h, e in zip(http, engine):
+    for i, (h, e) in enumerate(zip(http, engine)):
         same = sum(a == b for a, b in zip(h.pop("texts"), e.pop("texts")))
-        rows.append(
-            {
-                "concurrency": h["concurrency"],
-                "texts_identical": f"{same}/{h['requests']}",
-                "engine_over_http_tokens_per_s": common.ratio(e["output_tokens_per_s"], h["output_tokens_per_s"]),
-                "http_over_engine_ttft_p50": common.ratio(h["ttft_s"]["p50"], e["ttft_s"]["p50"]),
-                "http_over_engine_itl_p50": common.ratio(h["itl_s"]["p50"], e["itl_s"]["p50"]),
-            }
-        )
+        row = {
+            "concurrency": h["concurrency"],
+            "texts_identical": f"{same}/{h['requests']}",
+            "engine_over_http_tokens_per_s": common.ratio(e["output_tokens_per_s"], h["output_tokens_per_s"]),
+            "http_over_engine_ttft_p50": common.ratio(h["ttft_s"]["p50"], e["ttft_s"]["p50"]),
+            "http_over_engine_itl_p50": common.ratio(h["itl_s"]["p50"], e["itl_s"]["p50"]),
+        }
+        if peer:  # ours over llama.cpp's server: tokens/s (higher is better), latencies theirs over ours
+            p = peer[i]
+            row["http_over_llamacpp_tokens_per_s"] = common.ratio(h["output_tokens_per_s"], p["output_tokens_per_s"])
+            for key in ("ttft_s", "itl_s"):
+                for q in ("p50", "p99"):
+                    row[f"llamacpp_over_http_{key[:-2]}_{q}"] = common.ratio(p[key][q], h[key][q])
+        rows.append(row)
     return rows
 
 
 def draw(result: dict):
     def plot(fig):
         rate_ax, lat_ax = fig.subplots(1, 2)
-        for side, style in (("http", "o"), ("engine", "s")):
+        for side, style in (("http", "o"), ("engine", "s"), ("llamacpp_server", "^")):
+            if not result.get(side):
+                continue
             xs = [r["concurrency"] for r in result[side]]
             rate_ax.plot(xs, [r["output_tokens_per_s"] for r in result[side]], marker=style, label=side)
             for key in ("ttft_s", "itl_s"):
@@ -227,8 +283,8 @@ def run_serve_bench(args) -> dict:
     )
     options = {k: v for k, v in vars(args).items() if k not in ("func", "bench_run")}
     result = {"bench": "serve", "model": path, "machine": common.machine_info(), "options": options}
-    result["http"], result["engine"] = measure(llm, args, work)
-    result["comparison"] = compare(result["http"], result["engine"])
+    result["http"], result["engine"], result["llamacpp_server"] = measure(llm, args, work)
+    result["comparison"] = compare(result["http"], result["engine"], result["llamacpp_server"])
     return common.save(getattr(args, "out", "bench-results"), "serve", result, draw(result), report)
 
 

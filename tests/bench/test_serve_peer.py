@@ -1,0 +1,40 @@
+"""`bench serve --llamacpp-server`'s pieces that run without llama.cpp: the peer's request body (text prompt,
+EOS banned, as its server takes no token ids or ignore_eos) and the ratios of ours over the peer."""
+
+from __future__ import annotations
+
+from tinyllm.bench import serve
+from tinyllm.bench.workload import Work
+
+
+class Words:
+    def decode(self, ids):
+        return " ".join(f"w{i}" for i in ids)
+
+
+def test_the_peer_gets_the_prompt_as_text_with_eos_banned():
+    body = serve.llamacpp_body(Words(), [2, 7])(Work([5, 6], 9))
+    assert body["prompt"] == "w5 w6" and body["max_tokens"] == 9 and body["stream"]
+    assert body["logit_bias"] == {"2": -100, "7": -100} and body["temperature"] == 0
+    ours = serve.our_body(Work([5, 6], 9))
+    assert ours["prompt"] == [5, 6] and ours["ignore_eos"]
+
+
+def side(rate, ttft, itl):
+    return {
+        "concurrency": 4,
+        "requests": 4,
+        "output_tokens_per_s": rate,
+        "ttft_s": {"p50": ttft, "p99": 2 * ttft},
+        "itl_s": {"p50": itl, "p99": 3 * itl},
+        "texts": ["a"] * 4,
+    }
+
+
+def test_ratios_are_ours_over_the_peer_for_rates_and_theirs_over_ours_for_latency():
+    (row,) = serve.compare([side(100.0, 0.1, 0.01)], [side(120.0, 0.08, 0.01)], [{**side(50.0, 0.4, 0.02)}])
+    assert row["http_over_llamacpp_tokens_per_s"] == 2.0
+    assert row["llamacpp_over_http_ttft_p50"] == 4.0 and row["llamacpp_over_http_itl_p99"] == 2.0
+    assert row["texts_identical"] == "4/4"
+    (alone,) = serve.compare([side(100.0, 0.1, 0.01)], [side(120.0, 0.08, 0.01)], [])
+    assert "http_over_llamacpp_tokens_per_s" not in alone
