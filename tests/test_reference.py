@@ -123,8 +123,10 @@ class FixedLogits(torch.nn.Module):
         self.config = tiny_llama(0).config.__class__(**{**vars(tiny_llama(0).config), "vocab_size": vocab_size})
         self.anchor = torch.nn.Parameter(torch.zeros(1))
 
-    def forward(self, ids, positions=None, cache=None, *, last_only=False, rows=None):
-        logits = torch.zeros(ids.shape[0], 1 if last_only else ids.shape[1], self.config.vocab_size)
+    def forward(self, ids, step=None):
+        logits = torch.zeros(ids.shape[0], ids.shape[1], self.config.vocab_size)
+        if step is not None and step.logit_rows is not None:
+            logits = logits[:, step.logit_rows]
         logits[..., 7], logits[..., 9] = 2.0, 1.9
         return logits
 

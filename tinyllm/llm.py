@@ -19,6 +19,7 @@ from .distributed.config import ParallelConfig
 from .distributed.driver import TensorParallel
 from .distributed.worker import ModelSource
 from .engine.engine import Engine, EngineConfig
+from .engine.model_parts import ModelParts
 from .engine.output_router import Failed, Inbox, OutputRouter
 from .engine.prompt import prompt_ids_of
 from .errors import TinyLLMError
@@ -156,10 +157,14 @@ class LLM:
         self._inboxes: dict[str, Inbox] = {}  # outputs of this LLM's live requests, by id, until read
         self._drafts = DraftModels(self.model, self.tokenizer)  # for the reference loop
         self.grammars = Grammars(self.tokenizer, self.config.vocab_size, self.eos_ids)  # structured outputs
+        # what every engine of this LLM is built from, once the model is sharded (with tensor parallelism)
+        self.parts = ModelParts(
+            self.model, self.tokenizer, self.config, self.eos_ids, self.grammars, self.tensor_parallel
+        )
 
     def engine(self, **options) -> Engine:
         """A new continuous-batching Engine of your own over this model (options: see EngineConfig)."""
-        return Engine(self, **options)
+        return Engine(self.parts, **options)
 
     # ---- generation
     def generate(
@@ -256,7 +261,7 @@ class LLM:
                     "(finish or close them first)"
                 )
             name = str(dtype).removeprefix("torch.")
-            self._engine = Engine(self, EngineConfig(kv_dtype=name, max_num_batched_tokens=key[1]))
+            self._engine = Engine(self.parts, EngineConfig(kv_dtype=name, max_num_batched_tokens=key[1]))
             self._engine_key = key
         return self._engine
 

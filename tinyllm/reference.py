@@ -21,6 +21,7 @@ from .cache.kv_cache import KVCache
 from .engine.prompt import check_prompt, effective_max_tokens, prompt_ids_of
 from .engine.request import Request, accept_tokens, make_generation
 from .errors import TinyLLMError
+from .model.step import LAST, CacheStep, CausalStep
 from .outputs import Generation
 from .sampling.constraint import Grammars
 from .sampling.logit_bias import check_logit_bias_ids
@@ -74,11 +75,14 @@ class SequenceState:
     def feed(self, new_ids: list[int], rows: str = "last") -> torch.Tensor:
         """Logits of the last new token [V] (rows="last") or of every new token [T, V] (rows="all")."""
         last = rows == "last"
+        logit_rows = LAST if last else None
         if self.kv is None:  # recompute over the whole sequence
             self.fed += new_ids
-            logits = self.model(torch.tensor([self.fed], device=self.device), last_only=last)[0]  # [T, V]
+            step = CausalStep(len(self.fed), self.device, logit_rows)
+            logits = self.model(torch.tensor([self.fed], device=self.device), step)[0]  # [T, V]
             return logits[-1] if last else logits[-len(new_ids) :]
-        logits = self.model(torch.tensor([new_ids], device=self.device), cache=self.kv, last_only=last)[0]
+        step = CacheStep(self.kv, len(new_ids), logit_rows)
+        logits = self.model(torch.tensor([new_ids], device=self.device), step)[0]  # [T, V]
         return logits[-1] if last else logits
 
     def rollback(self, n: int) -> None:

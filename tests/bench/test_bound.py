@@ -8,6 +8,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from helpers.model_files import random_tiny_llama
+from helpers.tiny_models import forward_cached
 from tinyllm.bench import bound
 from tinyllm.cache.kv_cache import KVCache
 
@@ -20,9 +21,9 @@ def test_a_decode_token_costs_what_torch_counts(stored):
     cache = KVCache(c.num_layers, c.num_kv_heads, c.head_dim, 32)
     with torch.no_grad():
         if stored:
-            model(torch.arange(stored).view(1, -1) % c.vocab_size, cache=cache)
+            forward_cached(model, torch.arange(stored).view(1, -1) % c.vocab_size, cache)
         with FlopCounterMode(display=False) as counter:
-            model(torch.tensor([[3]]), cache=cache)
+            forward_cached(model, torch.tensor([[3]]), cache)
     k = bound.costs(model)
     keys = stored + 1
     assert 2 * (k.layers + k.head + c.num_layers * k.per_key * keys) == counter.get_total_flops()

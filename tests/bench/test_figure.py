@@ -138,7 +138,8 @@ def test_load_names_an_absent_peer_on_its_panel(monkeypatch):
     )
     fig = figure.render(load.draw(r), r)
     try:
-        assert texts(fig).count("not run") == 2  # llama.cpp's load time and its memory
+        # llama.cpp's load time and its memory (the caption's reason depends on what is installed)
+        assert texts(fig).split("\n").count("not run") == 2
         assert "llama.cpp" in [t.get_text() for t in fig.axes[0].get_xticklabels()]
     finally:
         fig.clf()

@@ -5,9 +5,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers.tiny_models import tiny_llama
+from helpers.tiny_models import forward_cached, tiny_llama
 from tinyllm import KVCache
 from tinyllm.cache.fill import offset_causal_mask
+from tinyllm.model.step import CacheStep, CausalStep
 from tinyllm.reference import cache_dims
 
 
@@ -48,13 +49,13 @@ def test_cached_logits_equal_full_recompute():
     ids = torch.randint(0, 96, (1, 7)).tolist()[0]
     cache = make_cache(model)
     with torch.no_grad():
-        logits = model(torch.tensor([ids]), cache=cache)[0, -1]
+        logits = forward_cached(model, torch.tensor([ids]), cache)[0, -1]
         for step in range(20):
             full = model(torch.tensor([ids]))[0, -1]
             assert torch.allclose(logits, full, atol=1e-5, rtol=0), step
             ids.append(int(full.argmax()))
             assert cache.seq_len() == len(ids) - 1
-            logits = model(torch.tensor([[ids[-1]]]), cache=cache)[0, -1]
+            logits = forward_cached(model, torch.tensor([[ids[-1]]]), cache)[0, -1]
 
 
 def test_decode_position_matters():
@@ -63,11 +64,13 @@ def test_decode_position_matters():
     ids = torch.tensor([[3, 4, 5, 6]])
     with torch.no_grad():
         cache = make_cache(model)
-        model(ids[:, :3], cache=cache)
-        right = model(ids[:, 3:], cache=cache)
+        forward_cached(model, ids[:, :3], cache)
+        right = forward_cached(model, ids[:, 3:], cache)
         cache2 = make_cache(model)
-        model(ids[:, :3], cache=cache2)
-        wrong = model(ids[:, 3:], positions=torch.tensor([0]), cache=cache2)
+        forward_cached(model, ids[:, :3], cache2)
+        step = CacheStep(cache2, 1)
+        step.positions = torch.tensor([0])
+        wrong = model(ids[:, 3:], step)
     assert (right - wrong).abs().max() > 1e-3
 
 
@@ -80,7 +83,7 @@ def test_chunked_prefill_equals_whole():
         cache = make_cache(model)
         parts, start = [], 0
         for size in (3, 1, 5, 2):
-            parts.append(model(ids[:, start : start + size], cache=cache))
+            parts.append(forward_cached(model, ids[:, start : start + size], cache))
             start += size
     assert torch.allclose(torch.cat(parts, dim=1), whole, atol=1e-5, rtol=0)
 
@@ -92,11 +95,11 @@ def test_attention_layer_through_the_cache():
     x = torch.randn(1, 9, 64)
     cos, sin = model.rotary.cos_sin(torch.arange(9), x.dtype)
     with torch.no_grad():
-        full = attn(x, cos, sin, None, None)
+        full = attn(x, cos, sin, CausalStep(9))
         cache = make_cache(model)
-        first = attn(x[:, :5], cos[:5], sin[:5], cache.mask(5), cache)
+        first = attn(x[:, :5], cos[:5], sin[:5], CacheStep(cache, 5))
         cache._fill = [5] * len(cache._fill)  # as if every layer had appended
-        rest = attn(x[:, 5:], cos[5:], sin[5:], cache.mask(4), cache)
+        rest = attn(x[:, 5:], cos[5:], sin[5:], CacheStep(cache, 4))
     assert torch.allclose(torch.cat([first, rest], 1), full, atol=1e-5, rtol=0)
 
 
@@ -106,8 +109,8 @@ def test_batched_cache_equals_single_rows():
     ids = torch.randint(0, 96, (3, 6))
     with torch.no_grad():
         cache = make_cache(model, batch=3)
-        model(ids[:, :4], cache=cache)
-        batched = model(ids[:, 4:], cache=cache)
+        forward_cached(model, ids[:, :4], cache)
+        batched = forward_cached(model, ids[:, 4:], cache)
         for b in range(3):
             alone = model(ids[b : b + 1])[:, 4:]
             assert torch.allclose(batched[b : b + 1], alone, atol=1e-5, rtol=0)
@@ -148,8 +151,8 @@ def test_seq_len_commits_after_every_layer():
 
     cache.update = spy
     with torch.no_grad():
-        model(torch.tensor([[1, 2, 3]]), cache=cache)
-        model(torch.tensor([[4]]), cache=cache)
+        forward_cached(model, torch.tensor([[1, 2, 3]]), cache)
+        forward_cached(model, torch.tensor([[4]]), cache)
     assert seen[:3] == [(0, 0, 0), (1, 0, 0), (2, 0, 0)]
     assert seen[3:] == [(0, 3, 3), (1, 3, 3), (2, 3, 3)]
     assert cache.seq_len() == 4
@@ -165,14 +168,14 @@ def test_truncate_rolls_back(first, extra, keep, again):
     new = torch.randint(0, 96, (1, again), generator=g)
     with torch.no_grad():
         a = make_cache(model, max_len=32)
-        model(ids, cache=a)
+        forward_cached(model, ids, a)
         a.truncate(keep)
         assert all(a.seq_len(i) == keep for i in range(3))
-        out_a = model(new, cache=a)
+        out_a = forward_cached(model, new, a)
         b = make_cache(model, max_len=32)
         if keep:
-            model(ids[:, :keep], cache=b)
-        out_b = model(new, cache=b)
+            forward_cached(model, ids[:, :keep], b)
+        out_b = forward_cached(model, new, b)
     assert torch.allclose(out_a, out_b, atol=1e-5, rtol=0)
     s = keep + again
     assert torch.allclose(a.k[:, :, :, :s], b.k[:, :, :, :s], atol=1e-5, rtol=0)
@@ -208,10 +211,11 @@ def test_float16_generation_stays_close():
     ids = [5, 9, 3, 17, 40]
     with torch.no_grad():
         a, b = make_cache(model), make_cache(model, dtype=torch.float16)
-        la, lb = model(torch.tensor([ids]), cache=a)[0, -1], model(torch.tensor([ids]), cache=b)[0, -1]
+        la = forward_cached(model, torch.tensor([ids]), a)[0, -1]
+        lb = forward_cached(model, torch.tensor([ids]), b)[0, -1]
         for _ in range(16):
             assert (la - lb).abs().max() < 2e-2
             assert int(la.argmax()) == int(lb.argmax())
             nxt = int(la.argmax())
-            la = model(torch.tensor([[nxt]]), cache=a)[0, -1]
-            lb = model(torch.tensor([[nxt]]), cache=b)[0, -1]
+            la = forward_cached(model, torch.tensor([[nxt]]), a)[0, -1]
+            lb = forward_cached(model, torch.tensor([[nxt]]), b)[0, -1]

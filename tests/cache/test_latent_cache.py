@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from helpers.tiny_models import forward_cached
 from tinyllm import LatentCache
 from tinyllm.model.mla import MLAConfig, MLAForCausalLM
 
@@ -52,22 +53,22 @@ def test_mla_cached_logits_equal_full_recompute():
     ids = [3, 50, 7, 99, 12]
     with torch.no_grad():
         cache = mla_cache(model)
-        logits = model(torch.tensor([ids[:3]]), cache=cache)
-        logits = model(torch.tensor([ids[3:]]), cache=cache)[0, -1]  # chunked prefill
+        logits = forward_cached(model, torch.tensor([ids[:3]]), cache)
+        logits = forward_cached(model, torch.tensor([ids[3:]]), cache)[0, -1]  # chunked prefill
         for _ in range(16):
             full = model(torch.tensor([ids]))[0, -1]
             assert torch.allclose(logits, full, atol=1e-5, rtol=0)
             ids.append(int(full.argmax()))
-            logits = model(torch.tensor([[ids[-1]]]), cache=cache)[0, -1]
+            logits = forward_cached(model, torch.tensor([[ids[-1]]]), cache)[0, -1]
 
 
 def test_mla_truncate_then_append_equals_never_appended():
     model = tiny_mla(2)
     with torch.no_grad():
         a, b = mla_cache(model), mla_cache(model)
-        model(torch.tensor([[1, 2, 3, 4, 5, 6]]), cache=a)
+        forward_cached(model, torch.tensor([[1, 2, 3, 4, 5, 6]]), a)
         a.truncate(3)
-        out_a = model(torch.tensor([[9, 8]]), cache=a)
-        model(torch.tensor([[1, 2, 3]]), cache=b)
-        out_b = model(torch.tensor([[9, 8]]), cache=b)
+        out_a = forward_cached(model, torch.tensor([[9, 8]]), a)
+        forward_cached(model, torch.tensor([[1, 2, 3]]), b)
+        out_b = forward_cached(model, torch.tensor([[9, 8]]), b)
     assert torch.allclose(out_a, out_b, atol=1e-5, rtol=0)

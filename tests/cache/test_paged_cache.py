@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers.tiny_models import tiny_llama
+from helpers.tiny_models import forward_cached, tiny_llama
 from tinyllm import KVCache
 from tinyllm.cache.block_pool import BlockPool
 from tinyllm.cache.block_table import blocks_for
@@ -47,7 +47,7 @@ def test_paged_model_logits_equal_contiguous():
         a = KVCache(*cache_dims(model)[:3], 64)
         b = paged_for(model)
         for lo, hi in ((0, 6), (6, 7), (7, 13)):
-            assert torch.equal(model(ids[:, lo:hi], cache=a), model(ids[:, lo:hi], cache=b))
+            assert torch.equal(forward_cached(model, ids[:, lo:hi], a), forward_cached(model, ids[:, lo:hi], b))
 
 
 def test_truncate_releases_whole_blocks():

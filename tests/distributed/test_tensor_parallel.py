@@ -58,7 +58,7 @@ def recorded(engine: Engine) -> list:
 
 
 def run(llm, ps, params, **options):
-    engine = Engine(llm, **options)
+    engine = Engine(llm.parts, **options)
     ids = engine.add_requests(ps, params)
     while engine.has_unfinished():
         engine.step()
@@ -73,7 +73,7 @@ def test_logits_equal_one_process(single, parallel):
     options = dict(max_num_seqs=4, max_num_batched_tokens=32, block_size=8, num_blocks=64)
     logits = []
     for llm in (single, parallel):
-        engine = Engine(llm, **options)
+        engine = Engine(llm.parts, **options)
         seen = recorded(engine)
         engine.add_requests(ps, p)
         while engine.has_unfinished():
@@ -91,7 +91,7 @@ def test_each_rank_holds_its_share(parallel):
     assert attn.num_heads == 4 // n and attn.num_kv_heads == max(1, 2 // n)
     assert attn.qkv_proj.weight.shape[0] == (4 // n + 2 * max(1, 2 // n)) * 16
     assert attn.o_proj.inner.weight.shape[1] == 4 // n * 16
-    engine = Engine(parallel, block_size=8, num_blocks=16)
+    engine = Engine(parallel.parts, block_size=8, num_blocks=16)
     assert engine.storage.k.shape == (3, 16 * 8, max(1, 2 // n), 16)  # [L, N*P, Hkv local, D]
 
 

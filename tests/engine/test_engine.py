@@ -55,7 +55,7 @@ def margin_at_divergence(llm, prompt, a, b):
 
 def test_batch_of_16_greedy_equals_alone(llm):
     ps = prompts(16, seed=1)
-    engine = Engine(llm, max_num_seqs=16, max_num_batched_tokens=64, block_size=8, num_blocks=256)
+    engine = Engine(llm.parts, max_num_seqs=16, max_num_batched_tokens=64, block_size=8, num_blocks=256)
     batched = run_all(engine, ps, GREEDY)
     for p, g in zip(ps, batched):
         ref = alone(llm, p, GREEDY)
@@ -71,9 +71,9 @@ def test_seeded_sampling_identical_alone_batched_and_after_preemption(llm):
         SamplingParams(temperature=1.0, top_p=0.95, seed=100 + i, max_tokens=10, ignore_eos=True) for i in range(16)
     ]
     solo = [alone(llm, p, sp).ids for p, sp in zip(ps, params)]
-    big = Engine(llm, max_num_seqs=16, max_num_batched_tokens=128, block_size=8, num_blocks=256)
+    big = Engine(llm.parts, max_num_seqs=16, max_num_batched_tokens=128, block_size=8, num_blocks=256)
     assert [g.ids for g in run_all(big, ps, params)] == solo
-    tight = Engine(llm, max_num_seqs=16, max_num_batched_tokens=128, block_size=8, num_blocks=24)
+    tight = Engine(llm.parts, max_num_seqs=16, max_num_batched_tokens=128, block_size=8, num_blocks=24)
     gens = run_all(tight, ps, params)
     assert [g.ids for g in gens] == solo
     assert sum(g.stats["preemptions"] for g in gens) > 0  # the pool really was too small
@@ -82,7 +82,7 @@ def test_seeded_sampling_identical_alone_batched_and_after_preemption(llm):
 def test_prefix_cache_cold_and_warm_give_the_same_output(llm):
     system = prompts(1, seed=3, lo=70, hi=70)[0]
     tails = prompts(4, seed=4, lo=2, hi=9)
-    engine = Engine(llm, max_num_seqs=4, max_num_batched_tokens=32, block_size=8, num_blocks=128)
+    engine = Engine(llm.parts, max_num_seqs=4, max_num_batched_tokens=32, block_size=8, num_blocks=128)
     cold = run_all(engine, [system + tails[0]], GREEDY)[0]
     assert cold.stats["cached_tokens"] == 0
     warm = run_all(engine, [system + tails[0]], GREEDY)[0]
@@ -90,7 +90,7 @@ def test_prefix_cache_cold_and_warm_give_the_same_output(llm):
     assert warm.ids == cold.ids
     others = run_all(engine, [system + t for t in tails[1:]], GREEDY)
     fresh = Engine(
-        llm, max_num_seqs=4, max_num_batched_tokens=32, block_size=8, num_blocks=128, enable_prefix_caching=False
+        llm.parts, max_num_seqs=4, max_num_batched_tokens=32, block_size=8, num_blocks=128, enable_prefix_caching=False
     )
     assert [g.ids for g in others] == [g.ids for g in run_all(fresh, [system + t for t in tails[1:]], GREEDY)]
     assert all(g.stats["cached_tokens"] >= 64 for g in others)
@@ -98,7 +98,7 @@ def test_prefix_cache_cold_and_warm_give_the_same_output(llm):
 
 
 def test_a_step_mixes_decodes_with_a_prefill_chunk(llm):
-    engine = Engine(llm, max_num_seqs=4, max_num_batched_tokens=24, block_size=8, num_blocks=128)
+    engine = Engine(llm.parts, max_num_seqs=4, max_num_batched_tokens=24, block_size=8, num_blocks=128)
     for p in prompts(2, seed=5, lo=4, hi=6):
         engine.add_request(p, GREEDY)
     engine.step()
@@ -110,7 +110,7 @@ def test_a_step_mixes_decodes_with_a_prefill_chunk(llm):
 
 
 def test_aborts_free_blocks_during_prefill_and_decode(llm):
-    engine = Engine(llm, max_num_seqs=4, max_num_batched_tokens=16, block_size=8, num_blocks=64)
+    engine = Engine(llm.parts, max_num_seqs=4, max_num_batched_tokens=16, block_size=8, num_blocks=64)
     long_id = engine.add_request(prompts(1, seed=7, lo=100, hi=100)[0], GREEDY)
     short_id = engine.add_request([5, 6, 7], GREEDY)
     engine.step()
@@ -127,7 +127,7 @@ def test_aborts_free_blocks_during_prefill_and_decode(llm):
 
 
 def test_bad_requests_are_rejected_and_the_others_run(llm):
-    engine = Engine(llm, max_num_seqs=4, max_num_batched_tokens=64, block_size=8, num_blocks=8)
+    engine = Engine(llm.parts, max_num_seqs=4, max_num_batched_tokens=64, block_size=8, num_blocks=8)
     ok = engine.add_request([5, 6, 7], GREEDY)
     with pytest.raises(TinyLLMError, match="context holds 256"):
         engine.add_request(list(range(10, 300)), GREEDY)
@@ -153,8 +153,8 @@ def test_keys_read_in_place_equal_keys_gathered_from_scattered_blocks(llm):
     the runner gather the same keys by slot. Both must give the same tokens and logprobs."""
     p = SamplingParams(temperature=0.9, seed=4, max_tokens=20, ignore_eos=True, logprobs=2)
     ps = prompts(3, seed=8, lo=20, hi=40)
-    in_place = [Engine(llm, block_size=8, num_blocks=64).generate([x], p)[0] for x in ps]
-    scattered_engine = Engine(llm, block_size=8, num_blocks=64)
+    in_place = [Engine(llm.parts, block_size=8, num_blocks=64).generate([x], p)[0] for x in ps]
+    scattered_engine = Engine(llm.parts, block_size=8, num_blocks=64)
     pool = scattered_engine.pool
     taken = [pool.allocate() for _ in range(pool.num_blocks)]
     for b in random.Random(1).sample(taken, len(taken)):

@@ -41,8 +41,8 @@ def run(engine, prompts, params):
 def test_engine_speculative_equals_plain(llm, spec, temperature):
     params = SamplingParams(temperature=temperature, seed=9, max_tokens=14, ignore_eos=True)
     options = dict(max_num_seqs=5, max_num_batched_tokens=64, block_size=4, num_blocks=96)
-    plain = run(Engine(llm, **options), workload(), params)
-    fast = run(Engine(llm, speculative=spec, **options), workload(), params)
+    plain = run(Engine(llm.parts, **options), workload(), params)
+    fast = run(Engine(llm.parts, speculative=spec, **options), workload(), params)
     assert [g.ids for g in fast] == [g.ids for g in plain]
     assert [g.text for g in fast] == [g.text for g in plain]
     if temperature == 0 or spec.method == "draft":  # random text rarely repeats an n-gram of the prompt
@@ -53,7 +53,7 @@ def test_engine_speculative_equals_plain(llm, spec, temperature):
 def test_engine_speculative_with_preemption(llm):
     params = SamplingParams(temperature=0.7, seed=3, max_tokens=16, ignore_eos=True)
     spec = SpeculativeConfig("ngram", num_draft_tokens=4)
-    plain = run(Engine(llm, max_num_seqs=5, block_size=4, num_blocks=200), workload(), params)
-    tight = run(Engine(llm, speculative=spec, max_num_seqs=5, block_size=4, num_blocks=14), workload(), params)
+    plain = run(Engine(llm.parts, max_num_seqs=5, block_size=4, num_blocks=200), workload(), params)
+    tight = run(Engine(llm.parts, speculative=spec, max_num_seqs=5, block_size=4, num_blocks=14), workload(), params)
     assert [g.ids for g in tight] == [g.ids for g in plain]
     assert sum(g.stats["preemptions"] for g in tight) > 0

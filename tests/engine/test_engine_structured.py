@@ -140,7 +140,9 @@ def test_engine_equals_reference_and_batched_with_unconstrained_equals_alone(pea
     free = [SamplingParams(temperature=1.0, seed=50 + i, max_tokens=12, ignore_eos=True) for i in range(5)]
     params = [p for pair in zip(constrained, free) for p in pair]
     ps = [PROMPTS[i % 3] for i in range(len(params))]
-    batched = Engine(llm, max_num_seqs=10, max_num_batched_tokens=64, block_size=8, num_blocks=256).generate(ps, params)
+    batched = Engine(llm.parts, max_num_seqs=10, max_num_batched_tokens=64, block_size=8, num_blocks=256).generate(
+        ps, params
+    )
     for prompt, p, got in zip(ps, params, batched):
         ref = reference(llm, prompt, p)
         assert got.ids == ref.ids and got.text == ref.text
@@ -159,8 +161,10 @@ def test_preempted_equals_not_preempted(llm):
     rng = random.Random(0)
     ps = [[rng.randrange(3, 49152) for _ in range(rng.randint(20, 40))] for _ in range(8)]
     params = [schema_params(sorted(SCHEMAS)[i % 5], seed=i) for i in range(8)]
-    roomy = Engine(llm, max_num_seqs=8, max_num_batched_tokens=128, block_size=8, num_blocks=256).generate(ps, params)
-    tight = Engine(llm, max_num_seqs=8, max_num_batched_tokens=128, block_size=8, num_blocks=30)
+    roomy = Engine(llm.parts, max_num_seqs=8, max_num_batched_tokens=128, block_size=8, num_blocks=256).generate(
+        ps, params
+    )
+    tight = Engine(llm.parts, max_num_seqs=8, max_num_batched_tokens=128, block_size=8, num_blocks=30)
     ids = tight.add_requests(ps, params)
     while tight.has_unfinished():
         tight.step()
@@ -181,7 +185,7 @@ def test_speculative_constrained_equals_plain_constrained(llm, spec, temperature
     params = [schema_params("array", seed=s, temperature=temperature) for s in range(4)]
     prompts = [example + PROMPTS[s % 3] for s in range(4)]
     plain = llm.engine().generate(prompts, params)
-    fast_engine = Engine(llm, speculative=spec)
+    fast_engine = Engine(llm.parts, speculative=spec)
     fast = fast_engine.generate(prompts, params)
     assert [g.ids for g in fast] == [g.ids for g in plain]
     assert sum(g.stats["drafted"] for g in fast) > 0
@@ -208,7 +212,7 @@ def test_default_model_outputs_validate_and_speculation_changes_nothing(default_
     for name, g in zip(sorted(SCHEMAS), gens):
         assert g.finish_reason == "stop", g.text
         jsonschema.validate(json.loads(g.text), SCHEMAS[name])
-    fast = Engine(llm, speculative=SpeculativeConfig("ngram", num_draft_tokens=4)).generate(prompts, params)
+    fast = Engine(llm.parts, speculative=SpeculativeConfig("ngram", num_draft_tokens=4)).generate(prompts, params)
     assert [g.ids for g in fast] == [g.ids for g in gens]
     assert sum(g.stats["accepted"] for g in fast) > 0
 

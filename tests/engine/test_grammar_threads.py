@@ -63,7 +63,7 @@ SLOW = SamplingParams(temperature=0.0, max_tokens=4, structured=StructuredOutput
 
 
 def test_a_slow_grammar_delays_only_its_own_request(llm, monkeypatch):
-    engine = Engine(llm)
+    engine = Engine(llm.parts)
     gate = threading.Event()
     matcher = GatedMatcher(llm.config.vocab_size, gate)
     with_matcher(monkeypatch, engine, matcher)
@@ -85,11 +85,11 @@ def test_a_slow_grammar_delays_only_its_own_request(llm, monkeypatch):
 
 
 def test_the_slow_request_gets_the_same_tokens_as_without_the_wait(llm, monkeypatch):
-    fast = Engine(llm)
+    fast = Engine(llm.parts)
     with_matcher(monkeypatch, fast, GatedMatcher(llm.config.vocab_size, gate := threading.Event()))
     gate.set()
     expected = fast.generate([[5, 90, 310, 7]], SLOW)[0].ids
-    engine = Engine(llm)
+    engine = Engine(llm.parts)
     gate = threading.Event()
     with_matcher(monkeypatch, engine, GatedMatcher(llm.config.vocab_size, gate))
     rid = engine.add_request([5, 90, 310, 7], SLOW)
@@ -103,7 +103,7 @@ def test_the_slow_request_gets_the_same_tokens_as_without_the_wait(llm, monkeypa
 
 def test_a_grammar_past_its_budget_fails_alone(llm, monkeypatch):
     monkeypatch.setattr(constraint_module, "MASK_BUDGET_S", 0.05)
-    engine = Engine(llm)
+    engine = Engine(llm.parts)
     gate = threading.Event()
     with_matcher(monkeypatch, engine, GatedMatcher(llm.config.vocab_size, gate))
     slow = engine.add_request([5, 90, 310, 7], SLOW)
@@ -122,7 +122,7 @@ def test_a_grammar_that_gives_up_mid_generation_fails_alone(llm):
     # 20,000 alternatives in one rule: the first mask is fine, consuming the first token passes llguidance's
     # 2,000 items a row, and the grammar gives up
     grammar = StructuredOutput.grammar("start: " + " | ".join(f'"w{i}"' for i in range(20000)))
-    engine = Engine(llm)
+    engine = Engine(llm.parts)
     gave_up = engine.add_request([5, 90, 310, 7], SamplingParams(temperature=0.0, max_tokens=8, structured=grammar))
     plain = engine.add_request([44, 12, 900], PLAIN)
     outputs = []
@@ -153,7 +153,7 @@ def test_an_engine_that_compiles_in_the_background_never_compiles_on_its_own_thr
     monkeypatch.setattr(
         constraint_module, "grammar_text", lambda s: seen.append(threading.current_thread().name) or real(s)
     )
-    engine = Engine(llm, compile_grammars_on_add=False)
+    engine = Engine(llm.parts, compile_grammars_on_add=False)
     good = SamplingParams(temperature=0.0, max_tokens=6, structured=StructuredOutput.regex("[a-c]{2,5}x"))
     bad = SamplingParams(temperature=0.0, max_tokens=6, structured=StructuredOutput.regex("a("))
     ok, broken = engine.add_request([5, 90, 310, 7], good), engine.add_request([44, 12, 900], bad)

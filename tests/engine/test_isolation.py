@@ -52,8 +52,8 @@ def run(engine, faults: dict):
 
 
 def test_a_fault_in_one_request_fails_it_alone(llm):
-    clean = run(Engine(llm, num_blocks=64), {})
-    engine = Engine(llm, num_blocks=64)
+    clean = run(Engine(llm.parts, num_blocks=64), {})
+    engine = Engine(llm.parts, num_blocks=64)
 
     def break_matcher(req):
         req.out.matcher = RaisingMatcher()

@@ -41,7 +41,7 @@ def params(n=0, **kw):
 
 
 def test_batched_and_chunked_prompt_logprobs_match_the_full_forward(llm):
-    engine = Engine(llm, max_num_batched_tokens=16, block_size=4)  # prompts span several chunks
+    engine = Engine(llm.parts, max_num_batched_tokens=16, block_size=4)  # prompts span several chunks
     others = [SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)] * 2
     gens = engine.generate(PROMPTS + [[4, 5, 6], [7, 8]], [params(2), params(), params(1)] + others)
     for ids, gen, n in zip(PROMPTS, gens, (2, 0, 1)):
@@ -50,7 +50,7 @@ def test_batched_and_chunked_prompt_logprobs_match_the_full_forward(llm):
 
 
 def test_a_cached_prefix_does_not_skip_positions(llm):
-    engine = Engine(llm, block_size=4)
+    engine = Engine(llm.parts, block_size=4)
     engine.generate([PROMPTS[0]], SamplingParams(temperature=0, max_tokens=2))  # fills the prefix cache
     gen = engine.generate([PROMPTS[0]], params())[0]
     check(llm, gen, PROMPTS[0])
@@ -58,7 +58,7 @@ def test_a_cached_prefix_does_not_skip_positions(llm):
 
 
 def test_preemption_and_recompute_keep_each_position_once(llm):
-    engine = Engine(llm, block_size=4, num_blocks=24, max_num_batched_tokens=8)  # too few blocks for all
+    engine = Engine(llm.parts, block_size=4, num_blocks=24, max_num_batched_tokens=8)  # too few blocks for all
     long = [PROMPTS[0], PROMPTS[2], PROMPTS[0][::-1]]
     lp = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True, prompt_logprobs=0)
     gens = engine.generate(long, [lp] * 3)

@@ -8,6 +8,7 @@ from torch import nn
 from tinyllm.config import ModelConfig
 from tinyllm.model.llama import LlamaForCausalLM
 from tinyllm.model.plan import ModelPlan
+from tinyllm.model.step import CacheStep, CausalStep
 
 
 def tiny_config(**overrides) -> ModelConfig:
@@ -44,7 +45,7 @@ def tiny_llama(seed: int = 0, *, plan: ModelPlan | None = None, **overrides) -> 
 
 class ScriptedModel(nn.Module):
     """Greedy output follows `script`: after n tokens in the sequence, the argmax is script[n - len(prompt)].
-    It honours the cache contract by appending one dummy position per layer per token."""
+    It honours the step contract: positions from the step, one dummy attend per token, its logit_rows."""
 
     def __init__(self, script: list[int], prompt_len: int, vocab_size: int = 300, max_len: int = 256):
         super().__init__()
@@ -61,18 +62,23 @@ class ScriptedModel(nn.Module):
         )
         self.anchor = nn.Parameter(torch.zeros(1))
 
-    def forward(self, ids, positions=None, cache=None, *, last_only=False):
+    def forward(self, ids, step=None):
         B, T = ids.shape
-        start = cache.seq_len() if cache is not None else 0
-        if cache is not None:
-            z = torch.zeros(B, 1, T, 8)
-            cache.update(0, z, z)
+        step = CausalStep(T) if step is None else step
+        start = int(step.positions[0])
+        z = torch.zeros(B, 1, T, 8)
+        step.attend(0, z, z, z)
         logits = torch.zeros(B, T, self.config.vocab_size)
         for t in range(T):
-            step = start + t + 1 - self.prompt_len
-            if 0 <= step < len(self.script):
-                logits[:, t, self.script[step]] = 10.0
-        return logits[:, -1:] if last_only else logits
+            n = start + t + 1 - self.prompt_len
+            if 0 <= n < len(self.script):
+                logits[:, t, self.script[n]] = 10.0
+        return logits if step.logit_rows is None else logits[:, step.logit_rows]
+
+
+def forward_cached(model, ids: torch.Tensor, cache, logit_rows=None) -> torch.Tensor:
+    """model's logits [B, T, V] for ids [B, T] appended to a contiguous cache."""
+    return model(ids, CacheStep(cache, ids.shape[1], logit_rows))
 
 
 def quantized_copy(model: LlamaForCausalLM, mode: str = "int8") -> LlamaForCausalLM:

@@ -10,6 +10,7 @@ import torch
 from helpers.family_models import FAMILY_NAMES, WINDOW, family_files
 from tinyllm import LLM, KVCache
 from tinyllm.cache.paged_cache import PagedKVCache
+from tinyllm.model.step import CacheStep
 from tinyllm.reference import cache_dims
 
 PROMPT = [5, 77, 140, 9, 33, 201, 18, 64, 250, 7, 99, 120, 41]  # 13 > WINDOW positions
@@ -23,9 +24,9 @@ def fam(request, tmp_path_factory):
     return SimpleNamespace(name=request.param, ref=ref, folder=folder, gguf=gguf_path, llm=LLM(folder))
 
 
-def logits(model, ids, **kw):
+def logits(model, ids, step=None):
     with torch.no_grad():
-        return model(torch.tensor([ids]), **kw)[0]  # [T, V]
+        return model(torch.tensor([ids]), step)[0]  # [T, V]
 
 
 def logprob_table(g) -> list[float]:
@@ -64,7 +65,7 @@ def test_chunked_cached_forward_equals_recompute(fam, kind):
     )
     pieces, at = [], 0
     for size in (4, 3, 1, 1, 4):  # chunks and single decodes, crossing the window and block edges
-        pieces.append(logits(model, PROMPT[at : at + size], cache=cache))
+        pieces.append(logits(model, PROMPT[at : at + size], CacheStep(cache, size)))
         at += size
     whole = logits(model, PROMPT)
     # float32 sums over different matmul shapes differ in their last bits, in proportion to the logits' size

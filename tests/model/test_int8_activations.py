@@ -83,10 +83,10 @@ def table(g):
 def test_greedy_alone_equals_batched_bit_for_bit(llm):
     ps = prompts(8, seed=1)
     params = [SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=2)] * 8
-    batched = run(Engine(llm, block_size=8, num_blocks=128, max_num_seqs=8), ps, params)
-    assert Engine(llm, block_size=8, num_blocks=16).runner.fused is not None  # decodes run the native step
+    batched = run(Engine(llm.parts, block_size=8, num_blocks=128, max_num_seqs=8), ps, params)
+    assert Engine(llm.parts, block_size=8, num_blocks=16).runner.fused is not None  # decodes run the native step
     for p, b in zip(ps, batched):
-        alone = run(Engine(llm, block_size=8, num_blocks=64), [p], params[:1])[0]
+        alone = run(Engine(llm.parts, block_size=8, num_blocks=64), [p], params[:1])[0]
         assert alone.ids == b.ids and table(alone) == table(b)
 
 
@@ -98,7 +98,7 @@ def test_every_step_runs_the_native_step_and_prompt_chunking_changes_no_bit(llm)
     ps = prompts(5, seed=4) + [[rng.randrange(3, 250) for _ in range(120)]]
     params = [SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, logprobs=2, prompt_logprobs=1)] * 6
     forwards = []
-    whole = Engine(llm, block_size=8, num_blocks=256, max_num_seqs=6, max_num_batched_tokens=512)
+    whole = Engine(llm.parts, block_size=8, num_blocks=256, max_num_seqs=6, max_num_batched_tokens=512)
 
     def forward(inputs, rows, run_forward=whole.runner.forward):
         forwards.append(type(inputs.layout).__name__)
@@ -107,7 +107,7 @@ def test_every_step_runs_the_native_step_and_prompt_chunking_changes_no_bit(llm)
     whole.runner.forward = forward
     ours = run(whole, ps, params)
     assert forwards and set(forwards) == {"NativeKeys"}
-    chunked = run(Engine(llm, block_size=8, num_blocks=256, max_num_seqs=6, max_num_batched_tokens=5), ps, params)
+    chunked = run(Engine(llm.parts, block_size=8, num_blocks=256, max_num_seqs=6, max_num_batched_tokens=5), ps, params)
     prompt_table = lambda g: [(t.token, t.logprob) for t in g.prompt_logprobs[1:]]  # noqa: E731
     for a, b in zip(ours, chunked):
         assert a.ids == b.ids and table(a) == table(b) and prompt_table(a) == prompt_table(b)
@@ -124,8 +124,8 @@ def test_speculative_equals_plain_bit_for_bit(llm):
 def test_seeded_sampling_alone_equals_batched(llm):
     ps = prompts(10, seed=2)
     params = [SamplingParams(temperature=1.0, top_p=0.9, seed=7 + i, max_tokens=10, ignore_eos=True) for i in range(10)]
-    solo = [run(Engine(llm, block_size=8, num_blocks=64), [p], [sp])[0].ids for p, sp in zip(ps, params)]
-    batched = run(Engine(llm, max_num_seqs=10, block_size=8, num_blocks=256), ps, params)
+    solo = [run(Engine(llm.parts, block_size=8, num_blocks=64), [p], [sp])[0].ids for p, sp in zip(ps, params)]
+    batched = run(Engine(llm.parts, max_num_seqs=10, block_size=8, num_blocks=256), ps, params)
     assert [g.ids for g in batched] == solo
 
 

@@ -514,7 +514,7 @@ def module_path(engine):
 def test_engine_runs_the_native_step_and_equals_the_module_path(llm, kv_dtype):
     ps = prompts(8, seed=3)
     params = [SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=2)] * 8
-    engine = lambda **kw: Engine(llm, block_size=8, num_blocks=128, kv_dtype=kv_dtype, **kw)  # noqa: E731
+    engine = lambda **kw: Engine(llm.parts, block_size=8, num_blocks=128, kv_dtype=kv_dtype, **kw)  # noqa: E731
     fused = engine(max_num_seqs=8)
     assert fused.runner.fused is not None
     ours = run(fused, ps, params)
@@ -538,7 +538,7 @@ def test_mixed_steps_run_prompts_and_decodes_in_one_native_forward(llm):
     chunks, and the generations equal the module path's and, bit for bit, each prompt's alone."""
     ps = prompts(8, seed=5)
     params = [SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=2)] * 8
-    engine = lambda **kw: Engine(llm, block_size=8, num_blocks=128, max_num_batched_tokens=48, **kw)  # noqa: E731
+    engine = lambda **kw: Engine(llm.parts, block_size=8, num_blocks=128, max_num_batched_tokens=48, **kw)  # noqa: E731
     fused, steps = engine(max_num_seqs=8), []
     run_step, forward = fused.runner.run, fused.runner.forward
 
@@ -566,9 +566,9 @@ def test_seeded_sampling_alone_batched_and_preempted(llm):
     params = [
         SamplingParams(temperature=1.0, top_p=0.9, seed=50 + i, max_tokens=10, ignore_eos=True) for i in range(12)
     ]
-    solo = [run(Engine(llm, block_size=8, num_blocks=64), [p], [sp])[0].ids for p, sp in zip(ps, params)]
-    batched = run(Engine(llm, max_num_seqs=12, block_size=8, num_blocks=256), ps, params)
-    tight = run(Engine(llm, max_num_seqs=12, block_size=8, num_blocks=20), ps, params)
+    solo = [run(Engine(llm.parts, block_size=8, num_blocks=64), [p], [sp])[0].ids for p, sp in zip(ps, params)]
+    batched = run(Engine(llm.parts, max_num_seqs=12, block_size=8, num_blocks=256), ps, params)
+    tight = run(Engine(llm.parts, max_num_seqs=12, block_size=8, num_blocks=20), ps, params)
     assert [g.ids for g in batched] == solo == [g.ids for g in tight]
     assert sum(g.stats["preemptions"] for g in tight) > 0
 
@@ -586,7 +586,7 @@ def test_verified_drafts_run_natively_and_equal_the_module_path(llm):
     params = [SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, logprobs=2)] * 3
     ps = [[40, 41, 42, 43] * 4 + [40], [7, 8, 9] * 5 + [7], prompts(1, seed=9)[0]]
     spec = SpeculativeConfig(num_draft_tokens=4, min_ngram=1)
-    engine = lambda **kw: Engine(llm, block_size=8, num_blocks=128, max_num_seqs=3, **kw)  # noqa: E731
+    engine = lambda **kw: Engine(llm.parts, block_size=8, num_blocks=128, max_num_seqs=3, **kw)  # noqa: E731
     fused, sizes = engine(speculative=spec), []
     native_run = fused.runner.fused.run_tokens
     fused.runner.fused.run_tokens = lambda x, t, *a, **kw: (sizes.append(len(t.ids)), native_run(x, t, *a, **kw))[1]
@@ -661,7 +661,7 @@ def test_default_model_accepts_drafts_natively(default_model_path):
     text = "The quick brown fox jumps over the lazy dog near the river bank. " * 4
     ps = [llm.tokenizer.encode(text, False)]
     params = [SamplingParams(temperature=0, max_tokens=32, ignore_eos=True, logprobs=2)]
-    engine = lambda **kw: Engine(llm, block_size=16, num_blocks=64, speculative=SpeculativeConfig(), **kw)  # noqa: E731
+    engine = lambda **kw: Engine(llm.parts, block_size=16, num_blocks=64, speculative=SpeculativeConfig(), **kw)  # noqa: E731
     ours, ref = run(engine(), ps, params)[0], run(module_path(engine()), ps, params)[0]
     assert ours.stats["accepted"] > 16 and ours.ids == ref.ids
     table = lambda g: [v for t in g.logprobs for v in (t.logprob, *(lp for _, lp in t.top))]  # noqa: E731

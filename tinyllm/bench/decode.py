@@ -257,7 +257,7 @@ def engine_prefill(llm, ids: list[int]) -> float:
     from ..engine.engine import Engine
     from ..sampling.params import SamplingParams
 
-    engine = Engine(llm, max_num_batched_tokens=len(ids), kv_memory_bytes=64 << 20)
+    engine = Engine(llm.parts, max_num_batched_tokens=len(ids), kv_memory_bytes=64 << 20)
     t0 = time.perf_counter()
     engine.add_request(ids, SamplingParams(temperature=0, max_tokens=1, ignore_eos=True))
     while engine.has_unfinished():

@@ -22,14 +22,17 @@ def prefill_times(models: common.Models, ids: list[int], repeats: int) -> dict:
     neighbour hits both alike. Both compute only the last position's logits."""
     import torch
 
+    from ..model.step import LAST, CausalStep
+
     x = torch.tensor([ids])
+    last_logits = lambda t: models.llm.model(t, CausalStep(t.shape[1], t.device, LAST))  # [1, 1, V]
     ours, ref = [], []
     with torch.inference_mode():
-        models.llm.model(x[:, :8], last_only=True)  # first-call set-up is not prefill
+        last_logits(x[:, :8])  # first-call set-up is not prefill
         if models.reference is not None:
             models.reference(x[:, :8], use_cache=False, logits_to_keep=1)
         for _ in range(repeats):
-            ours.append(common.timed(models.llm.model, x, last_only=True)[1])
+            ours.append(common.timed(last_logits, x)[1])
             if models.reference is not None:
                 ref.append(common.timed(models.reference, x, use_cache=False, logits_to_keep=1)[1])
     return {"ours_s": ours, "reference_s": ref}

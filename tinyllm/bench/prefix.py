@@ -58,7 +58,7 @@ def one_run(llm, args, work: list[Work], caching: bool) -> dict:
 
     gc.collect()  # the previous run's pool goes before the next is allocated
     engine = Engine(
-        llm,
+        llm.parts,
         max_num_seqs=len(work),
         max_num_batched_tokens=args.max_batched_tokens,
         block_size=args.block_size,

@@ -44,11 +44,12 @@ def _decode_steps(model, ids: list[int], steps: int):
     from ..cache.kv_cache import KVCache
     from ..kernels import torch_single_threaded
     from ..model.quant_linear import runs_native
+    from ..model.step import LAST, CacheStep
 
     c = model.config
     cache = KVCache(c.num_layers, c.num_kv_heads, c.head_dim, len(ids) + 2 * steps + 4)
     with torch.inference_mode():
-        logits = model(torch.tensor([ids]), cache=cache, last_only=True)  # [1, 1, V]
+        logits = model(torch.tensor([ids]), CacheStep(cache, len(ids), LAST))  # [1, 1, V]
     state = {"next": logits[0, -1].argmax().view(1, 1)}
 
     # as the engine's runner does for a decode step on native kernels: torch's own ops on one thread
@@ -56,7 +57,7 @@ def _decode_steps(model, ids: list[int], steps: int):
 
     def step():
         with torch.inference_mode(), threads():
-            out = model(state["next"], cache=cache, last_only=True)  # [1, 1, V]
+            out = model(state["next"], CacheStep(cache, 1, LAST))  # [1, 1, V]
             state["next"] = out[0, -1].argmax().view(1, 1)
 
     return step

@@ -86,7 +86,7 @@ def engine_for(llm, args, max_num_seqs: int):
 
     gc.collect()  # the previous run's pool goes before the next is allocated
     engine = Engine(
-        llm,
+        llm.parts,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=args.max_batched_tokens,
         kv_memory_bytes=args.kv_memory_mb << 20,

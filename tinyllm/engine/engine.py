@@ -17,7 +17,6 @@ from ..cache.paged_cache import PagedStorage
 from ..config import parse_dtype
 from ..errors import TinyLLMError
 from ..outputs import Generation, RequestOutput
-from ..sampling.constraint import Grammars
 from ..sampling.logit_bias import check_logit_bias_ids
 from ..sampling.params import SamplingParams
 from ..speculative.factory import DraftModels, make_proposer
@@ -25,6 +24,7 @@ from ..speculative.proposer import SpeculativeConfig
 from ..speculative.verify import verify_drafts
 from .isolation import describe, draw_rows, isolated
 from .kv_manager import KVManager
+from .model_parts import ModelParts
 from .prompt import check_prompt, effective_max_tokens, prompt_ids_of
 from .prompt_logprobs import record as record_prompt_logprobs
 from .request import Request, RequestStatus, accept_tokens, make_generation
@@ -57,29 +57,31 @@ class EngineConfig:
 
 class Engine:
     """Many requests over one model: add_request, then step() until has_unfinished() is False.
-    `llm` is anything with .model, .tokenizer, .config and .eos_ids (an LLM)."""
+    Built from a ModelParts (an LLM's `.parts`): the model, its tokenizer and config, eos ids, grammars and
+    the tensor-parallel group, if any."""
 
-    def __init__(self, llm, config: EngineConfig | None = None, **options):
+    def __init__(self, parts: ModelParts, config: EngineConfig | None = None, **options):
+        if not isinstance(parts, ModelParts):
+            raise TinyLLMError(f"Engine takes a ModelParts (an LLM's .parts), got {type(parts).__name__}")
         self.config = config or EngineConfig(**options)
-        self.model, self.tokenizer, self.model_config = llm.model, llm.tokenizer, llm.config
-        self.eos_ids = tuple(llm.eos_ids)
-        c, cfg = llm.config, self.config
-        dtype = llm.model.dtype if cfg.kv_dtype is None else parse_dtype(cfg.kv_dtype, "kv_dtype")
+        self.model, self.tokenizer, self.model_config = parts.model, parts.tokenizer, parts.config
+        self.eos_ids = parts.eos_ids
+        c, cfg = parts.config, self.config
+        dtype = parts.model.dtype if cfg.kv_dtype is None else parse_dtype(cfg.kv_dtype, "kv_dtype")
         itemsize = torch.empty(0, dtype=dtype).element_size()
-        tp = getattr(llm, "tensor_parallel", None)  # a TensorParallel: this rank holds a share of the KV heads
+        tp = parts.tensor_parallel  # this rank holds a share of the KV heads
         num_kv_heads = c.num_kv_heads if tp is None else tp.num_local_kv_heads
         block_bytes = 2 * c.num_layers * num_kv_heads * c.head_dim * cfg.block_size * itemsize
         num_blocks = cfg.num_blocks or max(1, cfg.kv_memory_bytes // block_bytes)
         self.storage = PagedStorage(
-            c.num_layers, num_kv_heads, c.head_dim, num_blocks, cfg.block_size, dtype, llm.model.device
+            c.num_layers, num_kv_heads, c.head_dim, num_blocks, cfg.block_size, dtype, parts.model.device
         )
         self.pool = BlockPool(num_blocks, cfg.block_size)
         self.kv = KVManager(self.pool, cfg.enable_prefix_caching)
         self.scheduler = Scheduler(self.kv, cfg.max_num_seqs, cfg.max_num_batched_tokens)
         self.runner = ModelRunner(self.model, self.storage) if tp is None else tp.runner(self.model, self.storage)
         self.drafts = DraftModels(self.model, self.tokenizer) if tp is None else tp.drafts(self.tokenizer)
-        # shared with the LLM (and the server's request preparation) so grammars compile once
-        self.grammars = getattr(llm, "grammars", None) or Grammars(self.tokenizer, c.vocab_size, self.eos_ids)
+        self.grammars = parts.grammars  # shared with the LLM (and the server's request preparation)
         self.requests: dict[str, Request] = {}
         self._ids = itertools.count()
         self._early: list[RequestOutput] = []  # outputs produced outside step() (aborts)

@@ -44,8 +44,8 @@ def execute(model, storage: PagedStorage, inputs: StepInputs, rows: torch.Tensor
     """Apply the block copies, then one forward over the flat batch -> logits of the chosen rows [len(rows), V]."""
     for src, dst in inputs.block_copies:
         storage.copy_block(src, dst)
-    batch = PagedBatch(storage, inputs.write_slots, inputs.positions, inputs.layout)
-    return model(inputs.ids, cache=batch, rows=rows)[0]
+    step = PagedBatch(storage, inputs.write_slots, inputs.positions, inputs.layout, logit_rows=rows)
+    return model(inputs.ids, step)[0]
 
 
 class ModelRunner:

@@ -1,6 +1,7 @@
-"""Grouped-query attention whose keys and values go through a cache hook (`cache.update`, or `cache.attend`
-for the engine's ragged batch). Optional pieces, switched on by the model family and its config: biases on
-q/k/v, a per-head norm of q and k before rotation, and the layer's AttentionSpec (scale, soft-cap, window)."""
+"""Grouped-query attention whose keys and values go through the forward's step (`step.attend`: store them,
+then attend; model/step.py), whatever cache lies behind it. Optional pieces, switched on by the model family
+and its config: biases on q/k/v, a per-head norm of q and k before rotation, and the layer's AttentionSpec
+(scale, soft-cap, window), which the step honours."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import torch
 from torch import nn
 
 from .rope import apply_rope
-from .sdpa import PLAIN, AttentionSpec, attention
+from .sdpa import PLAIN, AttentionSpec
+from .step import ForwardStep
 
 
 class GQAttention(nn.Module):
@@ -34,11 +36,8 @@ class GQAttention(nn.Module):
         if qk_norm is not None:  # over each head's D values, shared by all heads
             self.q_norm, self.k_norm = qk_norm(head_dim, eps), qk_norm(head_dim, eps)
 
-    def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None, cache
-    ) -> torch.Tensor:
-        """x [B, T, C]; mask True = may attend, broadcastable to [B, H, T, S], or None (see below); the
-        model hands each layer the mask of its window."""
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, step: ForwardStep) -> torch.Tensor:
+        """x [B, T, C] -> [B, T, C]; cos, sin: the rotary tables of the new tokens' positions."""
         B, T, _ = x.shape
         H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = self.qkv_proj(x).view(B, T, H + 2 * Hkv, D).transpose(1, 2)  # [B, H+2Hkv, T, D]
@@ -47,11 +46,5 @@ class GQAttention(nn.Module):
             qk = torch.cat((self.q_norm(qk[:, :H]), self.k_norm(qk[:, H:])), dim=1)  # [B, H+Hkv, T, D]
         q, k = apply_rope(qk, cos, sin).split((H, Hkv), dim=1)  # [B, H, T, D], [B, Hkv, T, D]
         v = qkv[:, H + Hkv :]  # [B, Hkv, T, D]
-        if getattr(cache, "is_ragged", False):  # the engine's batch of several flattened sequences
-            out = cache.attend(self.layer_idx, q, k, v, self.spec)  # [1, H, T, D]
-            return self.o_proj(out.transpose(1, 2).reshape(B, T, H * D))
-        if cache is not None:
-            k, v = cache.update(self.layer_idx, k, v)  # [B, Hkv, S, D], everything stored
-        # mask None: without a cache the chunk is plainly causal; with one, every stored key is visible.
-        out = attention(q, k, v, mask, self.spec, is_causal=mask is None and cache is None)  # [B, H, T, D]
+        out = step.attend(self.layer_idx, q, k, v, self.spec)  # [B, H, T, D]
         return self.o_proj(out.transpose(1, 2).reshape(B, T, H * D))  # [B, T, C]

@@ -19,7 +19,8 @@ from .mlp import GatedMLP
 from .norm import NORMS
 from .plan import PLAIN_LAYER, LayerPlan, ModelPlan, model_plan
 from .rope import RotaryEmbedding
-from .sdpa import soft_cap, window_mask
+from .sdpa import soft_cap
+from .step import CausalStep, ForwardStep
 
 
 class DecoderLayer(nn.Module):
@@ -43,8 +44,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = norm(config.hidden_size, config.rms_norm_eps)
         self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, plan.activation)
 
-    def forward(self, x, cos, sin, mask, cache):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache)
+    def forward(self, x, cos, sin, step: ForwardStep):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, step)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -58,8 +59,8 @@ class SandwichDecoderLayer(DecoderLayer):
         self.pre_feedforward_layernorm = norm(config.hidden_size, config.rms_norm_eps)
         self.post_feedforward_layernorm = norm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, x, cos, sin, mask, cache):
-        x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), cos, sin, mask, cache))
+    def forward(self, x, cos, sin, step: ForwardStep):
+        x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), cos, sin, step))
         return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
 
 
@@ -122,51 +123,28 @@ class LlamaForCausalLM(nn.Module):
     def head(self, x: torch.Tensor) -> torch.Tensor:
         return soft_cap(self.lm_head(self.model.norm(x)).float(), self.plan.final_softcap)  # [B, T, V]
 
-    def forward(
-        self,
-        ids: torch.Tensor,
-        positions: torch.Tensor | None = None,
-        cache=None,
-        *,
-        last_only: bool = False,
-        rows: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """ids [B, T] -> logits [B, T, V] ([B, 1, V] with last_only; [B, len(rows), V] for chosen rows)."""
-        x = self.hidden_states(ids, positions, cache)  # [B, T, C]
-        if last_only:
-            x = x[:, -1:]  # [B, 1, C]
-        elif rows is not None:
-            x = x[:, rows]  # [B, len(rows), C]
-        return self.head(x)  # [B, T, V]
+    def forward(self, ids: torch.Tensor, step: ForwardStep | None = None) -> torch.Tensor:
+        """ids [B, T] -> logits of the step's logit_rows [B, R, V] (every row without a step)."""
+        x = self.hidden_states(ids, step)  # [B, T, C]
+        if step is not None and step.logit_rows is not None:
+            x = x[:, step.logit_rows]  # [B, R, C]
+        return self.head(x)  # [B, R, V]
 
-    def hidden_states(self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache=None) -> torch.Tensor:
+    def hidden_states(self, ids: torch.Tensor, step: ForwardStep | None = None) -> torch.Tensor:
         """ids [B, T] -> the last layer's output [B, T, C], before the final norm.
 
-        With a cache, positions and the mask are read from it once, before any layer appends; each layer
-        then calls cache.update(layer, k, v) once. Without one this is a plain causal forward over ids.
-        Sliding layers get the mask narrowed to their window (a ragged batch narrows its own).
+        step (model/step.py): the new tokens' positions, and each layer's attend (store, then attend, under
+        the layer's window), whatever cache lies behind it. None: a plain causal forward over ids.
         """
         T = ids.shape[1]
-        mask, num_keys = None, T
-        if cache is not None:
-            if positions is None:
-                positions = cache.positions(T)  # [T] or [B, T]
-            mask = cache.mask(T)  # [T, S] or [B, 1, T, S], True = may attend; None for a ragged batch
-            num_keys = mask.shape[-1] if mask is not None else T
-            if T == 1 and mask is not None and mask.dim() == 2:
-                mask = None  # one new query of one sequence sees every stored key
-        elif positions is None:
-            positions = torch.arange(T, device=ids.device)  # [T]
-        positions = positions.to(ids.device)
+        step = CausalStep(T, ids.device) if step is None else step
+        if step.positions.shape[-1] != T:
+            raise ValueError(f"the step holds {step.positions.shape[-1]} positions for {T} new tokens")
+        positions = step.positions.to(ids.device)  # [T] or [B, T]
         x = self.embed(ids)  # [B, T, C]
         tables = {"full": self.rotary, "sliding": getattr(self, "rotary_local", None)}
         ropes = {t: tables[t].cos_sin(positions, x.dtype) for t in self.plan.rope_tables}  # cos, sin [T, R] each
-        windowed = {}  # window -> mask
-        ragged = getattr(cache, "is_ragged", False)
         for p, layer in zip(self.plan.layers, self.model.layers, strict=True):
-            window = p.window
-            if window is not None and not ragged and window not in windowed:
-                windowed[window] = window_mask(mask, T, num_keys, window, ids.device)  # [T, S] or [B, 1, T, S]
             cos, sin = ropes[p.rope]
-            x = layer(x, cos, sin, mask if window is None or ragged else windowed[window], cache)
+            x = layer(x, cos, sin, step)
         return x  # [B, T, C]

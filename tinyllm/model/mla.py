@@ -1,6 +1,8 @@
 """Multi-head latent attention (MLA): keys and values come from one compressed latent per position, plus
 one rotary key shared by all heads, so the cache holds r + dR numbers per position instead of 2·Hkv·D.
-A small model built on it exercises LatentCache as its hook."""
+A small model built on it exercises LatentCache as its hook: its forward takes a contiguous step
+(model/step.py: `CacheStep` over a LatentCache, or `CausalStep`), whose `store` keeps the latents and whose
+`sdpa` attends over the keys and values expanded from them."""
 
 from __future__ import annotations
 
@@ -8,11 +10,11 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from .llama import DecoderLayer
 from .norm import RMSNorm
 from .rope import RotaryEmbedding, apply_rope
+from .step import CausalStep, SdpaStep
 
 
 @dataclass(frozen=True)
@@ -42,25 +44,24 @@ class MLAttention(nn.Module):
         self.v_up = nn.Linear(c.d_latent, c.num_heads * c.d_value, bias=False)
         self.o_proj = nn.Linear(c.num_heads * c.d_value, c.hidden_size, bias=False)
 
-    def forward(self, x, cos, sin, mask, cache):
+    def forward(self, x, cos, sin, step: SdpaStep):
         c, (B, T, _) = self.c, x.shape
         H = c.num_heads
         q = self.q_proj(x).view(B, T, H, c.d_nope + c.d_rope).transpose(1, 2)  # [B, H, T, dn+dR]
         q = torch.cat((q[..., : c.d_nope], apply_rope(q[..., c.d_nope :], cos, sin)), dim=-1)
         latent = self.kv_down(x)  # [B, T, r]
         k_rope = apply_rope(self.k_rope_proj(x)[:, None], cos, sin)[:, 0]  # [B, T, dR]
-        if cache is not None:
-            latent, k_rope = cache.update(self.layer_idx, latent, k_rope)  # [B, S, r], [B, S, dR]
+        latent, k_rope = step.store(self.layer_idx, latent, k_rope)  # [B, S, r], [B, S, dR]
         S = latent.shape[1]
         k_nope = self.k_up(latent).view(B, S, H, c.d_nope).transpose(1, 2)  # [B, H, S, dn]
         k = torch.cat((k_nope, k_rope[:, None].expand(B, H, S, c.d_rope)), dim=-1)  # [B, H, S, dn+dR]
         v = self.v_up(latent).view(B, S, H, c.d_value).transpose(1, 2)  # [B, H, S, dv]
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and cache is None)
+        out = step.sdpa(q, k, v)  # [B, H, T, dv]
         return self.o_proj(out.transpose(1, 2).reshape(B, T, H * c.d_value))  # [B, T, C]
 
 
 class MLAForCausalLM(nn.Module):
-    """Same forward contract as LlamaForCausalLM, with a LatentCache as the cache."""
+    """Same forward contract as LlamaForCausalLM, with a CacheStep over a LatentCache as the step."""
 
     def __init__(self, c: MLAConfig):
         super().__init__()
@@ -71,20 +72,13 @@ class MLAForCausalLM(nn.Module):
         self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
         self.rotary = RotaryEmbedding(c.d_rope, c.rope_theta)
 
-    def forward(
-        self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache=None, *, last_only: bool = False
-    ) -> torch.Tensor:
-        T = ids.shape[1]
-        mask = None
-        if cache is not None:
-            positions = cache.positions(T) if positions is None else positions
-            mask = cache.mask(T)  # [T, S], True = may attend
-        elif positions is None:
-            positions = torch.arange(T, device=ids.device)  # [T]
+    def forward(self, ids: torch.Tensor, step: SdpaStep | None = None) -> torch.Tensor:
+        """ids [B, T] -> logits of the step's logit_rows [B, R, V] (every row without a step)."""
+        step = CausalStep(ids.shape[1], ids.device) if step is None else step
         x = self.embed_tokens(ids)  # [B, T, C]
-        cos, sin = self.rotary.cos_sin(positions, x.dtype)  # [T, dR]
+        cos, sin = self.rotary.cos_sin(step.positions, x.dtype)  # [T, dR]
         for layer in self.layers:
-            x = layer(x, cos, sin, mask, cache)
-        if last_only:
-            x = x[:, -1:]
-        return self.lm_head(self.norm(x)).float()  # [B, T, V]
+            x = layer(x, cos, sin, step)
+        if step.logit_rows is not None:
+            x = x[:, step.logit_rows]  # [B, R, C]
+        return self.lm_head(self.norm(x)).float()  # [B, R, V]

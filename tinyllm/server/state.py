@@ -9,6 +9,7 @@ import threading
 from dataclasses import dataclass
 
 from ..engine.async_engine import AsyncEngine
+from ..engine.engine import Engine
 from .checks.admission import PromptLimits, max_token_chars
 from .metrics import ServerMetrics
 from .wire.errors import APIError
@@ -82,7 +83,7 @@ class ServerState:
             # grammar thread while its request waits), and the grammar engine's token table is built now, in
             # the background, not inside the first structured request.
             options = {"compile_grammars_on_add": False, **self._options}
-            engine = AsyncEngine(llm.engine(**options), self.metrics)
+            engine = AsyncEngine(Engine(llm.parts, **options), self.metrics)
             llm.grammars.warm_up()
             name = self.served_model_name or default_model_name(llm)
             if self._stopped:  # shut down while loading: do not start a thread nobody will stop

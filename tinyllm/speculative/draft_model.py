@@ -16,6 +16,7 @@ from ..errors import TinyLLMError
 from ..model.llama import LlamaForCausalLM
 from ..model.native.lowering import MAX_TOKENS, build_stack, step_logits, unsupported
 from ..model.native.step_structs import StepTokens
+from ..model.step import LAST, CacheStep
 
 BLOCK = 16  # slots per block of the native draft's storage (its slot p is position p)
 
@@ -97,7 +98,7 @@ class DraftModelProposer:
         """The draft's logits after ids [V], its cache holding them."""
         if self.native is not None:
             return self.native.feed(self.model, ids)
-        return self.model(torch.tensor([ids], device=self.device), cache=self.cache, last_only=True)[0, -1]
+        return self.model(torch.tensor([ids], device=self.device), CacheStep(self.cache, len(ids), LAST))[0, -1]
 
     @torch.inference_mode()
     def propose(self, ids: Sequence[int], k: int) -> list[int]:
