@@ -25,7 +25,8 @@ CROSS, QEMU = "aarch64-linux-gnu-g++", "qemu-aarch64"
 
 
 def compile_harness(compiler: str, flags: list[str], out: str, sources: list[str] = SOURCES) -> str:
-    cmd = [compiler, "-O3", "-ffp-contract=off", "-std=c++17", "-pthread", *flags, *sources, "-o", out]
+    cmd = [compiler, "-O3", "-ffp-contract=off", "-std=c++17", "-pthread", "-I", str(build.CSRC), *flags, *sources]
+    cmd += ["-o", out]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return out

@@ -1,4 +1,4 @@
-"""The native decode step (model/native/lowering.py, kernels/csrc/decode.cpp) against the module path it replaces:
+"""The native decode step (model/native/lowering.py, model/native/csrc/decode.cpp) against the module path it replaces:
 one step on paged storage with scattered blocks, every option it covers (every feature of the layer plan alone,
 per layer and with every family: q/k/v biases, sliding windows, a second rotary table, query scale, attention
 and final soft-caps; partial rotary, GQA), and whole generations through the engine (greedy batch == alone,

@@ -1,4 +1,5 @@
-"""Compile the C++ kernels into one shared library, cached per machine. Plain Python: no torch, no imports
+"""Compile the C++ kernels into one shared library, cached per machine: the ops of kernels/csrc and the native
+decode step over them (model/native/csrc, which includes the ops' headers). Plain Python: no torch, no imports
 from the package, so that it can run apart from the rest.
 
 The library is compiled by the machine's compiler (`$CXX`, else g++, c++ or clang++) with `-O3 -march=native
@@ -25,22 +26,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-CSRC = Path(__file__).parent / "csrc"
-SOURCES = [
-    "attention.h",
-    "blocks.h",
-    "decode_args.h",
-    "kv.h",
-    "layer_ops.h",
-    "pool.h",
-    "q8act.h",
-    "simd.h",
-    "tile.h",
-    "vmath.h",
-]
-# compiled into one library
-UNITS = ["qmatmul.cpp", "q8act.cpp", "q8pack.cpp", "decode.cpp", "greedy.cpp", "probe.cpp"]
-SOURCES += UNITS
+CSRC = Path(__file__).parent / "csrc"  # the ops: matmuls, 8-bit activations, formats, thread pool, greedy argmax
+DECODER = Path(__file__).parent.parent / "model" / "native" / "csrc"  # the native decode step, over the ops
+HEADERS = ["blocks.h", "pool.h", "q8act.h", "simd.h", "tile.h", "vmath.h"]
+DECODER_HEADERS = ["attention.h", "decode_args.h", "kv.h", "layer_ops.h"]
+# compiled into one library, each unit from its folder
+UNITS = ["qmatmul.cpp", "q8act.cpp", "q8pack.cpp", "greedy.cpp", "probe.cpp"]
+DECODER_UNITS = ["decode.cpp"]
+SOURCES = [CSRC / n for n in HEADERS + UNITS] + [DECODER / n for n in DECODER_HEADERS + DECODER_UNITS]
+UNIT_PATHS = [CSRC / n for n in UNITS] + [DECODER / n for n in DECODER_UNITS]
 FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-fPIC", "-shared", "-pthread"]
 LINK_ONLY = {"-shared"}
 LIB_NAME = "libtinyllm_kernels.so"
@@ -81,8 +75,8 @@ def build_key(compiler: str) -> str:
     """Hash of the sources, the compiler's version, the flags and the CPU's features: a change to any rebuilds."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
     h = hashlib.sha256()
-    for name in SOURCES:
-        h.update((CSRC / name).read_bytes())
+    for path in SOURCES:
+        h.update(path.read_bytes())
     for part in (version, " ".join(flags()), cpu_features()):
         h.update(part.encode())
     return h.hexdigest()[:16]
@@ -97,7 +91,7 @@ def build(compiler: str, log=None) -> Path:
         return final / LIB_NAME
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="build-", dir=root))
-    progress = Progress(sys.stderr if log is None else log, len(UNITS))
+    progress = Progress(sys.stderr if log is None else log, len(UNIT_PATHS))
     try:
         objects = compile_units(compiler, tmp, progress)
         run([compiler, "-shared", "-pthread", *map(str, objects), "-o", str(tmp / LIB_NAME)])
@@ -119,14 +113,14 @@ def build(compiler: str, log=None) -> Path:
 
 def compile_units(compiler: str, out: Path, progress: Progress) -> list[Path]:
     """Every unit compiled to an object in `out`, one compiler process per core at a time."""
-    compile_flags = [f for f in flags() if f not in LINK_ONLY]
-    objects = [out / (unit + ".o") for unit in UNITS]
+    compile_flags = [f for f in flags() if f not in LINK_ONLY] + ["-I", str(CSRC)]  # the decoder includes the ops
+    objects = [out / (unit.name + ".o") for unit in UNIT_PATHS]
     commands = {
-        unit: [compiler, *compile_flags, "-c", str(CSRC / unit), "-o", str(obj)] for unit, obj in zip(UNITS, objects)
+        unit: [compiler, *compile_flags, "-c", str(unit), "-o", str(obj)] for unit, obj in zip(UNIT_PATHS, objects)
     }
     with ThreadPoolExecutor(max_workers=num_jobs()) as pool:
         # the largest sources first, so that the last to finish is a short one
-        by_size = sorted(UNITS, key=lambda unit: -(CSRC / unit).stat().st_size)
+        by_size = sorted(UNIT_PATHS, key=lambda unit: -unit.stat().st_size)
         futures = {pool.submit(run, commands[unit]): unit for unit in by_size}
         try:
             for done in as_completed(futures):

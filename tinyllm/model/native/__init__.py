@@ -1,2 +1,3 @@
 """The native decoder: the model lowered onto the C++ decode step (lowering.py builds the layer stack from the
-modules; step_structs.py holds the C structures and calls into kernels/csrc/decode.cpp), for quantized CPU models."""
+plan and the modules; step_structs.py holds the C structures and calls into csrc/decode.cpp), for quantized CPU
+models."""

@@ -1,4 +1,4 @@
-"""A decode step as one native call through every layer (kernels/csrc/decode.cpp), for the models it covers.
+"""A decode step as one native call through every layer (model/native/csrc/decode.cpp), for the models it covers.
 
 A batch-1 token through the module path is ~1100 eager calls around 121 quantized matmuls: about as much time
 again as the matmuls themselves on a small model. The native step runs the same computation (same weights
