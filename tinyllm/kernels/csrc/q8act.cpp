@@ -93,48 +93,86 @@ static void quantize_row(const float* x, int64_t k, int64_t stride, int8_t* q0, 
 
 namespace {
 
-// Scale vector i (0: d; 1: d1 or m) of a record as float32: 16 lanes, 8 (half h) or one (row r).
+// Scale vector i of sub-block `sub` of `unit`, as float32: i = 0 the scale D (Q6_K: of elements 0..15), i = 1
+// the minimum M or Q6_K's scale of elements 16..31 (q8act.h). 16 lanes (given h, the unit's d or m as float32),
+// 8 (half h), 4 (quarter qq) or one (row r). For the K formats the int8 times the float16, exact: the float32
+// the reference forms.
 #ifdef TL_Q8_512
-template <int F> inline __m512 scales16(const uint8_t* rec, int i) {
-    const uint8_t* p = rec + i * Packed<F>::scale_bytes;
-    if constexpr (Packed<F>::f16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p));
-    else return _mm512_loadu_ps((const float*)p);
+inline __m512 half16(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p)); }
+
+template <int F> inline __m512 scales16(__m512 h, const uint8_t* sub, int i) {
+    if constexpr (!Packed<F>::k) return h;
+    const __m128i s = _mm_loadu_si128((const __m128i*)(sub + 16 * i));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(s)), h);
 }
 #elif defined(TL_AVX2)
-template <int F> inline __m256 scales8(const uint8_t* rec, int i, int h) {
-    const uint8_t* p = rec + i * Packed<F>::scale_bytes;
-    if constexpr (Packed<F>::f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p + 16 * h)));
-    else return _mm256_loadu_ps((const float*)p + 8 * h);
+template <int F> inline __m256 scales8(const uint8_t* unit, const uint8_t* sub, int i, int h) {
+    using P = Packed<F>;
+    const __m256 f = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(unit + 32 * (i == 1 && P::min) + 16 * h)));
+    if constexpr (!P::k) return f;
+    const __m128i s = _mm_loadl_epi64((const __m128i*)(sub + 16 * i + 8 * h));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s)), f);
 }
 #elif defined(TL_NEON)
-template <int F> inline float32x4_t scales4(const uint8_t* rec, int i, int qq) {  // rows 4 qq .. 4 qq + 3
-    const uint8_t* p = rec + i * Packed<F>::scale_bytes;
-    if constexpr (Packed<F>::f16) return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t*)p + 4 * qq)));
-    else return vld1q_f32((const float*)p + 4 * qq);
+template <int F> inline float32x4_t scales4(const uint8_t* unit, const uint8_t* sub, int i, int qq) {
+    using P = Packed<F>;
+    const uint16_t* p = (const uint16_t*)(unit + 32 * (i == 1 && P::min)) + 4 * qq;
+    const float32x4_t f = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
+    if constexpr (!P::k) return f;
+    int32_t four;
+    std::memcpy(&four, sub + 16 * i + 4 * qq, 4);
+    const int16x8_t s = vmovl_s8(vreinterpret_s8_s32(vdup_n_s32(four)));
+    return vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(s))), f);
 }
 #else
-template <int F> inline float scale1(const uint8_t* rec, int i, int r) {
-    const uint8_t* p = rec + i * Packed<F>::scale_bytes;
-    if constexpr (Packed<F>::f16) return f16(p + 2 * r);
-    else return ((const float*)p)[r];
+template <int F> inline float scale1(const uint8_t* unit, const uint8_t* sub, int i, int r) {
+    using P = Packed<F>;
+    const float f = f16(unit + 32 * (i == 1 && P::min) + 2 * r);
+    if constexpr (!P::k) return f;
+    return (float)(int8_t)sub[16 * i + r] * f;
+}
+#endif
+
+#ifdef TL_AVX2
+// At small M the packed weight is one stream read in address order, and on the machine measured (an AMD EPYC
+// VM, AVX-512) the hardware prefetchers keep too few of its lines in flight. Fetching each line AHEAD bytes
+// before it is read (a unit's head line with its first sub-block, then each sub-block's lines) raises one thread
+// at 8192 x 2048 from 62 to 97 G weights/s (Q4_K), 38 to 56 (Q6_K), 73 to 101 (Q4_0) at M = 1 and from 12-27 to
+// 31-40 at M = 8 (the AVX2 build: 36 to 59 for Q4_K at M = 1). 8 KB ahead is 5-12% slower than 16 KB, and 24 or
+// 32 KB no faster.
+constexpr int64_t AHEAD = 16384;
+
+template <int F> inline void prefetch(const uint8_t* unit, const uint8_t* sub, int sb) {
+    if (sb == 0) _mm_prefetch((const char*)unit + AHEAD, _MM_HINT_T0);
+    for (int64_t at = 0; at < Packed<F>::sub_bytes; at += 64) _mm_prefetch((const char*)sub + AHEAD + at, _MM_HINT_T0);
 }
 #endif
 
 // The packed codes of j (0..7) for the rows of one vector: 64 bytes (AVX-512) or the 32 at `at` (AVX2).
 #ifdef TL_Q8_512
 template <int F> inline void codes512(const uint8_t* c, __m512i* w) {
-    if constexpr (Packed<F>::nibbles) {
+    using P = Packed<F>;
+    if constexpr (P::nibbles) {
         const __m512i low4 = _mm512_set1_epi8(15);
         for (int j = 0; j < 4; ++j) {
             const __m512i v = _mm512_loadu_si512(c + 64 * j);
             w[j] = _mm512_and_si512(v, low4);
             w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
         }
-    } else {
-        for (int j = 0; j < 8; ++j) {
-            w[j] = _mm512_loadu_si512(c + 64 * j);
-            if constexpr (Packed<F>::sign) w[j] = _mm512_xor_si512(w[j], _mm512_set1_epi8((char)0x80));  // + 128
+        if constexpr (P::high > 0) {
+            const __m512i mask = _mm512_set1_epi8((char)(((1 << P::high) - 1) << 4));
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; ++j) {  // the bits above the nibble, moved to bit 4 (16-bit shifts: the mask
+                                           // drops what crosses from the neighbouring byte)
+                const __m512i v = _mm512_loadu_si512(c + P::plane(j));
+                const int at = P::bit(j);
+                const __m512i h = at <= 4 ? _mm512_slli_epi16(v, 4 - at) : _mm512_srli_epi16(v, at - 4);
+                w[j] = _mm512_ternarylogic_epi32(w[j], h, mask, 0xF8);  // w | (h & mask)
+            }
         }
+    } else {
+        for (int j = 0; j < 8; ++j)
+            w[j] = _mm512_xor_si512(_mm512_loadu_si512(c + 64 * j), _mm512_set1_epi8((char)0x80));  // + 128
     }
 }
 
@@ -153,7 +191,7 @@ inline __m512i dot(const __m512i* w, const int8_t* x, int j0, int j1, __m512i st
 
 // One group of 16 weight rows against MT activation rows from x0: y[m * ldy + 0..15], lanes `keep`.
 template <int F, int MT>
-void tile(const uint8_t* rec, const Q8Act& a, int64_t x0, float* y, int64_t ldy, __mmask16 keep) {
+void tile(const uint8_t* g, const Q8Act& a, int64_t x0, float* y, int64_t ldy, __mmask16 keep) {
     using P = Packed<F>;
     constexpr int off = P::sign ? 128 : P::offset;
     const int64_t kb = a.kb, M = a.m;
@@ -163,24 +201,31 @@ void tile(const uint8_t* rec, const Q8Act& a, int64_t x0, float* y, int64_t ldy,
     __m512 acc[MT];
 #pragma GCC unroll 8
     for (int m = 0; m < MT; ++m) acc[m] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < kb; ++b, rec += P::bytes, q += 32 * M, d += M, s += M, sum += M, half += M) {
-        __m512i w[8];
-        codes512<F>(rec + P::codes_at, w);
-        const __m512 dw = scales16<F>(rec, 0);
+    for (int64_t b = 0; b < kb; b += P::subs) {
+        const uint8_t* unit = P::unit_of(g, b);
+        const __m512 h0 = half16(unit), h1 = P::min ? half16(unit + 32) : h0;  // d, and m or -dmin
+        for (int sb = 0; sb < P::subs; ++sb, q += 32 * M, d += M, s += M, sum += M, half += M) {
+            const uint8_t* sub = unit + P::head + sb * P::sub_bytes;
+            prefetch<F>(unit, sub, sb);
+            __m512i w[8];
+            codes512<F>(sub + P::ints, w);
+            const __m512 dw = scales16<F>(h0, sub, 0), dw1 = scales16<F>(P::halves ? h0 : h1, sub, 1);
 #pragma GCC unroll 8
-        for (int m = 0; m < MT; ++m) {
-            const int64_t i = m;  // this row at the current block
-            const int8_t* x = q + i * 32;
-            const __m512 dx = _mm512_set1_ps(d[i]);
-            if constexpr (P::halves) {
-                const __m512i lo = dot(w, x, 0, 4, _mm512_set1_epi32(-off * half[i]));
-                const __m512i hi = dot(w, x, 4, 8, _mm512_set1_epi32(-off * (sum[i] - half[i])));
-                acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), _mm512_mul_ps(dw, dx), acc[m]);
-                acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_mul_ps(scales16<F>(rec, 1), dx), acc[m]);
-            } else {
-                const __m512i t = dot(w, x, 0, 8, off != 0 ? _mm512_set1_epi32(-off * sum[i]) : _mm512_setzero_si512());
-                acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw, dx), acc[m]);
-                if constexpr (P::min) acc[m] = _mm512_fmadd_ps(scales16<F>(rec, 1), _mm512_set1_ps(s[i]), acc[m]);
+            for (int m = 0; m < MT; ++m) {
+                const int64_t i = m;  // this row at the current block
+                const int8_t* x = q + i * 32;
+                const __m512 dx = _mm512_set1_ps(d[i]);
+                if constexpr (P::halves) {
+                    const __m512i lo = dot(w, x, 0, 4, _mm512_set1_epi32(-off * half[i]));
+                    const __m512i hi = dot(w, x, 4, 8, _mm512_set1_epi32(-off * (sum[i] - half[i])));
+                    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), _mm512_mul_ps(dw, dx), acc[m]);
+                    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_mul_ps(dw1, dx), acc[m]);
+                } else {
+                    const __m512i start = off != 0 ? _mm512_set1_epi32(-off * sum[i]) : _mm512_setzero_si512();
+                    const __m512i t = dot(w, x, 0, 8, start);
+                    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw, dx), acc[m]);
+                    if constexpr (P::min) acc[m] = _mm512_fmadd_ps(dw1, _mm512_set1_ps(s[i]), acc[m]);
+                }
             }
         }
     }
@@ -188,27 +233,36 @@ void tile(const uint8_t* rec, const Q8Act& a, int64_t x0, float* y, int64_t ldy,
     for (int m = 0; m < MT; ++m) _mm512_mask_storeu_ps(y + m * ldy, keep, acc[m]);
 }
 
-template <int F> void group(const uint8_t* rec, const Q8Act& a, float* y, int64_t n, int valid) {
+template <int F> void group(const uint8_t* g, const Q8Act& a, float* y, int64_t n, int valid) {
     const __mmask16 keep = (__mmask16)((1u << valid) - 1);
     int64_t m0 = 0;
-    for (; m0 + 8 <= a.m; m0 += 8) tile<F, 8>(rec, a, m0, y + m0 * n, n, keep);
+    for (; m0 + 8 <= a.m; m0 += 8) tile<F, 8>(g, a, m0, y + m0 * n, n, keep);
     switch (a.m - m0) {
-        case 7: tile<F, 7>(rec, a, m0, y + m0 * n, n, keep); break;
-        case 6: tile<F, 6>(rec, a, m0, y + m0 * n, n, keep); break;
-        case 5: tile<F, 5>(rec, a, m0, y + m0 * n, n, keep); break;
-        case 4: tile<F, 4>(rec, a, m0, y + m0 * n, n, keep); break;
-        case 3: tile<F, 3>(rec, a, m0, y + m0 * n, n, keep); break;
-        case 2: tile<F, 2>(rec, a, m0, y + m0 * n, n, keep); break;
-        case 1: tile<F, 1>(rec, a, m0, y + m0 * n, n, keep); break;
+        case 7: tile<F, 7>(g, a, m0, y + m0 * n, n, keep); break;
+        case 6: tile<F, 6>(g, a, m0, y + m0 * n, n, keep); break;
+        case 5: tile<F, 5>(g, a, m0, y + m0 * n, n, keep); break;
+        case 4: tile<F, 4>(g, a, m0, y + m0 * n, n, keep); break;
+        case 3: tile<F, 3>(g, a, m0, y + m0 * n, n, keep); break;
+        case 2: tile<F, 2>(g, a, m0, y + m0 * n, n, keep); break;
+        case 1: tile<F, 1>(g, a, m0, y + m0 * n, n, keep); break;
         default: break;
     }
 }
 #elif defined(TL_AVX2)
 // The packed codes of j for eight rows (bytes 32 h .. 32 h + 31 of j's vector).
 template <int F> inline __m256i codes256(const uint8_t* c, int j) {
-    if constexpr (Packed<F>::nibbles) {
+    using P = Packed<F>;
+    if constexpr (P::nibbles) {
         const __m256i v = _mm256_loadu_si256((const __m256i*)(c + 64 * (j % 4)));
-        return _mm256_and_si256(j < 4 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(15));
+        __m256i w = _mm256_and_si256(j < 4 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(15));
+        if constexpr (P::high > 0) {
+            const __m256i h = _mm256_loadu_si256((const __m256i*)(c + P::plane(j)));
+            const int at = P::bit(j);
+            const __m256i mask = _mm256_set1_epi8((char)(((1 << P::high) - 1) << 4));
+            const __m256i moved = at <= 4 ? _mm256_slli_epi16(h, 4 - at) : _mm256_srli_epi16(h, at - 4);
+            w = _mm256_or_si256(w, _mm256_and_si256(moved, mask));
+        }
+        return w;
     } else {
         return _mm256_loadu_si256((const __m256i*)(c + 64 * j));
     }
@@ -225,12 +279,13 @@ template <int F> inline __m256i dot1(__m256i w, int32_t x4) {
 
 // Eight weight rows (half h of a group) against MT activation rows from x0: y[m * ldy + 0..valid).
 template <int F, int MT>
-void tile(const uint8_t* rec, const Q8Act& a, int64_t x0, float* y, int64_t ldy, int h, int valid) {
+void tile(const uint8_t* g, const Q8Act& a, int64_t x0, float* y, int64_t ldy, int h, int valid) {
     using P = Packed<F>;
     __m256 acc[MT];
     for (int m = 0; m < MT; ++m) acc[m] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < a.kb; ++b, rec += P::bytes) {
-        const uint8_t* c = rec + P::codes_at + 32 * h;
+    for (int64_t b = 0; b < a.kb; ++b) {
+        const uint8_t *unit = P::unit_of(g, b), *sub = P::sub_of(g, b), *c = sub + P::ints + 32 * h;
+        prefetch<F>(unit, sub, (int)(b % P::subs));
         __m256i lo[MT], hi[MT];
         int32_t xs[MT][8];
         for (int m = 0; m < MT; ++m) {
@@ -244,7 +299,7 @@ void tile(const uint8_t* rec, const Q8Act& a, int64_t x0, float* y, int64_t ldy,
                 else hi[m] = _mm256_add_epi32(hi[m], dot1<F>(w, xs[m][j]));
             }
         }
-        const __m256 dw = scales8<F>(rec, 0, h);
+        const __m256 dw = scales8<F>(unit, sub, 0, h), dw1 = P::min || P::halves ? scales8<F>(unit, sub, 1, h) : dw;
         for (int m = 0; m < MT; ++m) {
             const int64_t i = b * a.m + x0 + m;
             const __m256 dx = _mm256_set1_ps(a.d[i]);
@@ -252,12 +307,12 @@ void tile(const uint8_t* rec, const Q8Act& a, int64_t x0, float* y, int64_t ldy,
                 const __m256i l = _mm256_sub_epi32(lo[m], _mm256_set1_epi32(P::offset * a.half[i]));
                 const __m256i u = _mm256_sub_epi32(hi[m], _mm256_set1_epi32(P::offset * (a.sum[i] - a.half[i])));
                 acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l), _mm256_mul_ps(dw, dx), acc[m]);
-                acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u), _mm256_mul_ps(scales8<F>(rec, 1, h), dx), acc[m]);
+                acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u), _mm256_mul_ps(dw1, dx), acc[m]);
             } else {
                 __m256i s = _mm256_add_epi32(lo[m], hi[m]);
                 if constexpr (P::offset != 0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(P::offset * a.sum[i]));
                 acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, dx), acc[m]);
-                if constexpr (P::min) acc[m] = _mm256_fmadd_ps(scales8<F>(rec, 1, h), _mm256_set1_ps(a.s[i]), acc[m]);
+                if constexpr (P::min) acc[m] = _mm256_fmadd_ps(dw1, _mm256_set1_ps(a.s[i]), acc[m]);
             }
         }
     }
@@ -276,9 +331,16 @@ void tile(const uint8_t* rec, const Q8Act& a, int64_t x0, float* y, int64_t ldy,
 // The packed codes of j (0..7) for rows 4 qq .. 4 qq + 3 (bytes 16 qq .. 16 qq + 15 of j's vector), as signed
 // bytes (every unsigned code is below 64).
 template <int F> inline int8x16_t codes128(const uint8_t* c, int j, int qq) {
-    if constexpr (Packed<F>::nibbles) {
+    using P = Packed<F>;
+    if constexpr (P::nibbles) {
         const uint8x16_t v = vld1q_u8(c + 64 * (j % 4) + 16 * qq);
-        return vreinterpretq_s8_u8(j < 4 ? vandq_u8(v, vdupq_n_u8(15)) : vshrq_n_u8(v, 4));
+        uint8x16_t w = j < 4 ? vandq_u8(v, vdupq_n_u8(15)) : vshrq_n_u8(v, 4);
+        if constexpr (P::high > 0) {
+            const uint8x16_t plane = vld1q_u8(c + P::plane(j) + 16 * qq);
+            const uint8x16_t h = vshlq_u8(plane, vdupq_n_s8((int8_t)(4 - P::bit(j))));  // to bit 4
+            w = vorrq_u8(w, vandq_u8(h, vdupq_n_u8((uint8_t)(((1 << P::high) - 1) << 4))));
+        }
+        return vreinterpretq_s8_u8(w);
     } else {
         return vld1q_s8((const int8_t*)(c + 64 * j + 16 * qq));
     }
@@ -287,12 +349,12 @@ template <int F> inline int8x16_t codes128(const uint8_t* c, int j, int qq) {
 // Four weight rows (quarter qq of a group) against MT activation rows from x0: y[m * ldy + 0..valid). Integer
 // sums are exact in any order, and the float operations per output are AVX2's, so the same bits.
 template <int F, int MT>
-void tile(const uint8_t* rec, const Q8Act& a, int64_t x0, float* y, int64_t ldy, int qq, int valid) {
+void tile(const uint8_t* g, const Q8Act& a, int64_t x0, float* y, int64_t ldy, int qq, int valid) {
     using P = Packed<F>;
     float32x4_t acc[MT];
     for (int m = 0; m < MT; ++m) acc[m] = vdupq_n_f32(0.0f);
-    for (int64_t b = 0; b < a.kb; ++b, rec += P::bytes) {
-        const uint8_t* c = rec + P::codes_at;
+    for (int64_t b = 0; b < a.kb; ++b) {
+        const uint8_t *unit = P::unit_of(g, b), *sub = P::sub_of(g, b), *c = sub + P::ints;
         int32x4_t lo[MT][2], hi[MT][2];  // pairwise partial sums: rows 0, 1 and rows 2, 3
         for (int m = 0; m < MT; ++m) lo[m][0] = lo[m][1] = hi[m][0] = hi[m][1] = vdupq_n_s32(0);
         for (int j = 0; j < 8; ++j) {
@@ -306,7 +368,8 @@ void tile(const uint8_t* rec, const Q8Act& a, int64_t x0, float* y, int64_t ldy,
                 t[1] = vpadalq_s16(t[1], vmull_high_s8(w, x));
             }
         }
-        const float32x4_t dw = scales4<F>(rec, 0, qq);
+        const float32x4_t dw = scales4<F>(unit, sub, 0, qq);
+        const float32x4_t dw1 = P::min || P::halves ? scales4<F>(unit, sub, 1, qq) : dw;
         for (int m = 0; m < MT; ++m) {
             const int64_t i = b * a.m + x0 + m;
             const float32x4_t dx = vdupq_n_f32(a.d[i]);
@@ -315,12 +378,12 @@ void tile(const uint8_t* rec, const Q8Act& a, int64_t x0, float* y, int64_t ldy,
                 const int32x4_t lh = vsubq_s32(l, vdupq_n_s32(P::offset * a.half[i]));
                 const int32x4_t uh = vsubq_s32(u, vdupq_n_s32(P::offset * (a.sum[i] - a.half[i])));
                 acc[m] = vfmaq_f32(acc[m], vcvtq_f32_s32(lh), vmulq_f32(dw, dx));
-                acc[m] = vfmaq_f32(acc[m], vcvtq_f32_s32(uh), vmulq_f32(scales4<F>(rec, 1, qq), dx));
+                acc[m] = vfmaq_f32(acc[m], vcvtq_f32_s32(uh), vmulq_f32(dw1, dx));
             } else {
                 int32x4_t t = vaddq_s32(l, u);
                 if constexpr (P::offset != 0) t = vsubq_s32(t, vdupq_n_s32(P::offset * a.sum[i]));
                 acc[m] = vfmaq_f32(acc[m], vcvtq_f32_s32(t), vmulq_f32(dw, dx));
-                if constexpr (P::min) acc[m] = vfmaq_f32(acc[m], scales4<F>(rec, 1, qq), vdupq_n_f32(a.s[i]));
+                if constexpr (P::min) acc[m] = vfmaq_f32(acc[m], dw1, vdupq_n_f32(a.s[i]));
             }
         }
     }
@@ -333,23 +396,28 @@ void tile(const uint8_t* rec, const Q8Act& a, int64_t x0, float* y, int64_t ldy,
 
 #else
 // The portable path: the same operations per output, one output at a time.
-template <int F> void group(const uint8_t* rec0, const Q8Act& a, float* y, int64_t n, int valid) {
+template <int F> void group(const uint8_t* g, const Q8Act& a, float* y, int64_t n, int valid) {
     using P = Packed<F>;
     for (int64_t m = 0; m < a.m; ++m) {
         for (int r = 0; r < valid; ++r) {
             float acc = 0.0f;
-            const uint8_t* rec = rec0;
-            for (int64_t b = 0; b < a.kb; ++b, rec += P::bytes) {
-                const uint8_t* c = rec + P::codes_at;
-                const float dw = scale1<F>(rec, 0, r), dw1 = P::scales > 1 ? scale1<F>(rec, 1, r) : 0.0f;
+            for (int64_t b = 0; b < a.kb; ++b) {
+                const uint8_t *unit = P::unit_of(g, b), *sub = P::sub_of(g, b), *c = sub + P::ints;
+                const float dw = scale1<F>(unit, sub, 0, r);
+                const float dw1 = P::min || P::halves ? scale1<F>(unit, sub, 1, r) : 0.0f;
                 const int64_t i = b * a.m + m;
                 const int8_t* x = a.q + i * 32;
                 int32_t lo = 0, hi = 0;
                 for (int e = 0; e < 32; ++e) {
                     const int j = e / 4, at = 4 * r + e % 4;
                     int code;
-                    if (P::nibbles) code = j < 4 ? c[64 * j + at] & 15 : c[64 * (j - 4) + at] >> 4;
-                    else code = P::sign ? (int)(int8_t)c[64 * j + at] : (int)c[64 * j + at];
+                    if constexpr (P::nibbles) {
+                        code = j < 4 ? c[64 * j + at] & 15 : c[64 * (j - 4) + at] >> 4;
+                        if constexpr (P::high > 0)
+                            code |= ((c[P::plane(j) + at] >> P::bit(j)) & ((1 << P::high) - 1)) << 4;
+                    } else {
+                        code = (int)(int8_t)c[64 * j + at];
+                    }
                     (e < 16 ? lo : hi) += code * x[e];
                 }
                 if (P::halves) {
@@ -374,16 +442,16 @@ constexpr int VEC_ROWS = 4;
 constexpr int VEC_ROWS = 8;
 #endif
 
-template <int F> void group(const uint8_t* rec, const Q8Act& a, float* y, int64_t n, int valid) {
+template <int F> void group(const uint8_t* g, const Q8Act& a, float* y, int64_t n, int valid) {
     for (int part = 0; part < GROUP / VEC_ROWS && VEC_ROWS * part < valid; ++part) {
         const int v = std::min(VEC_ROWS, valid - VEC_ROWS * part);
         float* yp = y + VEC_ROWS * part;
         int64_t m0 = 0;
-        for (; m0 + 4 <= a.m; m0 += 4) tile<F, 4>(rec, a, m0, yp + m0 * n, n, part, v);
+        for (; m0 + 4 <= a.m; m0 += 4) tile<F, 4>(g, a, m0, yp + m0 * n, n, part, v);
         switch (a.m - m0) {
-            case 3: tile<F, 3>(rec, a, m0, yp + m0 * n, n, part, v); break;
-            case 2: tile<F, 2>(rec, a, m0, yp + m0 * n, n, part, v); break;
-            case 1: tile<F, 1>(rec, a, m0, yp + m0 * n, n, part, v); break;
+            case 3: tile<F, 3>(g, a, m0, yp + m0 * n, n, part, v); break;
+            case 2: tile<F, 2>(g, a, m0, yp + m0 * n, n, part, v); break;
+            case 1: tile<F, 1>(g, a, m0, yp + m0 * n, n, part, v); break;
             default: break;
         }
     }
@@ -392,7 +460,7 @@ template <int F> void group(const uint8_t* rec, const Q8Act& a, float* y, int64_
 
 struct Job {
     const uint8_t* packed;
-    int64_t n, record;  // bytes of a group's records
+    int64_t n, group;  // bytes of a group's units
     const Q8Act* a;
     float* y;
     Chunks chunks;  // of groups
@@ -401,7 +469,7 @@ struct Job {
 template <int F> void chunk(void* ctx, int64_t c) {
     const Job& j = *static_cast<const Job*>(ctx);
     for (int64_t g = j.chunks.start[c]; g < j.chunks.start[c + 1]; ++g)
-        group<F>(j.packed + g * j.record, *j.a, j.y + g * GROUP, j.n, (int)std::min<int64_t>(GROUP, j.n - g * GROUP));
+        group<F>(j.packed + g * j.group, *j.a, j.y + g * GROUP, j.n, (int)std::min<int64_t>(GROUP, j.n - g * GROUP));
 }
 
 struct Buffers {  // per calling thread, grown as needed
@@ -440,15 +508,15 @@ Q8Act q8_quantize(const float* x, int64_t m, int64_t k, int threads) {
 
 int q8_matmul(int fmt, const Q8Act& a, const uint8_t* packed, int64_t n, float* y, int threads) {
     void (*run)(void*, int64_t);
-    int64_t record;
+    int64_t bytes;
     switch (fmt) {
-#define TL_Q8_CASE(F) case F: run = chunk<F>; record = Packed<F>::bytes; break;
+#define TL_Q8_CASE(F) case F: run = chunk<F>; bytes = Packed<F>::group_bytes(a.kb); break;
         TL_Q8_CASE(Q4_0) TL_Q8_CASE(Q4_1) TL_Q8_CASE(Q5_0) TL_Q8_CASE(Q5_1) TL_Q8_CASE(Q8_0) TL_Q8_CASE(Q4_K)
         TL_Q8_CASE(Q5_K) TL_Q8_CASE(Q6_K)
 #undef TL_Q8_CASE
         default: return -1;
     }
-    Job job{packed, n, record * a.kb, &a, y, Chunks((n + GROUP - 1) / GROUP, threads)};
+    Job job{packed, n, bytes, &a, y, Chunks((n + GROUP - 1) / GROUP, threads)};
     pool().run(run, &job, job.chunks.count, threads);
     return 0;
 }

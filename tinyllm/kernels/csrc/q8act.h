@@ -1,18 +1,28 @@
 // The 8-bit-activation matmul (weights="native-int8"): the activations' quantization, and the packed weight
 // layout its kernel (q8act.cpp) reads, written once at load by q8pack.cpp.
 //
-// Packed layout. Rows go in groups of 16 (the last group padded with zero rows), and each group has one
-// record per 32 elements of K (a 32-element sub-block for Q4_K, Q5_K and Q6_K), the group's records in K
-// order. A record is 16-float vectors, one per row of the group, then the codes:
-//   d[16]     the sub-block's scale per row (for Q6_K: of elements 0..15)
-//   d1[16]    Q6_K only: the scale of elements 16..31
-//   m[16]     formats with a minimum only: what the block adds per unit of x (Q4_1/Q5_1: m; K: -dmin * mn)
-//   codes     element e = 4j + t of row r at byte 64 j + 4 r + t (j = 0..7): one 64-byte vector per j holds
-//             the 16 rows' four codes of that j, so one 4-byte broadcast of the activations meets 16 rows.
-//             4-bit formats (Q4_0, Q4_1, Q4_K) put j + 4 in the high nibble of j's byte (256 bytes); the
-//             others take a byte per code (512 bytes): unsigned, except Q8_0's signed codes.
-// A weight w = d * (code - offset) (+ m) where offset is 8 (Q4_0), 16 (Q5_0), 32 (Q6_K) or 0. Every scale
-// is exact in float32: fp16, or an fp16 times a 6- or 8-bit integer.
+// Packed layout. Rows go in groups of 16 (the last group padded with zero rows), a group being its units in K
+// order. A unit is one GGUF block of the 16 rows: 32 elements for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0; 256 for Q4_K,
+// Q5_K and Q6_K, as eight 32-element sub-blocks. A vector holds one entry per row of the group, row r at r.
+// A unit is
+//   d[16]       float16: the block's d
+//   m[16]       float16, formats with a minimum only: Q4_1/Q5_1 the block's m; Q4_K/Q5_K its dmin negated
+// then per sub-block (one for the 32-element formats), in K order:
+//   s0[16]      K formats only, int8: Q4_K/Q5_K the sub-block's 6-bit scale; Q6_K the scale of elements 0..15
+//   s1[16]      K formats only, int8: Q4_K/Q5_K the sub-block's 6-bit min; Q6_K the scale of elements 16..31
+//   codes       element e = 4 j + t of row r (j = 0..7) at 4 r + t in a 64-byte vector of j, so that one 4-byte
+//               broadcast of the activations meets 16 rows:
+//               Q8_0: byte 64 j + 4 r + t, signed (512 bytes).
+//               The others, unsigned: bits 0..3 in byte 64 (j % 4) + 4 r + t, its low nibble for j < 4 and its
+//               high nibble for j >= 4 (256 bytes); then Q5_0/Q5_1/Q5_K bit 4 at bit j of byte 256 + 4 r + t
+//               (64 bytes), or Q6_K bits 4..5 at bits 2 (j % 4) .. 2 (j % 4) + 1 of byte 256 + 64 (j / 4) + 4 r + t
+//               (128 bytes).
+// A weight w = D * (code - offset) (+ M) where offset is 8 (Q4_0), 16 (Q5_0), 32 (Q6_K) or 0, and D = d (M = m)
+// for the 32-element formats; Q4_K/Q5_K D = d * s0, M = m * s1; Q6_K D = d * s0 for elements 0..15 and d * s1
+// for 16..31. These products of a float16 and an integer of at most 8 bits are exact in float32: the kernel
+// forms the float32 values the reference dequantization does.
+// Bytes per 16 rows x 32 elements: Q4_0 288, Q4_1 320, Q5_0 352, Q5_1 384, Q8_0 544 (each the GGUF blocks'
+// size); Q4_K 296, Q5_K 360, Q6_K 420 (the GGUF blocks': 288, 352, 420).
 #pragma once
 #include "blocks.h"
 
@@ -23,17 +33,29 @@ namespace tl {
 constexpr int64_t GROUP = 16;  // weight rows per packed group
 
 template <int F> struct Packed {
-    static constexpr bool nibbles = F == Q4_0 || F == Q4_1 || F == Q4_K;
+    static constexpr bool k = F == Q4_K || F == Q5_K || F == Q6_K;  // 256-element units
     static constexpr bool min = F == Q4_1 || F == Q5_1 || F == Q4_K || F == Q5_K;
-    static constexpr bool halves = F == Q6_K;  // two scales per record
-    static constexpr bool sign = F == Q8_0;    // signed codes
+    static constexpr bool halves = F == Q6_K;  // two scales per sub-block
+    static constexpr bool sign = F == Q8_0;    // signed codes, a byte each
+    static constexpr bool nibbles = !sign;
+    static constexpr int high = F == Q5_0 || F == Q5_1 || F == Q5_K ? 1 : F == Q6_K ? 2 : 0;  // bits above the nibble
     static constexpr int offset = F == Q4_0 ? 8 : F == Q5_0 ? 16 : F == Q6_K ? 32 : 0;
-    static constexpr bool f16 = !(F == Q4_K || F == Q5_K || F == Q6_K);  // scales stored as float16
-    static constexpr int scales = 1 + halves + min;                       // scale vectors before the codes
-    static constexpr int64_t scale_bytes = f16 ? 32 : 64;                 // of one scale vector
-    static constexpr int64_t code_bytes = nibbles ? 256 : 512;
-    static constexpr int64_t codes_at = scale_bytes * scales;
-    static constexpr int64_t bytes = codes_at + code_bytes;  // one record
+    static constexpr int subs = k ? 8 : 1;                                 // sub-blocks per unit
+    static constexpr int64_t head = min ? 64 : 32;                         // float16 d (and m) opening a unit
+    static constexpr int64_t ints = k ? 32 : 0;                            // int8 scales opening a sub-block
+    static constexpr int64_t code_bytes = nibbles ? 256 + 64 * high : 512;  // of one sub-block
+    static constexpr int64_t sub_bytes = ints + code_bytes;
+    static constexpr int64_t bytes = head + subs * sub_bytes;                       // one unit
+    static constexpr int64_t group_bytes(int64_t kb) { return kb / subs * bytes; }  // kb: 32-element blocks of K
+    // Where the code bits above the nibble of j (0..7) are: the offset in a sub-block's codes of the 64-byte
+    // vector that holds them, and their lowest bit in its bytes.
+    static constexpr int plane(int j) { return 256 + 64 * (j / (8 / (high ? high : 1))); }
+    static constexpr int bit(int j) { return high * (j % (8 / (high ? high : 1))); }
+    // Within a group: the unit of 32-element block b, and b's sub-block (its int8 scales, then its codes).
+    template <class T> static T* unit_of(T* group, int64_t b) { return group + b / subs * bytes; }
+    template <class T> static T* sub_of(T* group, int64_t b) {
+        return unit_of(group, b) + head + b % subs * sub_bytes;
+    }
 };
 
 // An activation matrix quantized per 32 elements, block-major: block b of row r at b * m + r, so the rows of a
