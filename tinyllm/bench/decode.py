@@ -257,7 +257,9 @@ def engine_prefill(llm, ids: list[int]) -> float:
     from ..engine.engine import Engine
     from ..sampling.params import SamplingParams
 
-    engine = Engine(llm.parts, max_num_batched_tokens=len(ids), kv_memory_bytes=64 << 20)
+    c = llm.config
+    per_token = 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4  # float32 keys and values of every layer
+    engine = Engine(llm.parts, max_num_batched_tokens=len(ids), kv_memory_bytes=max(64 << 20, 2 * len(ids) * per_token))
     t0 = time.perf_counter()
     engine.add_request(ids, SamplingParams(temperature=0, max_tokens=1, ignore_eos=True))
     while engine.has_unfinished():
