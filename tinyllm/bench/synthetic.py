@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import TinyLLMError
+
 PREFIX = "synthetic:"
 
 
@@ -53,7 +55,7 @@ def parse(model: str) -> tuple[str, str]:
     """'synthetic:SHAPE:FORMAT' -> (shape, format), with the choices named when either is unknown."""
     parts = model[len(PREFIX) :].split(":")
     if len(parts) != 2 or parts[0] not in SHAPES or parts[1] not in FORMATS:
-        raise ValueError(
+        raise TinyLLMError(
             f"model {model!r}: expected synthetic:SHAPE:FORMAT with SHAPE one of {', '.join(SHAPES)} and FORMAT one "
             f"of {', '.join(FORMATS)}"
         )
@@ -89,7 +91,10 @@ def quantize(source: str, dest: str, ftype: int, threads: int) -> None:
     try:
         import llama_cpp
     except ImportError:
-        raise SystemExit("synthetic models are quantized by llama-cpp-python: pip install -e '.[bench]'") from None
+        raise TinyLLMError(
+            "synthetic models are quantized by llama.cpp's quantizer, and llama-cpp-python is not installed: "
+            "pip install -e '.[bench]'"
+        ) from None
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = ftype
     params.nthread = threads
