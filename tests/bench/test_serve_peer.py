@@ -1,10 +1,16 @@
 """`bench serve --llamacpp-server`'s pieces that run without llama.cpp: the peer's request body (text prompt,
-EOS banned, as its server takes no token ids or ignore_eos) and the ratios of ours over the peer."""
+EOS banned, as its server takes no token ids or ignore_eos), the ratios of ours over the peer, and the one-line
+refusal when the peer cannot run."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pytest
+
 from tinyllm.bench import serve
 from tinyllm.bench.workload import Work
+from tinyllm.errors import TinyLLMError
 
 
 class Words:
@@ -38,3 +44,9 @@ def test_ratios_are_ours_over_the_peer_for_rates_and_theirs_over_ours_for_latenc
     assert row["texts_identical"] == "4/4"
     (alone,) = serve.compare([side(100.0, 0.1, 0.01)], [side(120.0, 0.08, 0.01)], [])
     assert "http_over_llamacpp_tokens_per_s" not in alone
+
+
+def test_the_peer_is_refused_in_one_line_without_its_package_or_a_gguf_file(tmp_path):
+    args = SimpleNamespace(model=str(tmp_path / "model.safetensors"), threads=2, max_batched_tokens=256)
+    with pytest.raises(TinyLLMError, match="^--llamacpp-server (needs llama-cpp-python|runs GGUF files)"):
+        serve.start_llamacpp_server(args, 8000, 2048)

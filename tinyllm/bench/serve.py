@@ -80,8 +80,19 @@ def start_server(args, port: int) -> subprocess.Popen:
 
 def start_llamacpp_server(args, port: int, n_ctx: int) -> subprocess.Popen:
     """llama-cpp-python's OpenAI server on 127.0.0.1, the same file and threads; its own logs kept quiet."""
+    import importlib.util
+
+    from ..errors import TinyLLMError
+
+    if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llama_cpp.server") is None:
+        raise TinyLLMError(
+            "--llamacpp-server needs llama-cpp-python with its server: pip install 'llama-cpp-python[server]'"
+        )
+    path = common.model_path(getattr(args, "model", None))
+    if not path.endswith(".gguf"):
+        raise TinyLLMError(f"--llamacpp-server runs GGUF files, got model {path!r}")
     threads = str(getattr(args, "threads", None) or common.torch_threads())
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", common.model_path(getattr(args, "model", None))]
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", path]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--n_threads", threads, "--n_threads_batch", threads]
     cmd += ["--n_ctx", str(n_ctx), "--n_batch", str(args.max_batched_tokens), "--verbose", "False"]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
