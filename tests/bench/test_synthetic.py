@@ -35,8 +35,26 @@ def test_the_file_loads_with_its_shape_and_the_default_tokenizer(tiny_file):
 
 @pytest.mark.slow
 def test_kernels_take_the_file_s_matrices(tiny_file):
-    # float16 matrices are not a block format: nothing to time; the table lists block formats only
-    assert model_shapes(tiny_file) == []
+    assert model_shapes(tiny_file) == []  # float16 matrices: no block format to time
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_kernels_count_each_block_matrix_once_a_token_and_a_tied_head_once_more(tmp_path, tied):
+    from helpers.model_files import random_tiny_llama, write_gguf
+
+    model = random_tiny_llama(tie_word_embeddings=tied)
+    c = model.config
+    path = str(tmp_path / "q8.gguf")
+    write_gguf(model, path, quant_types={"weight": "Q8_0"})
+    kv, q = c.num_kv_heads * c.head_dim, c.num_heads * c.head_dim
+    expect = {}
+    for n, k in [(q, c.hidden_size), (kv, c.hidden_size), (kv, c.hidden_size), (c.hidden_size, q)]:
+        expect[("Q8_0", n, k)] = expect.get(("Q8_0", n, k), 0) + c.num_layers
+    for n, k in [(c.intermediate_size, c.hidden_size)] * 2 + [(c.hidden_size, c.intermediate_size)]:
+        expect[("Q8_0", n, k)] = expect.get(("Q8_0", n, k), 0) + c.num_layers
+    head = ("Q8_0", c.vocab_size, c.hidden_size)  # the head's matrix: the embedding's when tied, else its own
+    expect[head] = expect.get(head, 0) + 1
+    assert {(f, n, k): u for f, n, k, u in model_shapes(path)} == expect
 
 
 @pytest.mark.parametrize(
