@@ -194,6 +194,16 @@ def test_serve_takes_the_weight_options():
         build_parser().parse_args(["serve", "--weights", "float"])
 
 
+def test_serve_takes_a_kv_dtype():
+    from tinyllm.cli import build_parser
+    from tinyllm.server.cli import engine_options
+
+    assert engine_options(build_parser().parse_args(["serve", "--kv-dtype", "q8_0"]))["kv_dtype"] == "q8_0"
+    assert engine_options(build_parser().parse_args(["serve"]))["kv_dtype"] is None
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--kv-dtype", "int4"])
+
+
 NO_TORCH = """
 import sys
 from tinyllm.cli import main

@@ -225,7 +225,7 @@ def cmd_perplexity(args) -> int:
     llm = load(args)
     ids = llm.tokenizer.encode(text)
     with WindowBar() as bar:
-        result = perplexity(llm, ids, args.context, args.stride, on_window=bar)
+        result = perplexity(llm, ids, args.context, args.stride, on_window=bar, kv_dtype=args.kv_dtype)
     print(
         f"perplexity: {result.perplexity:.4f} (mean NLL {result.mean_nll:.6f} over {result.num_scored} tokens, "
         f"{len(result.windows)} windows of {result.context}, stride {result.stride}, {result.seconds:.1f} s)"

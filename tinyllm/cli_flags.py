@@ -12,6 +12,8 @@ import argparse
 import math
 import re
 
+KV_DTYPE_NAMES = ["float32", "float16", "bfloat16", "q8_0"]  # config.KV_DTYPES' names (no torch here)
+
 DEFAULT_MAX_TOKENS = 256
 CHAT_TEMPERATURE = 0.7  # `tinyllm chat` and `llm -m tinyllm` sample by default; generate is greedy
 MAX_LOGPROBS = 20  # SamplingParams.MAX_LOGPROBS
@@ -211,6 +213,16 @@ def add_structured_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--json-object", action="store_true", help="the output is a JSON object")
 
 
+def add_kv_dtype_arg(p) -> None:
+    p.add_argument(
+        "--kv-dtype",
+        default=None,
+        choices=KV_DTYPE_NAMES,
+        help="KV cache element type (default: the compute dtype); q8_0: 8-bit values with a float16 scale per "
+        "32, about half the memory of float16 (keys and values slightly rounded)",
+    )
+
+
 def add_engine_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("engine")
     g.add_argument(
@@ -220,12 +232,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         help="paged: the engine (default); contiguous / none: the reference loop, with a plain KV "
         "cache or recomputing everything",
     )
-    g.add_argument(
-        "--kv-dtype",
-        default=None,
-        choices=["float32", "float16", "bfloat16"],
-        help="KV cache dtype (default: the compute dtype)",
-    )
+    add_kv_dtype_arg(g)
     g.add_argument(
         "--prefill-chunk", type=POSITIVE, default=None, metavar="N", help="prompt tokens per engine step (default 2048)"
     )

@@ -13,6 +13,7 @@ from .cli_flags import (
     IntRange,
     Parser,
     add_engine_args,
+    add_kv_dtype_arg,
     add_model_args,
     add_sampling_args,
     add_speculative_args,
@@ -120,6 +121,7 @@ def add_perplexity(sub, run: Callable) -> None:
     pp.add_argument(
         "--json", default=None, metavar="OUT", help="write the result (per-window NLL too) as JSON (default: none)"
     )
+    add_kv_dtype_arg(pp)
     add_model_args(pp)
     add_parallel_args(pp)
     pp.set_defaults(func=run)

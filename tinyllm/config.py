@@ -20,6 +20,24 @@ def parse_dtype(value: str | torch.dtype, what: str = "dtype") -> torch.dtype:
     raise TinyLLMError(f"{what} must be one of {', '.join(DTYPES)}, got {value!r}")
 
 
+# What a KV cache can store: the float dtypes, or "q8_0" (int8 values with a float16 scale per 32, cache/q8_kv.py)
+KV_DTYPES = {**DTYPES, "q8_0": torch.int8}
+
+
+def parse_kv_dtype(value: str | torch.dtype) -> torch.dtype:
+    """A KV dtype name ("float32", "float16", "bfloat16", "q8_0") or its torch dtype (q8_0: torch.int8)."""
+    if isinstance(value, torch.dtype) and value in KV_DTYPES.values():
+        return value
+    if isinstance(value, str) and value in KV_DTYPES:
+        return KV_DTYPES[value]
+    raise TinyLLMError(f"kv_dtype must be one of {', '.join(KV_DTYPES)}, got {value!r}")
+
+
+def kv_dtype_name(dtype: torch.dtype) -> str:
+    """The name parse_kv_dtype reads back: "q8_0" for torch.int8, else the dtype's own."""
+    return next(name for name, d in KV_DTYPES.items() if d == dtype)
+
+
 ROPE_SCALING_KINDS = ("linear", "llama3")
 
 

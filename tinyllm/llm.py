@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from .config import parse_dtype
+from .config import kv_dtype_name, parse_dtype, parse_kv_dtype
 from .distributed.config import ParallelConfig
 from .distributed.driver import TensorParallel
 from .distributed.worker import ModelSource
@@ -248,7 +248,7 @@ class LLM:
     # ---- the engine path
     def _shared_engine(self, kv_dtype, prefill_chunk) -> Engine:
         """The LLM's engine, rebuilt only when the KV dtype or the chunk budget changes (and it is idle)."""
-        dtype = self.model.dtype if kv_dtype is None else parse_dtype(kv_dtype, "kv_dtype")
+        dtype = self.model.dtype if kv_dtype is None else parse_kv_dtype(kv_dtype)
         if prefill_chunk is not None and (
             isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int) or prefill_chunk < 1
         ):
@@ -260,7 +260,7 @@ class LLM:
                     "kv_dtype and prefill_chunk cannot change while this LLM's streams are open "
                     "(finish or close them first)"
                 )
-            name = str(dtype).removeprefix("torch.")
+            name = kv_dtype_name(dtype)
             self._engine = Engine(self.parts, EngineConfig(kv_dtype=name, max_num_batched_tokens=key[1]))
             self._engine_key = key
         return self._engine
@@ -327,7 +327,7 @@ class LLM:
         proposer, k = None, 0
         if spec is not None:
             proposer, k = make_proposer(spec, self._drafts), spec.num_draft_tokens
-        dtype = self.model.dtype if kv_dtype is None else parse_dtype(kv_dtype, "kv_dtype")
+        dtype = self.model.dtype if kv_dtype is None else parse_kv_dtype(kv_dtype)
         return iter_generate(
             self.model,
             self.tokenizer,

@@ -135,9 +135,11 @@ def perplexity(
     context: int | None = None,
     stride: int | None = None,
     on_window: Callable[[WindowScore, int], None] | None = None,
+    kv_dtype: str | None = None,
 ) -> PerplexityResult:
-    """Score the token ids in windows with llm's engine; on_window(score, number of
-    windows) is called as each window is scored."""
+    """Score the token ids in windows with llm's engine (its KV cache in kv_dtype, default the model's dtype:
+    each window's keys and values are read back as stored); on_window(score, number of windows) is called as
+    each window is scored."""
     size = window_size(context, llm.config.context_length)
     step = size if stride is None else stride
     windows = make_windows(len(ids), size, step)
@@ -147,7 +149,7 @@ def perplexity(
     began = time.perf_counter()
     for i in range(0, len(windows), per_batch):
         batch = windows[i : i + per_batch]
-        gens = llm.generate([ids[w.start : w.end] for w in batch], params=params)
+        gens = llm.generate([ids[w.start : w.end] for w in batch], params=params, kv_dtype=kv_dtype)
         for w, gen in zip(batch, gens):
             scored = gen.prompt_logprobs[w.first_scored - w.start :]
             score = WindowScore(w, -math.fsum(lp.logprob for lp in scored))

@@ -18,7 +18,8 @@ HAS_LLAMACPP = importlib.util.find_spec("llama_cpp") is not None
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    return write_hf_folder(random_tiny_llama(3, max_position_embeddings=512), str(tmp_path_factory.mktemp("hf")))
+    model = random_tiny_llama(3, max_position_embeddings=512, num_heads=2, num_kv_heads=1, head_dim=32)
+    return write_hf_folder(model, str(tmp_path_factory.mktemp("hf")))
 
 
 def bench(kind, folder, out, *extra):
@@ -54,21 +55,23 @@ def test_load(folder, tmp_path):
 def test_decode(folder, tmp_path):
     r = bench("decode", folder, tmp_path)
     modes = {row["mode"] for row in r["rows"]}
-    assert {"none", "contiguous", "engine", "engine-f16"} <= modes
-    assert not modes & {"engine-int8", "engine-int8-f16"}  # float weights: the 8-bit modes are skipped
+    assert {"none", "contiguous", "engine", "engine-f16", "engine-q8kv"} <= modes
+    assert not modes & {"engine-int8", "engine-int8-f16", "engine-int8-q8kv"}  # float weights: no 8-bit activations
     assert ("reference" in modes) == HAS_REFERENCE
     for row in r["rows"]:
         assert row["new_tokens"] in (4, 8) and positive(row["wall_s"]) and positive(row["decode_tokens_per_s"])
         if row["mode"] in ("none", "engine", "reference"):
             assert row["same_ids_as_contiguous"] is True
         floor = row["memory_floor"]  # the main model's cached modes: the bytes their decode steps read at the least
-        assert (floor is not None) == (row["mode"] in ("contiguous", "engine", "engine-f16"))
+        assert (floor is not None) == (row["mode"] in ("contiguous", "engine", "engine-f16", "engine-q8kv"))
         if floor:
             assert positive(floor["read_gb_per_s"]) and floor["weight_mb_per_step"] > 0 and floor["kv_mb_per_step"] > 0
             assert 0 < row["share_of_memory_floor"] == row["decode_tokens_per_s"] / floor["most_tokens_per_s"]
     f16 = {row["new_tokens"]: row["memory_floor"]["kv_mb_per_step"] for row in r["rows"] if row["mode"] == "engine-f16"}
     f32 = {row["new_tokens"]: row["memory_floor"]["kv_mb_per_step"] for row in r["rows"] if row["mode"] == "engine"}
     assert f16 == pytest.approx({n: v / 2 for n, v in f32.items()})
+    q8 = {row["new_tokens"]: row["memory_floor"]["kv_mb_per_step"] for row in r["rows"] if row["mode"] == "engine-q8kv"}
+    assert q8 == pytest.approx({n: v * (1 + 2 / 32) / 4 for n, v in f32.items()})  # int8 and a float16 per 32
     assert positive(r["ratios"]["contiguous_over_none"]["8"])
     assert r["ratios"]["aims"]["at"] == 8
 
@@ -80,14 +83,19 @@ def test_decode(folder, tmp_path):
 def test_decode_and_load_beside_llamacpp(tmp_path):
     path = str(tmp_path / "tiny.gguf")
     write_gguf(
-        random_tiny_llama(3, hidden_size=64, max_position_embeddings=512),
+        random_tiny_llama(3, hidden_size=64, max_position_embeddings=512, num_heads=2, num_kv_heads=1, head_dim=32),
         path,
         quant_types={"weight": "Q8_0"},
         pre="gpt-2",
     )
-    r = bench("decode", path, tmp_path / "d", "--no-reference", "--modes", "engine", "engine-int8")
+    modes = ("--modes", "engine", "engine-int8", "engine-q8kv", "--llamacpp-kv", "f16", "q8_0")
+    r = bench("decode", path, tmp_path / "d", "--no-reference", *modes)
     rows = {row["mode"]: row for row in r["rows"] if row["new_tokens"] == 8}
-    assert set(rows) == {"engine", "engine-int8", "llama.cpp"} and positive(rows["llama.cpp"]["decode_tokens_per_s"])
+    assert set(rows) == {"engine", "engine-int8", "engine-q8kv", "llama.cpp", "llama.cpp-q8kv"}
+    assert all(positive(rows[p]["decode_tokens_per_s"]) for p in ("llama.cpp", "llama.cpp-q8kv"))
+    assert positive(r["ratios"]["engine_q8kv_over_llamacpp_q8kv"]["8"])
+    q8, theirs = rows["engine-q8kv"]["memory_floor"], rows["llama.cpp-q8kv"]["memory_floor"]
+    assert q8["kv_mb_per_step"] == pytest.approx(theirs["kv_mb_per_step"])  # the same layout's bytes
     # the same file's weights for both; llama.cpp keeps keys and values in float16, ours in float32 here
     ours, peer = rows["engine"]["memory_floor"], rows["llama.cpp"]["memory_floor"]
     assert peer["weight_mb_per_step"] == ours["weight_mb_per_step"] and peer["kv_mb_per_step"] * 2 == pytest.approx(

@@ -18,6 +18,7 @@ import torch
 from helpers.tiny_models import quantized_copy, tiny_config, tiny_llama
 from tinyllm import LLM, SamplingParams
 from tinyllm.cache.paged_cache import PagedStorage
+from tinyllm.cache.q8_kv import dequantize, quantize
 from tinyllm.engine.engine import Engine
 from tinyllm.engine.runner import NativeKeys, StepInputs, execute
 from tinyllm.kernels import native
@@ -144,8 +145,14 @@ def scattered_step(model, lengths: list[int], seed: int, num_blocks: int = 64, d
     c = model.config
     g = torch.Generator().manual_seed(seed)
     storage = PagedStorage(c.num_layers, c.num_kv_heads, c.head_dim, num_blocks, block_size=4, dtype=dtype)
-    storage.k.copy_(torch.randn(storage.k.shape, generator=g))
-    storage.v.copy_(torch.randn(storage.v.shape, generator=g))
+    for cache, scale in ((storage.k, storage.k_scale), (storage.v, storage.v_scale)):
+        values = torch.randn(cache.shape, generator=g)
+        if scale is None:
+            cache.copy_(values)
+        else:  # q8_0
+            q, d = quantize(values)
+            cache.copy_(q)
+            scale.copy_(d)
     blocks = random.Random(seed).sample(range(num_blocks), num_blocks)
     smax = max(lengths)
     key_slots = torch.zeros(len(lengths), smax, dtype=torch.long)  # [N, Smax]
@@ -354,21 +361,29 @@ def test_spans_do_not_depend_on_the_thread_count():
 
 class StoredKV(PagedStorage):
     """The module path attending over keys and values already stored: what it would write is kept aside in
-    `written` (layer -> k, v [T, Hkv, D] rounded to the storage dtype) and the storage stays as it was."""
+    `written` (layer -> k, v [T, Hkv, D] rounded to the storage dtype, or quantized) and the storage stays as it was."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.written = {}
 
     def write(self, layer, slots, k, v) -> None:
+        if self.k_scale is not None:  # q8_0: (q, d) each
+            self.written[layer] = (quantize(k), quantize(v))
+            return
         self.written[layer] = (k.to(self.dtype), v.to(self.dtype))
 
 
 def copy_storage(storage: PagedStorage, cls=PagedStorage, dtype=None) -> PagedStorage:
+    """A copy in dtype: a q8_0 storage copied to a float one holds its values widened (exactly, as read)."""
     dtype = dtype or storage.dtype
     out = cls(storage.n_layers, storage.n_kv_heads, storage.d_head, storage.num_blocks, 4, dtype=dtype)
-    out.k.copy_(storage.k)
-    out.v.copy_(storage.v)
+    if storage.k_scale is not None and out.k_scale is None:
+        out.k.copy_(dequantize(storage.k, storage.k_scale, dtype))
+        out.v.copy_(dequantize(storage.v, storage.v_scale, dtype))
+        return out
+    for mine, theirs in zip(out.tensors(), storage.tensors(), strict=True):
+        mine.copy_(theirs)
     return out
 
 
@@ -487,10 +502,15 @@ def test_models_it_does_not_cover_say_why():
     assert build_stack(variant("llama-int8"), storage) is None  # float64 KV
 
 
+def tiny_llm(tokenizer) -> LLM:
+    """A tiny random model with Q4-style weights (native step) and the default model's tokenizer."""
+    model = tiny_llama(21, **{**BASE, "vocab_size": tokenizer.vocab_size, "max_position_embeddings": 256})
+    return LLM.from_parts(quantized_copy(model, "int4"), tokenizer)
+
+
 @pytest.fixture(scope="module")
 def llm(smollm_tokenizer):
-    model = tiny_llama(21, **{**BASE, "vocab_size": smollm_tokenizer.vocab_size, "max_position_embeddings": 256})
-    return LLM.from_parts(quantized_copy(model, "int4"), smollm_tokenizer)
+    return tiny_llm(smollm_tokenizer)
 
 
 def prompts(n, seed):
@@ -510,7 +530,7 @@ def module_path(engine):
     return engine
 
 
-@pytest.mark.parametrize("kv_dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("kv_dtype", ["float32", "float16", "bfloat16", "q8_0"])
 def test_engine_runs_the_native_step_and_equals_the_module_path(llm, kv_dtype):
     ps = prompts(8, seed=3)
     params = [SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=2)] * 8

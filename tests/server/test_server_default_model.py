@@ -1,7 +1,8 @@
 """The real default model through a live `tinyllm serve`, with the openai SDK and LangChain: forced tool calls
 always parse and validate (whole and streamed), auto answers in OpenAI's shape whichever way the model goes, a
 conversation carries a tool result to a prose answer, and the SDK's Responses stream helper gets its final
-response."""
+response. The server keeps its keys and values in the 8-bit KV format (--kv-dtype q8_0), as a user serving long
+contexts would."""
 
 import json
 
@@ -29,7 +30,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def port():
-    with serve("--max-num-seqs", "4", "--kv-memory-gb", "0.1", "--served-model-name", "smol") as port:
+    with serve(
+        "--max-num-seqs", "4", "--kv-memory-gb", "0.1", "--served-model-name", "smol", "--kv-dtype", "q8_0"
+    ) as port:
         yield port
 
 

@@ -109,7 +109,7 @@ def _stored_bytes(module) -> int:
     return quant + sum(p.nbytes for p in module.parameters())
 
 
-def decode_bytes(model, kv_itemsize: int, prompt: int, new: int) -> tuple[int, int] | None:
+def decode_bytes(model, kv_itemsize: float, prompt: int, new: int) -> tuple[int, int] | None:
     """(weight bytes one decode step reads, key and value bytes all the decode steps of one sequence read) for
     `new` tokens after a prompt of `prompt`: steps at positions prompt .. prompt + new - 2 (the first new token
     comes from the prefill); None where costs() does not cover the model."""
@@ -122,7 +122,7 @@ def decode_bytes(model, kv_itemsize: int, prompt: int, new: int) -> tuple[int, i
     return weights, kv
 
 
-def memory_floor(model, kv_itemsize: int, prompt: int, new: int, gbytes: float | None) -> dict | None:
+def memory_floor(model, kv_itemsize: float, prompt: int, new: int, gbytes: float | None) -> dict | None:
     """The memory floor of one sequence's decode steps at gbytes GB a second (module docstring)."""
     counted = decode_bytes(model, kv_itemsize, prompt, new)
     if counted is None or not gbytes or new < 2:

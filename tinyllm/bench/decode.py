@@ -15,7 +15,7 @@ from . import bound, common, figure, llamacpp
 
 QUICK = dict(new_tokens=[4, 8], prompt_tokens=16, repeats=1, prefill_tokens=32)
 # (row name, LLM.generate keywords), one row each: the reference loop without a cache and with a contiguous
-# one, then the engine (LLM.generate's own path) with float32 and float16 KV.
+# one, then the engine (LLM.generate's own path) with float32, float16 and q8_0 KV.
 MODES = [
     ("none", dict(cache="none")),
     ("contiguous", dict(cache="contiguous")),
@@ -23,7 +23,16 @@ MODES = [
     ("engine-f16", dict(cache="paged", kv_dtype="float16")),
     ("engine-int8", dict(cache="paged")),  # the rows named engine-int8* run a second LLM, weights="native-int8"
     ("engine-int8-f16", dict(cache="paged", kv_dtype="float16")),
+    ("engine-q8kv", dict(cache="paged", kv_dtype="q8_0")),
+    ("engine-int8-q8kv", dict(cache="paged", kv_dtype="q8_0")),
 ]
+# llama.cpp's KV settings (--llamacpp-kv): row name, its KV type and whether it runs flash attention (which a
+# quantized V cache needs). "f16" is its plain setting, the row named llama.cpp.
+LLAMACPP_KV = {
+    "f16": ("llama.cpp", "f16", False),
+    "f16-fa": ("llama.cpp-f16-fa", "f16", True),
+    "q8_0": ("llama.cpp-q8kv", "q8_0", True),
+}
 INT8 = "engine-int8"
 AIM_CACHED_OVER_NONE = 5.0  # at the longest run
 AIM_OVER_REFERENCE = 4.0  # contiguous vs HF generate, batch 1
@@ -53,6 +62,14 @@ def add_args(p) -> None:
         nargs="+",
         default=None,
         help="instead: the engine split over each of these numbers of processes, with its all-reduce time",
+    )
+    p.add_argument(
+        "--llamacpp-kv",
+        nargs="+",
+        default=["f16"],
+        choices=list(LLAMACPP_KV),
+        help="llama.cpp's KV settings, a row each: f16 (its default, no flash attention), f16-fa (with flash "
+        "attention), q8_0 (8-bit keys and values, flash attention) (default f16)",
     )
 
 
@@ -108,16 +125,32 @@ def int8_llm(models: common.Models):
     return models.others["native-int8"]
 
 
-def runners(models: common.Models, ids: list[int], modes: list[str], peer=None) -> list[tuple[str, callable]]:
+def q8kv_refused(llm) -> str | None:
+    """Why the q8_0 KV rows cannot run on this model (and a note saying so), or None."""
+    from ..cache.q8_kv import check_q8_head_dim
+    from ..errors import TinyLLMError
+
+    try:
+        check_q8_head_dim(llm.config.head_dim)
+    except TinyLLMError as exc:
+        print(f"skipping the q8kv modes: {exc}")
+        return str(exc)
+    return None
+
+
+def runners(models: common.Models, ids: list[int], modes: list[str], peers=None) -> list[tuple[str, callable]]:
     llm, out = models.llm, []
+    q8_refused = q8kv_refused(llm) if any(m.endswith("q8kv") for m in modes) else None
     for name, options in MODES:
+        if name.endswith("q8kv") and q8_refused:
+            continue
         runs_on = int8_llm(models) if name.startswith(INT8) and name in modes else llm
         if name in modes and runs_on is not None:
             out.append((name, lambda n, o=options, m=runs_on: ours(m, ids, n, o)))
     if models.reference is not None:
         out.append(("reference", lambda n: reference(models.reference, ids, n, common.pad_id(llm))))
-    if peer is not None:
-        out.append(("llama.cpp", lambda n: {**llamacpp.decode(peer, ids, n), "load_1min": common.load_now()}))
+    for name, peer in (peers or {}).items():
+        out.append((name, lambda n, p=peer: {**llamacpp.decode(p, ids, n), "load_1min": common.load_now()}))
     return out
 
 
@@ -128,12 +161,12 @@ def measure(
     repeats: int,
     seed: int = 0,
     modes: list[str] | None = None,
-    peer=None,
+    peers=None,
 ) -> dict:
     """Every (mode, n) run `repeats` times; within one n the modes take turns (in a rotating order) so that a
     busy spell on the machine does not fall on one mode only. The fastest run of each counts."""
     ids = common.windows(common.corpus_ids(models.llm.tokenizer), [prompt_tokens], seed)[0]
-    modes = runners(models, ids, modes or [m for m, _ in MODES], peer)
+    modes = runners(models, ids, modes or [m for m, _ in MODES], peers)
     for _, fn in modes:
         fn(2)  # first-call set-up
     best: dict[tuple[str, int], dict] = {}
@@ -172,6 +205,8 @@ def ratios(rows: list[dict], new_tokens: list[int]) -> dict:
         "engine_over_llamacpp": {},
         "engine_int8_over_engine": {},
         "engine_int8_over_llamacpp": {},
+        "engine_q8kv_over_llamacpp_q8kv": {},
+        "engine_int8_q8kv_over_llamacpp_q8kv": {},
     }
     for n in new_tokens:
         out["contiguous_over_none"][n] = common.ratio(rate.get(("contiguous", n)), rate.get(("none", n)))
@@ -181,6 +216,9 @@ def ratios(rows: list[dict], new_tokens: list[int]) -> dict:
         out["engine_over_llamacpp"][n] = common.ratio(rate.get(("engine", n)), rate.get(("llama.cpp", n)))
         out["engine_int8_over_engine"][n] = common.ratio(rate.get((INT8, n)), rate.get(("engine", n)))
         out["engine_int8_over_llamacpp"][n] = common.ratio(rate.get((INT8, n)), rate.get(("llama.cpp", n)))
+        q8 = rate.get(("llama.cpp-q8kv", n))
+        out["engine_q8kv_over_llamacpp_q8kv"][n] = common.ratio(rate.get(("engine-q8kv", n)), q8)
+        out["engine_int8_q8kv_over_llamacpp_q8kv"][n] = common.ratio(rate.get(("engine-int8-q8kv", n)), q8)
     longest = max(new_tokens)
     cached = out["contiguous_over_none"][longest]
     vs_ref = out["contiguous_over_reference"][longest]
@@ -198,7 +236,7 @@ def draw(result: dict):
     def plot(fig):
         left, right = fig.subplots(1, 2)
         lines = 0
-        for name in [m for m, _ in MODES] + ["reference", "llama.cpp"]:
+        for name in [m for m, _ in MODES] + ["reference"] + [row for row, _, _ in LLAMACPP_KV.values()]:
             pts = [
                 (r["new_tokens"], r["wall_s"], r["decode_tokens_per_s"]) for r in result["rows"] if r["mode"] == name
             ]
@@ -275,8 +313,13 @@ def run(args, models: common.Models | None = None) -> dict:
     models = models or common.load_models(args)
     result = common.header("decode", args, models)
     n_ctx = max(2048, args.prompt_tokens + max(args.new_tokens) + 8, args.prefill_tokens + 8)
-    peer = llamacpp.peer_for(models.path, common.torch_threads(), n_ctx)
-    result.update(measure(models, args.prompt_tokens, args.new_tokens, args.repeats, args.seed, args.modes, peer))
+    peers = {}
+    if llamacpp.peer_usable(models.path):
+        for kind in args.llamacpp_kv:
+            row, kv, flash = LLAMACPP_KV[kind]
+            peers[row] = llamacpp.load(models.path, common.torch_threads(), n_ctx, kv=kv, flash_attn=flash)
+    peer = next(iter(peers.values()), None)  # the prefill comparison's: the first setting asked for
+    result.update(measure(models, args.prompt_tokens, args.new_tokens, args.repeats, args.seed, args.modes, peers))
     prompt = common.windows(common.corpus_ids(models.llm.tokenizer), [args.prefill_tokens], args.seed + 1)[0]
     repeats = max(2, args.repeats)
     result["prefill"] = llamacpp.prefill_pair(lambda: engine_prefill(models.llm, prompt), peer, prompt, repeats)
@@ -284,14 +327,24 @@ def run(args, models: common.Models | None = None) -> dict:
         int8 = models.others["native-int8"]
         int8_s = min(engine_prefill(int8, prompt) for _ in range(repeats + 1))  # the first run sets up
         result["prefill"]["ours_int8_tokens_per_s"] = len(prompt) / int8_s
-    llamacpp.close(peer)
+    for p in peers.values():
+        llamacpp.close(p)
     add_memory_floors(result, models.llm.model)
     modes = {r["mode"] for r in result["rows"]}
-    result["peers"] = {"HF transformers": "reference" in modes, "llama.cpp": "llama.cpp" in modes}
+    result["peers"] = {"HF transformers": "reference" in modes, **{row: row in modes for row in peers}}
     return common.save(args.out, "decode", result, draw(result), report)
 
 
-FLOORED = {"contiguous": 4, "engine": 4, "engine-f16": 2, "llama.cpp": 2}  # KV bytes an element (llama.cpp: f16)
+# KV bytes an element (llama.cpp: f16, or q8_0: 34 bytes a run of 32, as ours)
+FLOORED = {
+    "contiguous": 4,
+    "engine": 4,
+    "engine-f16": 2,
+    "engine-q8kv": 1 + 2 / 32,
+    "llama.cpp": 2,
+    "llama.cpp-f16-fa": 2,
+    "llama.cpp-q8kv": 1 + 2 / 32,
+}
 
 
 def add_memory_floors(result: dict, model) -> None:

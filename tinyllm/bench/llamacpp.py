@@ -50,13 +50,26 @@ class LlamaCpp:
     rss_added: int | None
 
 
-def load(path: str, threads: int, n_ctx: int = 2048) -> LlamaCpp:
+KV_TYPES = {"f16": 1, "q8_0": 8}  # ggml's type ids (GGML_TYPE_F16, GGML_TYPE_Q8_0)
+
+
+def load(path: str, threads: int, n_ctx: int = 2048, kv: str = "f16", flash_attn: bool = False) -> LlamaCpp:
+    """llama.cpp on the file: its KV cache of type kv (f16 or q8_0; a quantized V cache needs flash_attn)."""
     if not path.endswith(".gguf") or not os.path.isfile(path):
         raise ValueError(f"llama.cpp runs GGUF files, got {path!r}")
     from llama_cpp import Llama
 
     model, seconds, added = measure_load(
-        Llama, model_path=path, n_ctx=n_ctx, n_batch=512, n_threads=threads, n_threads_batch=threads, verbose=False
+        Llama,
+        model_path=path,
+        n_ctx=n_ctx,
+        n_batch=512,
+        n_threads=threads,
+        n_threads_batch=threads,
+        type_k=KV_TYPES[kv],
+        type_v=KV_TYPES[kv],
+        flash_attn=flash_attn,
+        verbose=False,
     )
     return LlamaCpp(model, threads, seconds, added)
 

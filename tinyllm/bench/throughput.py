@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import gc
 
-from ..cli_flags import POSITIVE
+from ..cli_flags import KV_DTYPE_NAMES, POSITIVE
 from ..errors import TinyLLMError
 from . import bound, common, figure, llamacpp, llamacpp_batch
 from .workload import drive_engine, drive_reference, make_workload, poisson
@@ -76,7 +76,7 @@ def add_args(p) -> None:
     )
     p.add_argument(
         "--kv-dtype",
-        choices=["float32", "bfloat16", "float16"],
+        choices=KV_DTYPE_NAMES,
         help="engine KV cache element type (default: the compute dtype)",
     )
 
@@ -98,6 +98,8 @@ def engine_for(llm, args, max_num_seqs: int):
 
 
 def measure(models: common.Models, args) -> dict:
+    from ..config import kv_dtype_name
+
     llm = models.llm
     largest = max(args.concurrency + (args.llamacpp or []) + [args.poisson_requests, args.hf_requests])
     work = make_workload(llm.tokenizer, largest, args.prompt_range, args.output_range, args.seed)
@@ -105,7 +107,7 @@ def measure(models: common.Models, args) -> dict:
     closed = []
     for n in args.concurrency:
         engine = engine_for(llm, args, n)
-        pool = {"kv_dtype": str(engine.storage.dtype).removeprefix("torch."), "kv_pool_prefaulted": not args.cold_pool}
+        pool = {"kv_dtype": kv_dtype_name(engine.storage.dtype), "kv_pool_prefaulted": not args.cold_pool}
         closed.append({"concurrency": n, **pool, **drive_engine(engine, work[:n])})
         del engine
         _progress("engine", closed[-1])

@@ -21,6 +21,12 @@ def check_dtype(dtype) -> None:
         raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
 
 
+def check_kv_dtype(dtype) -> None:
+    """A floating dtype, or torch.int8 for the q8_0 format (cache/q8_kv.py)."""
+    if dtype != torch.int8:
+        check_dtype(dtype)
+
+
 def offset_causal_mask(t_new: int, offset: int, device=None) -> torch.Tensor:
     """[t_new, offset + t_new] boolean: query i (at absolute position offset + i) sees keys j <= offset + i."""
     q = torch.arange(t_new, device=device)[:, None] + offset  # [T, 1]

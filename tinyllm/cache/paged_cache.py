@@ -18,7 +18,8 @@ import torch
 
 from .block_pool import BlockPool
 from .block_table import BlockTable, blocks_for
-from .fill import LayerFill, check_dtype, check_positive
+from .fill import LayerFill, check_kv_dtype, check_positive
+from .q8_kv import Q8_BLOCK, bytes_per_value, check_q8_head_dim, dequantize, is_q8, quantize
 
 
 def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: str | torch.device) -> torch.Tensor:
@@ -32,7 +33,9 @@ def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: str | torch.d
 
 
 class PagedStorage:
-    """The tensors: keys and values for every slot of every layer."""
+    """The tensors: keys and values for every slot of every layer. A q8_0 storage (dtype torch.int8,
+    cache/q8_kv.py) holds int8 keys and values and their float16 scales, k_scale and v_scale
+    [L, N*P, Hkv, D/32]; a float one has no scales (None)."""
 
     def __init__(
         self,
@@ -47,12 +50,23 @@ class PagedStorage:
         check_positive(
             n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head, num_blocks=num_blocks, block_size=block_size
         )
-        check_dtype(dtype)
+        check_kv_dtype(dtype)
+        if is_q8(dtype):
+            check_q8_head_dim(d_head)
         self.n_layers, self.n_kv_heads, self.d_head = n_layers, n_kv_heads, d_head
         self.num_blocks, self.block_size, self.dtype = num_blocks, block_size, dtype
         shape = (n_layers, num_blocks * block_size, n_kv_heads, d_head)  # [L, N*P, Hkv, D]
         self.k = lazy_zeros(shape, dtype, device)
         self.v = lazy_zeros(shape, dtype, device)
+        self.k_scale = self.v_scale = None
+        if is_q8(dtype):
+            scales = (*shape[:-1], d_head // Q8_BLOCK)  # [L, N*P, Hkv, D/32]
+            self.k_scale = lazy_zeros(scales, torch.float16, device)
+            self.v_scale = lazy_zeros(scales, torch.float16, device)
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every tensor of the storage, each [L, N*P, ...]: keys and values, then their scales if any."""
+        return [t for t in (self.k, self.v, self.k_scale, self.v_scale) if t is not None]
 
     @property
     def device(self) -> torch.device:
@@ -61,16 +75,16 @@ class PagedStorage:
     def prefault(self) -> None:
         """Write every page of a fresh pool once (zeros, what it reads as already: every slot is zeroed), so
         that no later write faults."""
-        self.k.zero_()
-        self.v.zero_()
+        for t in self.tensors():
+            t.zero_()
 
     def nbytes(self) -> int:
-        return 2 * self.k.numel() * self.k.element_size()
+        return sum(t.numel() * t.element_size() for t in self.tensors())
 
     def copy_block(self, src: int, dst: int) -> None:
         P = self.block_size
-        self.k[:, dst * P : (dst + 1) * P] = self.k[:, src * P : (src + 1) * P]
-        self.v[:, dst * P : (dst + 1) * P] = self.v[:, src * P : (src + 1) * P]
+        for t in self.tensors():
+            t[:, dst * P : (dst + 1) * P] = t[:, src * P : (src + 1) * P]
 
     def flat(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One layer's keys and values as [N*P, Hkv*D]: a slot is one row, so index_select gathers rows."""
@@ -79,7 +93,16 @@ class PagedStorage:
 
     def write(self, layer: int, slots: torch.Tensor | slice, k: torch.Tensor, v: torch.Tensor) -> None:
         """k, v [T, Hkv, D] into slots [T] (or a slice of T consecutive slots) of one layer (rounded to the
-        storage dtype)."""
+        storage dtype, or quantized to q8_0)."""
+        if is_q8(self.dtype):
+            for values, cache, scale in ((k, self.k, self.k_scale), (v, self.v, self.v_scale)):
+                q, d = quantize(values)
+                if isinstance(slots, slice):
+                    cache[layer, slots], scale[layer, slots] = q, d
+                else:
+                    cache[layer].index_copy_(0, slots, q)
+                    scale[layer].index_copy_(0, slots, d)
+            return
         if isinstance(slots, slice):
             self.k[layer, slots] = k
             self.v[layer, slots] = v
@@ -92,6 +115,18 @@ class PagedStorage:
     def gather(self, layer: int, slots: torch.Tensor | slice, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values at slots [..., S] -> [..., S, Hkv, D] in the compute dtype; a slice of consecutive
         slots is read in place (a view, no copy, when the dtypes match) -> [S, Hkv, D]."""
+        if is_q8(self.dtype):
+            out = []
+            for cache, scale in ((self.k, self.k_scale), (self.v, self.v_scale)):
+                if isinstance(slots, slice):
+                    q, d = cache[layer, slots], scale[layer, slots]
+                else:
+                    index = slots.reshape(-1)
+                    q, d = cache[layer].index_select(0, index), scale[layer].index_select(0, index)
+                    q = q.view(*slots.shape, self.n_kv_heads, self.d_head)
+                    d = d.view(*slots.shape, self.n_kv_heads, self.d_head // Q8_BLOCK)
+                out.append(dequantize(q, d, dtype))
+            return out[0], out[1]
         if isinstance(slots, slice):
             k, v = self.k[layer, slots], self.v[layer, slots]  # [S, Hkv, D]
             return k.to(dtype), v.to(dtype)
@@ -183,13 +218,8 @@ class PagedKVCache(LayerFill):
         """Give every block back to the pool."""
         self.truncate(0)
 
-    def prefault(self) -> None:
-        """Write every page of a fresh pool once (zeros, what it reads as already: every slot is zeroed), so
-        that no later write faults."""
-        self.k.zero_()
-        self.v.zero_()
-
     def nbytes(self) -> int:
-        """Bytes of the storage this sequence can address: its blocks, 2 · L · blocks · P · Hkv · D · itemsize."""
-        per_slot = 2 * self.storage.n_layers * self.n_kv_heads * self.d_head * self.storage.k.element_size()
-        return per_slot * len(self.block_table) * self.storage.block_size
+        """Bytes of the storage this sequence can address: its blocks, 2 · L · blocks · P · Hkv · D · bytes a
+        value (its scale's share included)."""
+        values = 2 * self.storage.n_layers * self.n_kv_heads * self.d_head * len(self.block_table)
+        return int(values * self.storage.block_size * bytes_per_value(self.storage.dtype))

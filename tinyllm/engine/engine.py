@@ -9,12 +9,11 @@ from concurrent.futures import FIRST_COMPLETED
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 
-import torch
-
 from ..cache.block_pool import BlockPool
 from ..cache.block_table import blocks_for
 from ..cache.paged_cache import PagedStorage
-from ..config import parse_dtype
+from ..cache.q8_kv import bytes_per_value
+from ..config import parse_kv_dtype
 from ..errors import TinyLLMError
 from ..outputs import Generation, RequestOutput
 from ..sampling.logit_bias import check_logit_bias_ids
@@ -67,11 +66,10 @@ class Engine:
         self.model, self.tokenizer, self.model_config = parts.model, parts.tokenizer, parts.config
         self.eos_ids = parts.eos_ids
         c, cfg = parts.config, self.config
-        dtype = parts.model.dtype if cfg.kv_dtype is None else parse_dtype(cfg.kv_dtype, "kv_dtype")
-        itemsize = torch.empty(0, dtype=dtype).element_size()
+        dtype = parts.model.dtype if cfg.kv_dtype is None else parse_kv_dtype(cfg.kv_dtype)
         tp = parts.tensor_parallel  # this rank holds a share of the KV heads
         num_kv_heads = c.num_kv_heads if tp is None else tp.num_local_kv_heads
-        block_bytes = 2 * c.num_layers * num_kv_heads * c.head_dim * cfg.block_size * itemsize
+        block_bytes = int(2 * c.num_layers * num_kv_heads * c.head_dim * cfg.block_size * bytes_per_value(dtype))
         num_blocks = cfg.num_blocks or max(1, cfg.kv_memory_bytes // block_bytes)
         self.storage = PagedStorage(
             c.num_layers, num_kv_heads, c.head_dim, num_blocks, cfg.block_size, dtype, parts.model.device

@@ -53,6 +53,8 @@ def load(path: Path) -> ctypes.CDLL:
     lib.tl_greedy_rows.restype = _I64
     lib.tl_kv_round.argtypes = [_I64, _PTR, _I64, _PTR]
     lib.tl_kv_round.restype = ctypes.c_int
+    lib.tl_kv_q8.argtypes = [_PTR, _I64, _PTR, _PTR]
+    lib.tl_kv_q8.restype = ctypes.c_int
     lib.tl_fma_rate.argtypes = [ctypes.c_int, ctypes.c_double]
     lib.tl_fma_rate.restype = ctypes.c_double
     return lib

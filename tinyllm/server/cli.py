@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..cli_flags import PORT, add_model_args, add_speculative_args, add_threads_arg
+from ..cli_flags import PORT, add_kv_dtype_arg, add_model_args, add_speculative_args, add_threads_arg
 from ..distributed.cli_args import add_parallel_args, parallel_from_args
 from ..errors import TinyLLMError
 
@@ -67,6 +67,7 @@ def add_serve_command(subparsers) -> None:
     p.add_argument("--max-num-batched-tokens", type=int, default=256, help="tokens per engine step (default 256)")
     p.add_argument("--kv-memory-gb", type=float, default=1.0, help="KV cache pool size in GiB (default 1)")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16)")
+    add_kv_dtype_arg(p)
     add_threads_arg(p)
     add_speculative_args(p)
     add_parallel_args(p)
@@ -87,6 +88,7 @@ def engine_options(args) -> dict:
         max_num_batched_tokens=args.max_num_batched_tokens,
         block_size=args.block_size,
         kv_memory_bytes=int(args.kv_memory_gb * (1 << 30)),
+        kv_dtype=args.kv_dtype,
     )
     if args.speculative is not None:
         from ..speculative.proposer import SpeculativeConfig

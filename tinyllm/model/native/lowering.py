@@ -114,6 +114,8 @@ def _layer_weights(layer, plan: LayerPlan, storage, index: int, head_dim: int) -
         qkv_bias=None if bias is None else bias.detach().float().contiguous(),
         k_cache=storage.k[index],
         v_cache=storage.v[index],
+        k_scale=None if storage.k_scale is None else storage.k_scale[index],
+        v_scale=None if storage.v_scale is None else storage.v_scale[index],
         window=plan.window,
         rope=ROPE_TABLES.index(plan.rope),
         activation=plan.activation,

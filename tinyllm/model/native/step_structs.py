@@ -41,6 +41,8 @@ class _Layer(ctypes.Structure):
         ("qkv_bias", ctypes.c_void_p),
         ("k_cache", ctypes.c_void_p),
         ("v_cache", ctypes.c_void_p),
+        ("k_scale", ctypes.c_void_p),
+        ("v_scale", ctypes.c_void_p),
         ("window", _I64),
         ("rope", _I64),
         ("activation", _I64),
@@ -92,7 +94,7 @@ class _Step(ctypes.Structure):
 
 
 ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}
-KV_TYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # csrc/kv.h KvType
+KV_TYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.int8: 3}  # csrc/kv.h KvType (int8: q8_0)
 
 
 @dataclass
@@ -111,8 +113,10 @@ class LayerWeights:
     o: QuantWeight  # [C, H D]
     down: QuantWeight  # [C, I]
     qkv_bias: torch.Tensor | None  # [(H + 2 Hkv) D]
-    k_cache: torch.Tensor  # [slots, Hkv, D] of this layer, float32, float16 or bfloat16
+    k_cache: torch.Tensor  # [slots, Hkv, D] of this layer, float32, float16, bfloat16 or int8 (q8_0)
     v_cache: torch.Tensor
+    k_scale: torch.Tensor | None  # [slots, Hkv, D/32] float16: a q8_0 cache's scales (cache/q8_kv.py)
+    v_scale: torch.Tensor | None
     window: int | None
     rope: int  # which of the stack's rotary tables: 0 or 1
     activation: str  # a key of ACTIVATIONS
@@ -224,6 +228,8 @@ class DecodeStack:
                     _ptr(w.qkv_bias),
                     _ptr(w.k_cache),
                     _ptr(w.v_cache),
+                    _ptr(w.k_scale),
+                    _ptr(w.v_scale),
                     w.window or 0,
                     w.rope,
                     ACTIVATIONS[w.activation],

@@ -35,7 +35,7 @@ constexpr int PASS_HEADS = 1;
 // For NH heads n (p + n * SPAN their probabilities, out[n] their outputs): out[n][d] = sum_s p_n[s] v_s[d] over
 // the visible keys, 64 columns at a time held in registers over the keys.
 template <int NH, class T>
-static void weighted_values(const float* p, int64_t first, int64_t len, const int64_t* slots, const T* v_cache,
+static void weighted_values(const float* p, int64_t first, int64_t len, const int64_t* slots, KvPtr<T> v_cache,
                             int64_t kv_row, int64_t offset, int64_t D, float* const* out) {
     int64_t d0 = 0;
 #ifdef TL_SIMD
@@ -46,7 +46,7 @@ static void weighted_values(const float* p, int64_t first, int64_t len, const in
         for (int64_t s = first; s < len; ++s) {
             V8 w[NH];
             for (int n = 0; n < NH; ++n) w[n] = v8_set1(p[n * SPAN + s - first]);
-            const T* v = v_cache + slots[s] * kv_row + offset + d0;
+            const KvPtr<T> v = v_cache + slots[s] * kv_row + offset + d0;
             for (int b = 0; b < 8; ++b) {
                 const V8 vb = in_register(load8(v + 8 * b));
                 for (int n = 0; n < NH; ++n) acc[n][b] = v8_fma(w[n], vb, acc[n][b]);
@@ -67,7 +67,7 @@ static void weighted_values(const float* p, int64_t first, int64_t len, const in
 #ifdef TL_SIMD
 // out[n][j] = q_n . k_j for NH query heads (q_n = q + n * D) and 8 keys (d a multiple of 8): eight accumulators
 // per head, each key vector loaded once for all heads, then one transposing reduction per head.
-template <int NH, class T> static inline void dot8(const float* q, int64_t D, const T* const* k, int64_t d, V8* out) {
+template <int NH, class P> static inline void dot8(const float* q, int64_t D, const P* k, int64_t d, V8* out) {
     V8 acc[NH][8];
     for (int n = 0; n < NH; ++n)
         for (int j = 0; j < 8; ++j) acc[n][j] = v8_zero();
@@ -90,13 +90,13 @@ template <int NH, class T> static inline void dot8(const float* q, int64_t D, co
 
 // p[n * SPAN + s - first] = q_n . k_s for NH query heads (q_n = q + n * D) over the visible keys.
 template <int NH, class T>
-static void key_scores(const float* q, const T* k_cache, const int64_t* slots, int64_t first, int64_t len,
+static void key_scores(const float* q, KvPtr<T> k_cache, const int64_t* slots, int64_t first, int64_t len,
                        int64_t kv_row, int64_t offset, int64_t D, float* p) {
     int64_t s = first;
 #ifdef TL_SIMD
     if (D % 8 == 0)
         for (; s + 8 <= len; s += 8) {
-            const T* k[8];
+            KvPtr<T> k[8];
             for (int j = 0; j < 8; ++j) k[j] = k_cache + slots[s + j] * kv_row + offset;
             V8 out[NH];
             dot8<NH>(q, D, k, D, out);
@@ -145,13 +145,13 @@ static void attend_heads(const AttnJob& j, const float* q, const int64_t* slots,
     const int64_t D = md.head_dim, kv_row = md.kv_heads * D;
     const float scale = (float)j.layer->scale, cap = (float)j.layer->softcap;
     alignas(32) float p[NH * SPAN];
-    key_scores<NH>(q, static_cast<const T*>(j.layer->k_cache), slots, first, last, kv_row, offset, D, p);
+    key_scores<NH, T>(q, kv_rows<T>(j.layer->k_cache, j.layer->k_scale), slots, first, last, kv_row, offset, D, p);
     for (int n = 0; n < NH; ++n) span_softmax(p + n * SPAN, last - first, scale, cap, o[n], D);
-    weighted_values<NH>(p, first, last, slots, static_cast<const T*>(j.layer->v_cache), kv_row, offset, D, o);
+    weighted_values<NH, T>(p, first, last, slots, kv_rows<T>(j.layer->v_cache, j.layer->v_scale), kv_row, offset, D, o);
 }
 
 // Scores of query heads h..h + nh (nh <= PASS_HEADS, one kv head) against 8 keys k, into p (SPAN floats a head).
-template <class T> static inline void dot8_heads(int64_t nh, const float* q, int64_t D, const T* const* k, float* p) {
+template <class P> static inline void dot8_heads(int64_t nh, const float* q, int64_t D, const P* k, float* p) {
 #ifdef TL_SIMD
     V8 out[PASS_HEADS];
     if (PASS_HEADS >= 3 && nh == 3) dot8<PASS_HEADS >= 3 ? 3 : 1>(q, D, k, D, out);
@@ -163,10 +163,10 @@ template <class T> static inline void dot8_heads(int64_t nh, const float* q, int
 
 template <class T>
 static inline void values_heads(int64_t nh, const float* p, int64_t first, int64_t last, const int64_t* slots,
-                                const T* v_cache, int64_t kv_row, int64_t offset, int64_t D, float* const* o) {
-    if (PASS_HEADS >= 3 && nh == 3) weighted_values<PASS_HEADS >= 3 ? 3 : 1>(p, first, last, slots, v_cache, kv_row, offset, D, o);
-    else if (PASS_HEADS >= 2 && nh == 2) weighted_values<PASS_HEADS >= 2 ? 2 : 1>(p, first, last, slots, v_cache, kv_row, offset, D, o);
-    else weighted_values<1>(p, first, last, slots, v_cache, kv_row, offset, D, o);
+                                KvPtr<T> v_cache, int64_t kv_row, int64_t offset, int64_t D, float* const* o) {
+    if (PASS_HEADS >= 3 && nh == 3) weighted_values<PASS_HEADS >= 3 ? 3 : 1, T>(p, first, last, slots, v_cache, kv_row, offset, D, o);
+    else if (PASS_HEADS >= 2 && nh == 2) weighted_values<PASS_HEADS >= 2 ? 2 : 1, T>(p, first, last, slots, v_cache, kv_row, offset, D, o);
+    else weighted_values<1, T>(p, first, last, slots, v_cache, kv_row, offset, D, o);
 }
 
 // A decode token reads keys and values that no other token of the step brings into cache: its own row of key
@@ -200,26 +200,26 @@ static void attend_streaming(const AttnJob& j, const float* q, const int64_t* sl
     }
     scores.resize((h1 - h0) * SPAN);
     float* p = scores.data();
-    const T* kc = static_cast<const T*>(j.layer->k_cache);
-    const T* vc = static_cast<const T*>(j.layer->v_cache);
+    const KvPtr<T> kc = kv_rows<T>(j.layer->k_cache, j.layer->k_scale);
+    const KvPtr<T> vc = kv_rows<T>(j.layer->v_cache, j.layer->v_scale);
     int64_t s = first;
 #ifdef TL_SIMD
-    const int64_t lo = kv0 * D * (int64_t)sizeof(T), hi = (kv0 + j.kv_each) * D * (int64_t)sizeof(T);
-    auto ask = [&](const T* cache, int64_t key) {  // the chunk's part of a key's (or value's) row, into L2
-        const char* row = reinterpret_cast<const char*>(cache + slots[key] * kv_row);
+    const int64_t lo = kv0 * D * kv_bytes<T>(), hi = (kv0 + j.kv_each) * D * kv_bytes<T>();
+    auto ask = [&](KvPtr<T> cache, int64_t key) {  // the chunk's part of a key's (or value's) row, into L2
+        const char* row = kv_addr(cache + slots[key] * kv_row);
         for (int64_t b = lo; b < hi; b += 64) __builtin_prefetch(row + b, 0, 2);
     };
     for (int64_t t = first; t < last; ++t) ask(kc, t);
     if (D % 8 == 0)
         for (; s + 8 <= last; s += 8) {
-            const T* k[8];
+            KvPtr<T> k[8];
             for (int64_t t = s + 8; t < std::min(last, s + 16); ++t) ask(kc, t);  // again: some were dropped
             for (int jj = 0; jj < 8; ++jj) {
                 k[jj] = kc + slots[s + jj] * kv_row;
                 ask(vc, s + jj);
             }
             for (int64_t g = kv0; g < kv0 + j.kv_each; ++g) {
-                const T* kg[8];
+                KvPtr<T> kg[8];
                 for (int jj = 0; jj < 8; ++jj) kg[jj] = k[jj] + g * D;
                 for (int64_t h = g * G; h < (g + 1) * G; h += PASS_HEADS)
                     dot8_heads(std::min<int64_t>(PASS_HEADS, (g + 1) * G - h), q + h * D, D, kg, p + (h - h0) * SPAN + s - first);
@@ -232,7 +232,7 @@ static void attend_streaming(const AttnJob& j, const float* q, const int64_t* sl
     for (int64_t h = h0; h < h1; ++h) span_softmax(p + (h - h0) * SPAN, last - first, scale, cap, o[h - h0], D);
     for (int64_t g = kv0; g < kv0 + j.kv_each; ++g)
         for (int64_t h = g * G; h < (g + 1) * G; h += PASS_HEADS)
-            values_heads(std::min<int64_t>(PASS_HEADS, (g + 1) * G - h), p + (h - h0) * SPAN, first, last, slots, vc, kv_row, g * D, D, o.data() + (h - h0));
+            values_heads<T>(std::min<int64_t>(PASS_HEADS, (g + 1) * G - h), p + (h - h0) * SPAN, first, last, slots, vc, kv_row, g * D, D, o.data() + (h - h0));
 }
 
 // One token (i = j.i0 + t), span r and `kv_each` kv heads from kv0, for each query head sharing such a kv head:
@@ -332,8 +332,8 @@ static void attention(const ModelArgs& md, const LayerArgs& L, const StepArgs& s
     const int64_t N = st.n, H = md.heads, D = md.head_dim;
     const int threads = (int)st.threads;
     const int64_t spans = (st.smax + SPAN - 1) / SPAN, group = attention_group(md, N, st.smax);
-    const auto attend = md.kv_type == KV_F16 ? attend_span<half_t> : md.kv_type == KV_BF16 ? attend_span<bf16_t> : attend_span<float>;
-    const auto attend_whole = md.kv_type == KV_F16 ? attend_token<half_t> : md.kv_type == KV_BF16 ? attend_token<bf16_t> : attend_token<float>;
+    const auto attend = md.kv_type == KV_F16 ? attend_span<half_t> : md.kv_type == KV_BF16 ? attend_span<bf16_t> : md.kv_type == KV_Q8 ? attend_span<q8_t> : attend_span<float>;
+    const auto attend_whole = md.kv_type == KV_F16 ? attend_token<half_t> : md.kv_type == KV_BF16 ? attend_token<bf16_t> : md.kv_type == KV_Q8 ? attend_token<q8_t> : attend_token<float>;
     thread_local std::vector<int64_t> whole, by_span;
     for (int64_t i0 = 0; i0 < N; i0 += group) {  // tokens in groups: the spans' partial results stay bounded
         const int64_t n = std::min(group, N - i0);

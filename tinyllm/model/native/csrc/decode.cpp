@@ -93,7 +93,10 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
     clock.mark(Clock::OTHER);
     matmul(L.qkv, h, N, qkv, part, threads);
     clock.mark(Clock::MATMUL);
-    auto rope = md.kv_type == KV_F16 ? rope_store<half_t> : md.kv_type == KV_BF16 ? rope_store<bf16_t> : rope_store<float>;
+    auto rope = md.kv_type == KV_F16    ? rope_store<half_t>
+                : md.kv_type == KV_BF16 ? rope_store<bf16_t>
+                : md.kv_type == KV_Q8   ? rope_store<q8_t>
+                                        : rope_store<float>;
     for_rows(N, threads, [&](int64_t r0, int64_t r1) {
         if (L.qkv_bias)
             for (int64_t i = r0; i < r1; ++i) add_into(qkv + i * width, L.qkv_bias, width);
@@ -160,6 +163,14 @@ int tl_kv_round(int64_t kv_type, const float* x, int64_t n, void* out) {
             return 0;
         default: return -1;
     }
+}
+
+// x [n] (n a multiple of 32) quantized to q8_0 as the step stores keys and values: q [n] int8, d [n / 32]
+// float16 (for tests against cache/q8_kv.py). Returns 0, or -1 when n is not a multiple of 32.
+int tl_kv_q8(const float* x, int64_t n, void* q, void* d) {
+    if (n % tl::Q8_BLOCK) return -1;
+    tl::store_row<tl::q8_t>(x, n, q, d, 0);
+    return 0;
 }
 
 // x [n, hidden]: the tokens' embeddings in (or written first, from st.ids), the last layer's output (before the

@@ -33,6 +33,8 @@ struct LayerArgs {
     const float* qkv_bias;  // [(H + 2 Hkv) D] or null
     void* k_cache;          // [slots, Hkv * D] of this layer, elements of ModelArgs::kv_type
     void* v_cache;
+    void* k_scale;          // q8_0 caches: [slots, Hkv * D / 32] float16 scales (kv.h); else null
+    void* v_scale;
     int64_t window;      // keys visible to a query, its own included; 0 = all
     int64_t rope;        // which rotary table: 0 or 1
     int64_t activation;  // 0: SiLU, 1: GELU with the tanh approximation

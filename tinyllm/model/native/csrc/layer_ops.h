@@ -21,7 +21,7 @@ extern "C" int tl_dequantize(int fmt, const uint8_t* data, int64_t n, int64_t k,
 
 namespace tl {
 
-template <class T> static inline float dot(const float* a, const T* b, int64_t d) {
+template <class P> static inline float dot(const float* a, P b, int64_t d) {  // P: a float or KV pointer
     int64_t i = 0;
     float s = 0.0f;
 #ifdef TL_SIMD
@@ -33,17 +33,17 @@ template <class T> static inline float dot(const float* a, const T* b, int64_t d
     for (; i + 8 <= d; i += 8) acc0 = v8_fma(v8_load(a + i), load8(b + i), acc0);
     s = hsum(v8_add(acc0, acc1));
 #endif
-    for (; i < d; ++i) s += a[i] * to_float(b[i]);
+    for (; i < d; ++i) s += a[i] * load1(b + i);
     return s;
 }
 
-template <class T> static inline void axpy(float* y, float a, const T* x, int64_t d) {  // y += a * x
+template <class P> static inline void axpy(float* y, float a, P x, int64_t d) {  // y += a * x
     int64_t i = 0;
 #ifdef TL_SIMD
     const V8 av = v8_set1(a);
     for (; i + 8 <= d; i += 8) v8_store(y + i, v8_fma(av, load8(x + i), v8_load(y + i)));
 #endif
-    for (; i < d; ++i) y[i] += a * to_float(x[i]);
+    for (; i < d; ++i) y[i] += a * load1(x + i);
 }
 
 // p[j] = e^(p[j] - max) in place; returns their sum.
@@ -141,12 +141,8 @@ static void rope_store(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
                 v[j + half] = b * cs[j] + a * sn[j];
             }
         }
-        T* k = static_cast<T*>(L.k_cache) + st.write_slots[i] * kv_row;
-        T* v = static_cast<T*>(L.v_cache) + st.write_slots[i] * kv_row;
-        for (int64_t c = 0; c < kv_row; ++c) {
-            store(row[md.heads * D + c], k + c);
-            store(row[md.heads * D + kv_row + c], v + c);
-        }
+        store_row<T>(row + md.heads * D, kv_row, L.k_cache, L.k_scale, st.write_slots[i] * kv_row);
+        store_row<T>(row + md.heads * D + kv_row, kv_row, L.v_cache, L.v_scale, st.write_slots[i] * kv_row);
     }
 }
 
