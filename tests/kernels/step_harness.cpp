@@ -88,17 +88,24 @@ int main(int argc, char** argv) {
     std::vector<float> inv_freq(D / 2);
     for (int64_t j = 0; j < D / 2; ++j) inv_freq[j] = std::pow(10000.0f, -2.0f * j / D);
     const int64_t configs[][3] = {{tl::KV_F32, 0, 0}, {tl::KV_F32, 1, 0}, {tl::KV_F16, 0, 0}, {tl::KV_F16, 1, 0},
-                                  {tl::KV_BF16, 0, 0}, {tl::KV_BF16, 1, 0}, {tl::KV_F32, 0, 1}, {tl::KV_F16, 1, 1}};
+                                  {tl::KV_BF16, 0, 0}, {tl::KV_BF16, 1, 0}, {tl::KV_F32, 0, 1}, {tl::KV_F16, 1, 1},
+                                  {tl::KV_Q8, 0, 0}, {tl::KV_Q8, 1, 1}};
     for (const auto& config : configs) {
         const int64_t kv_type = config[0], activation = config[1];
         std::vector<tl::LayerArgs>& run = config[2] ? layers8 : layers;
-        const int64_t elem = kv_type == tl::KV_F32 ? 4 : 2;
+        const int64_t elem = kv_type == tl::KV_F32 ? 4 : kv_type == tl::KV_Q8 ? 1 : 2, values_n = 2 * slots_per_seq * KV * D;
         std::vector<std::vector<uint8_t>> caches;
         for (auto& la : run) {
-            caches.emplace_back(2 * slots_per_seq * KV * D * elem, 0);
+            caches.emplace_back(values_n * elem, 0);
             la.k_cache = caches.back().data();
-            caches.emplace_back(2 * slots_per_seq * KV * D * elem, 0);
+            caches.emplace_back(values_n * elem, 0);
             la.v_cache = caches.back().data();
+            la.k_scale = la.v_scale = nullptr;
+            if (kv_type != tl::KV_Q8) continue;
+            caches.emplace_back(values_n / tl::Q8_BLOCK * 2, 0);  // float16 scales
+            la.k_scale = caches.back().data();
+            caches.emplace_back(values_n / tl::Q8_BLOCK * 2, 0);
+            la.v_scale = caches.back().data();
         }
         for (auto& la : run) {
             la.activation = activation;

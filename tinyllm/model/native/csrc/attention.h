@@ -46,9 +46,9 @@ static void weighted_values(const float* p, int64_t first, int64_t len, const in
         for (int64_t s = first; s < len; ++s) {
             V8 w[NH];
             for (int n = 0; n < NH; ++n) w[n] = v8_set1(p[n * SPAN + s - first]);
-            const KvPtr<T> v = v_cache + slots[s] * kv_row + offset + d0;
+            const Row64<KvPtr<T>> v{v_cache + slots[s] * kv_row + offset + d0};
             for (int b = 0; b < 8; ++b) {
-                const V8 vb = in_register(load8(v + 8 * b));
+                const V8 vb = in_register(v.load(8 * b));
                 for (int n = 0; n < NH; ++n) acc[n][b] = v8_fma(w[n], vb, acc[n][b]);
             }
         }

@@ -100,7 +100,7 @@ struct Q8Ptr {
     const int8_t* start;  // the cache's first value
     const half_t* d;      // the cache's first scale
     Q8Ptr operator+(int64_t n) const { return {q + n, start, d}; }
-    float scale() const { return to_float(d[(q - start) / Q8_BLOCK]); }
+    float scale() const { return to_float(d[(size_t)(q - start) / Q8_BLOCK]); }
 };
 
 template <class T> struct KvPtrOf {
@@ -122,21 +122,22 @@ template <class T> constexpr int64_t kv_bytes() { return sizeof(T); }
 template <> constexpr int64_t kv_bytes<q8_t>() { return 1; }
 template <class T> static inline const char* kv_addr(const T* p) { return reinterpret_cast<const char*>(p); }
 static inline const char* kv_addr(Q8Ptr p) { return reinterpret_cast<const char*>(p.q); }
-
 static inline float load1(Q8Ptr p) { return (float)*p.q * p.scale(); }
 
 #ifdef TL_NEON
-static inline V8 load8(Q8Ptr p) {  // eight values of one run of 32 (p 8-aligned within it)
-    const int16x8_t w = vmovl_s8(vld1_s8(p.q));
-    const float32x4_t s = vdupq_n_f32(p.scale());
-    return {vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(w))), s), vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(w))), s)};
+static inline V8 widen8(const int8_t* q, V8 s) {  // eight int8 values times their run's scale s
+    const int16x8_t w = vmovl_s8(vld1_s8(q));
+    return {vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(w))), s.lo), vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(w))), s.hi)};
 }
 #endif
 #ifdef TL_AVX2
-static inline __m256 load8(Q8Ptr p) {  // eight values of one run of 32 (p 8-aligned within it)
-    const __m256 w = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p.q)));
-    return _mm256_mul_ps(w, _mm256_set1_ps(p.scale()));
+static inline __m256 widen8(const int8_t* q, __m256 s) {  // eight int8 values times their run's scale s
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)q))), s);
 }
+#endif
+#ifdef TL_SIMD
+static inline V8 load8(Q8Ptr p) { return widen8(p.q, v8_set1(p.scale())); }  // p 8-aligned within its run
+
 #endif
 
 #ifdef TL_NEON
@@ -156,6 +157,21 @@ static inline __m256 load8(const half_t* p) { return _mm256_cvtph_ps(_mm_loadu_s
 static inline __m256 load8(const bf16_t* p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
 }
+#endif
+
+#ifdef TL_SIMD
+// A row's 64 values from p as eight vectors, load(i) the eight at p + i (i a multiple of 8 below 64): a q8_0
+// row reads its two scales once. The same values as load8(p + i).
+template <class P> struct Row64 {
+    P p;
+    V8 load(int64_t i) const { return load8(p + i); }
+};
+template <> struct Row64<Q8Ptr> {
+    const int8_t* q;
+    V8 s0, s1;
+    explicit Row64(Q8Ptr p) : q(p.q), s0(v8_set1(p.scale())), s1(v8_set1((p + Q8_BLOCK).scale())) {}
+    V8 load(int64_t i) const { return widen8(q + i, i < Q8_BLOCK ? s0 : s1); }
+};
 #endif
 
 }  // namespace tl
