@@ -40,13 +40,11 @@ static void decode_rows(const Weight& w, int64_t n0, int64_t n1, float* out, int
                 __m512 v[2 * S];
                 decode_group<F>(row + b * T::bytes, g, ks, v);
                 for (int i = 0; i < S; ++i, o += 32) {
-                    if constexpr (PACKED) {  // vector g of sub-block j is vector g k / 32 + j (tile.h)
-                        const int64_t j = b * (T::block / 32) + g * S + i, nr = n1 - n0, vs = w.k / 32 * nr * 8;
-                        float* r = out + (j * nr + (n - n0)) * 8;
-                        _mm256_storeu_ps(r, _mm512_castps512_ps256(v[2 * i]));
-                        _mm256_storeu_ps(r + vs, high256(v[2 * i]));
-                        _mm256_storeu_ps(r + 2 * vs, _mm512_castps512_ps256(v[2 * i + 1]));
-                        _mm256_storeu_ps(r + 3 * vs, high256(v[2 * i + 1]));
+                    if constexpr (PACKED) {  // the pair of partial sums p of sub-block j is vector p k / 32 + j (tile.h)
+                        const int64_t j = b * (T::block / 32) + g * S + i, nr = n1 - n0, vs = w.k / 32 * nr * 16;
+                        float* r = out + (j * nr + (n - n0)) * 16;
+                        _mm512_storeu_ps(r, v[2 * i]);
+                        _mm512_storeu_ps(r + vs, v[2 * i + 1]);
                     } else {
                         _mm512_storeu_ps(o, v[2 * i]);
                         _mm512_storeu_ps(o + 16, v[2 * i + 1]);

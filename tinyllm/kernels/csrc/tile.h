@@ -20,20 +20,36 @@
 namespace tl {
 
 #ifdef TL_SIMD
-#if defined(TL_AVX2) && defined(__AVX512VL__)
+#if defined(TL_AVX2) && defined(__AVX512F__)
+// AVX-512: the tile runs on 16-lane vectors, each two of the four partial sums side by side (lanes 0-7 sum g,
+// lanes 8-15 sum g + 1), the pairs as the one-row kernel's decode_group gives them: twice the FMAs a cycle
+// where the cores have full-width units, the same sums in the same order, so the same bits.
+#define TL_TILE16 1
+constexpr int TILE_MR = 4, TILE_NR = 6;  // 24 accumulators + 6 weight vectors + 1 activation vector of 32 zmm
+constexpr int TILE_W = 16;               // floats of a packed vector
+#elif defined(TL_AVX2) && defined(__AVX512VL__)
 constexpr int TILE_MR = 4, TILE_NR = 6;  // 24 accumulators + 6 weight vectors + 1 activation vector of 32 ymm
+constexpr int TILE_W = 8;
 #else
 // AVX2: 12 accumulators + 3 weight vectors + 1 activation vector = 16 ymm; NEON: twice that in 32 halves
 constexpr int TILE_MR = 4, TILE_NR = 3;
+constexpr int TILE_W = 8;
 #endif
 
 // Row i of m activation rows (k floats, k a multiple of 32) into its group of TILE_MR rows (fewer for the last
-// group) at out, packed: a group of r rows is [k / 8][r][8], the rows' vectors side by side in split order.
+// group) at out, packed: a group of r rows is [k / 8][r][8], the rows' vectors side by side in split order; with
+// 16-lane tiles [k / 16][r][16], vector p nv + j of a row holding partial sums 2p and 2p + 1 of sub-block j
+// (elements 32 j + 16 p .. 32 j + 16 p + 15).
 static inline void pack_row(const float* x, int64_t k, int64_t i, int64_t m, float* out) {
     const int64_t g0 = i / TILE_MR * TILE_MR, mr = std::min<int64_t>(TILE_MR, m - g0), nv = k / 32;
-    float* o = out + g0 * k + (i - g0) * 8;
+    float* o = out + g0 * k + (i - g0) * TILE_W;
+#ifdef TL_TILE16
+    for (int64_t j = 0; j < nv; ++j)
+        for (int p = 0; p < 2; ++p) _mm512_storeu_ps(o + (p * nv + j) * mr * 16, _mm512_loadu_ps(x + 32 * j + 16 * p));
+#else
     for (int64_t j = 0; j < nv; ++j)
         for (int g = 0; g < 4; ++g) v8_store(o + (g * nv + j) * mr * 8, v8_load(x + 32 * j + 8 * g));
+#endif
 }
 
 #ifdef TL_AVX2
@@ -72,6 +88,40 @@ template <int MR, int NR> __attribute__((noinline)) static void join_tile(const 
 #endif
 }
 
+#ifdef TL_TILE16
+// micro_tile on 16-lane vectors: x: MR rows packed ([k / 16][MR][16]), w: NR rows packed ([k / 16][NR][16]).
+// Each half of a row holds two partial sums side by side; their halves are parked as the 8-lane tile parks
+// its four sums, and joined the same way.
+template <int MR, int NR>
+static void micro_tile(const float* x, const float* w, int64_t k, float* y, int64_t ldy) {
+    V8 part[4][MR][NR];
+    const int64_t nv = k / 32;
+    for (int p = 0; p < 2; ++p) {
+        __m512 acc[MR][NR];
+        for (int i = 0; i < MR; ++i)
+            for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_setzero_ps();
+        const float* wp = w + p * nv * NR * 16;
+        const float* xp = x + p * nv * MR * 16;
+        for (int64_t j = 0; j < nv; ++j, wp += NR * 16, xp += MR * 16) {
+            __m512 wv[NR];
+            for (int r = 0; r < NR; ++r) {
+                wv[r] = _mm512_loadu_ps(wp + r * 16);
+                asm("" : "+v"(wv[r]));  // in a register, one load (as the 8-lane tile)
+            }
+            for (int i = 0; i < MR; ++i) {
+                const __m512 xv = _mm512_loadu_ps(xp + i * 16);
+                for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_fmadd_ps(wv[r], xv, acc[i][r]);
+            }
+        }
+        for (int i = 0; i < MR; ++i)
+            for (int r = 0; r < NR; ++r) {
+                part[2 * p][i][r] = _mm512_castps512_ps256(acc[i][r]);
+                part[2 * p + 1][i][r] = high256(acc[i][r]);
+            }
+    }
+    join_tile<MR, NR>(&part[0][0][0], y, ldy);
+}
+#else
 // y[i * ldy + r] = x[i] . w[r] for i < MR, r < NR; x: MR rows packed ([k / 8][MR][8]), w: NR rows packed
 // ([k / 8][NR][8]), so each reads as one stream. Each quarter of a row is one partial sum: its MR x NR
 // accumulators are parked in `part` after it.
@@ -100,6 +150,7 @@ static void micro_tile(const float* x, const float* w, int64_t k, float* y, int6
     }
     join_tile<MR, NR>(&part[0][0][0], y, ldy);
 }
+#endif
 
 // All m activation rows (packed in groups, pack_row) against NR decoded weight rows w (row length k, packed).
 template <int NR> static void tile_columns(const float* x, int64_t m, const float* w, int64_t k, float* y, int64_t ldy) {
@@ -114,7 +165,7 @@ template <int NR> static void tile_columns(const float* x, int64_t m, const floa
 }
 
 // y[:, n0:n1] for m activation rows (x [m, k] packed by pack_row, y [m, ldy]); decode(r0, r1, out) writes weight
-// rows r0..r1 as float32 into out, packed as one strip ([k / 8][r1 - r0][8]).
+// rows r0..r1 as float32 into out, packed as one strip ([k / TILE_W][r1 - r0][TILE_W]).
 template <class Decode>
 static void tile_rows(Decode decode, int64_t k, const float* x, int64_t m, float* y, int64_t ldy, int64_t n0,
                       int64_t n1) {
