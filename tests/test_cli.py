@@ -107,6 +107,8 @@ def test_info_json(tiny_gguf):
     info = json.loads(r.stdout)
     assert info["layers"] == 3 and info["kv_heads"] == 2 and info["head_dim"] == 16
     assert info["kv_bytes_per_token"] == 2 * 3 * 2 * 16 * 4
+    by_dtype = info["kv_bytes_per_token_by_kv_dtype"]
+    assert by_dtype == {"float32": 768, "float16": 384, "bfloat16": 384, "q8_0": int(192 * (1 + 2 / 32))}
     assert info["parameters"] > 0 and "byte-level BPE" in info["tokenizer"]
 
 

@@ -156,6 +156,6 @@ class ModelConfig:
     def context_length(self) -> int:
         return self.max_position_embeddings
 
-    def kv_bytes_per_token(self, itemsize: int = 4) -> int:
-        """Bytes of K and V one position costs across all layers: 2·L·Hkv·D·itemsize."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * itemsize
+    def kv_bytes_per_token(self, itemsize: float = 4) -> int:
+        """Bytes of K and V one position costs across all layers: 2·L·Hkv·D·itemsize (a q8_0 value: 1 + 2/32)."""
+        return int(2 * self.num_layers * self.num_kv_heads * self.head_dim * itemsize)

@@ -14,7 +14,8 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from .config import kv_dtype_name, parse_dtype, parse_kv_dtype
+from .cache.q8_kv import bytes_per_value
+from .config import KV_DTYPES, kv_dtype_name, parse_dtype, parse_kv_dtype
 from .distributed.config import ParallelConfig
 from .distributed.driver import TensorParallel
 from .distributed.worker import ModelSource
@@ -379,7 +380,10 @@ class LLM:
             "weights_in_memory": memory,
             "weight_bytes": sum(m["bytes"] for m in memory.values()),
             "int8_activations": sorted({w.fmt for w in quant_weights(self.model) if w.int8_activations}),
-            "kv_bytes_per_token": c.kv_bytes_per_token(4),
+            "kv_bytes_per_token": c.kv_bytes_per_token(self.model.dtype.itemsize),  # in the default kv_dtype
+            "kv_bytes_per_token_by_kv_dtype": {
+                name: c.kv_bytes_per_token(bytes_per_value(dtype)) for name, dtype in KV_DTYPES.items()
+            },
             "tokenizer": self.tokenizer.kind,
             "eos_ids": list(self.eos_ids),
         }

@@ -152,35 +152,46 @@ static void micro_tile(const float* x, const float* w, int64_t k, float* y, int6
 }
 #endif
 
-// All m activation rows (packed in groups, pack_row) against NR decoded weight rows w (row length k, packed).
-template <int NR> static void tile_columns(const float* x, int64_t m, const float* w, int64_t k, float* y, int64_t ldy) {
-    int64_t i = 0;
-    for (; i + TILE_MR <= m; i += TILE_MR) micro_tile<TILE_MR, NR>(x + i * k, w, k, y + i * ldy, ldy);
-    switch (m - i) {
-        case 3: micro_tile<3, NR>(x + i * k, w, k, y + i * ldy, ldy); break;
-        case 2: micro_tile<2, NR>(x + i * k, w, k, y + i * ldy, ldy); break;
-        case 1: micro_tile<1, NR>(x + i * k, w, k, y + i * ldy, ldy); break;
-        default: break;
+// One group of mr activation rows (packed, pack_row) against NR decoded weight rows w (row length k, packed).
+template <int NR> static void tile_group(const float* x, int64_t mr, const float* w, int64_t k, float* y, int64_t ldy) {
+    switch (mr) {
+        case 4: micro_tile<TILE_MR >= 4 ? 4 : 1, NR>(x, w, k, y, ldy); break;
+        case 3: micro_tile<3, NR>(x, w, k, y, ldy); break;
+        case 2: micro_tile<2, NR>(x, w, k, y, ldy); break;
+        default: micro_tile<1, NR>(x, w, k, y, ldy); break;
     }
 }
+
+// Floats of decoded weights a panel holds: several strips, decoded once, that each group of activation rows
+// runs over while it stays in L1 (k up to 2048) or L2. Each output is still one micro tile's whole sum, so the
+// same bits as strip after strip.
+constexpr int64_t PANEL_FLOATS = 1 << 17;
 
 // y[:, n0:n1] for m activation rows (x [m, k] packed by pack_row, y [m, ldy]); decode(r0, r1, out) writes weight
 // rows r0..r1 as float32 into out, packed as one strip ([k / TILE_W][r1 - r0][TILE_W]).
 template <class Decode>
 static void tile_rows(Decode decode, int64_t k, const float* x, int64_t m, float* y, int64_t ldy, int64_t n0,
                       int64_t n1) {
+    const int64_t strips = std::max<int64_t>(1, PANEL_FLOATS / (TILE_NR * k));
     thread_local std::vector<float> buf;
-    if ((int64_t)buf.size() < TILE_NR * k) buf.resize(TILE_NR * k);
-    for (int64_t n = n0; n < n1; n += TILE_NR) {
-        const int64_t nr = std::min<int64_t>(TILE_NR, n1 - n);
-        decode(n, n + nr, buf.data());
-        switch (nr) {
-            case 6: tile_columns<TILE_NR >= 6 ? 6 : 1>(x, m, buf.data(), k, y + n, ldy); break;
-            case 5: tile_columns<TILE_NR >= 5 ? 5 : 1>(x, m, buf.data(), k, y + n, ldy); break;
-            case 4: tile_columns<TILE_NR >= 4 ? 4 : 1>(x, m, buf.data(), k, y + n, ldy); break;
-            case 3: tile_columns<3>(x, m, buf.data(), k, y + n, ldy); break;
-            case 2: tile_columns<2>(x, m, buf.data(), k, y + n, ldy); break;
-            default: tile_columns<1>(x, m, buf.data(), k, y + n, ldy); break;
+    if ((int64_t)buf.size() < strips * TILE_NR * k) buf.resize(strips * TILE_NR * k);
+    for (int64_t p = n0; p < n1; p += strips * TILE_NR) {
+        const int64_t p1 = std::min(n1, p + strips * TILE_NR);
+        for (int64_t n = p; n < p1; n += TILE_NR) decode(n, std::min<int64_t>(n + TILE_NR, p1), buf.data() + (n - p) * k);
+        for (int64_t i = 0; i < m; i += TILE_MR) {
+            const int64_t mr = std::min<int64_t>(TILE_MR, m - i);
+            for (int64_t n = p; n < p1; n += TILE_NR) {
+                const float* w = buf.data() + (n - p) * k;
+                float* yi = y + i * ldy + n;
+                switch (std::min<int64_t>(TILE_NR, p1 - n)) {
+                    case 6: tile_group<TILE_NR >= 6 ? 6 : 1>(x + i * k, mr, w, k, yi, ldy); break;
+                    case 5: tile_group<TILE_NR >= 5 ? 5 : 1>(x + i * k, mr, w, k, yi, ldy); break;
+                    case 4: tile_group<TILE_NR >= 4 ? 4 : 1>(x + i * k, mr, w, k, yi, ldy); break;
+                    case 3: tile_group<3>(x + i * k, mr, w, k, yi, ldy); break;
+                    case 2: tile_group<2>(x + i * k, mr, w, k, yi, ldy); break;
+                    default: tile_group<1>(x + i * k, mr, w, k, yi, ldy); break;
+                }
+            }
         }
     }
 }

@@ -137,7 +137,6 @@ static inline __m256 widen8(const int8_t* q, __m256 s) {  // eight int8 values t
 #endif
 #ifdef TL_SIMD
 static inline V8 load8(Q8Ptr p) { return widen8(p.q, v8_set1(p.scale())); }  // p 8-aligned within its run
-
 #endif
 
 #ifdef TL_NEON
@@ -161,7 +160,7 @@ static inline __m256 load8(const bf16_t* p) {
 
 #ifdef TL_SIMD
 // A row's 64 values from p as eight vectors, load(i) the eight at p + i (i a multiple of 8 below 64): a q8_0
-// row reads its two scales once. The same values as load8(p + i).
+// row (p at the start of a run of 32) reads its two scales once. The same values as load8(p + i).
 template <class P> struct Row64 {
     P p;
     V8 load(int64_t i) const { return load8(p + i); }
