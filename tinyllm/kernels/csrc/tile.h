@@ -1,6 +1,7 @@
-// Several activation rows (batched decode, speculative verification, prompts): a strip of weight rows is
-// decoded once into a small float32 buffer that stays in L1/L2, then a register tile of MR activation rows x NR
-// weight rows runs over it. Decoding costs once per weight per call instead of once per activation row, and
+// Several activation rows (batched decode, speculative verification, prompts): a panel of weight rows is
+// decoded once into a float32 buffer that stays in L2, in strips of NR rows, then a register tile of MR
+// activation rows x NR weight rows runs over each strip, every group of activation rows over the whole panel
+// while it stays in cache. Decoding costs once per weight per call instead of once per activation row, and
 // each loaded vector feeds several FMAs. Decoded values are the reference's bit for bit (blocks.h).
 //
 // Every output is summed in the order of the one-row kernel (qmatmul.cpp): four 8-lane partial sums, sum g
