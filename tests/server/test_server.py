@@ -3,6 +3,7 @@
 
 import json
 import threading
+import time
 
 import httpx
 import openai
@@ -338,6 +339,22 @@ def test_health_is_503_while_loading(smollm_tokenizer, one_thread):
         srv.wait_ready(30)
         body = httpx.get(f"{srv.url}/health").json()
         assert body["status"] == "ok" and body["kv_blocks"]["total"] == 32 and body["running"] == 0
+
+
+def test_an_option_the_model_cannot_take_fails_the_load_in_one_line(smollm_tokenizer, one_thread, caplog):
+    """--kv-dtype q8_0 on a model whose head dimension (16) is no multiple of 32: /health says it failed and why,
+    requests get 503, and the log has the message without a traceback."""
+    with ServerThread(create_app(lambda: tiny_llm(smollm_tokenizer), num_blocks=32, kv_dtype="q8_0")) as srv:
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{srv.url}/health").json()["status"] == "loading" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        r = httpx.get(f"{srv.url}/health")
+        assert r.status_code == 503 and r.json()["status"] == "failed"
+        busy = httpx.post(f"{srv.url}/v1/completions", json={"prompt": "x", "max_tokens": 1})
+        assert busy.status_code == 503 and "TinyLLMError while loading the model" in busy.json()["error"]["message"]
+    failed = [r for r in caplog.records if r.getMessage().startswith("loading the model failed")]
+    assert failed and "q8_0 needs a head_dim that is a multiple of 32, got 16" in failed[0].getMessage()
+    assert failed[0].exc_info is None
 
 
 def test_logit_bias_forces_and_bans_tokens(client, smollm_tokenizer):

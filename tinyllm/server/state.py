@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ..engine.async_engine import AsyncEngine
 from ..engine.engine import Engine
+from ..errors import TinyLLMError
 from .checks.admission import PromptLimits, max_token_chars
 from .metrics import ServerMetrics
 from .wire.errors import APIError
@@ -93,6 +94,10 @@ class ServerState:
             self.ready = Ready(llm, engine.start(), TokenTexts(llm.tokenizer), name, limits, aliases)
             self.status = "ready"
             log.info("model %s is ready", name)
+        except TinyLLMError as exc:  # the server's own options (e.g. a KV format the model cannot take): one line
+            log.error("loading the model failed: %s", exc)
+            self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
+            self.error_kind = f"{type(exc).__name__} while loading the model (see the server log)"
         except BaseException as exc:
             log.exception("loading the model failed")
             self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
