@@ -26,3 +26,15 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(params=[1, 2])
+def threads(request):
+    """Torch's (and so the kernels') thread count, 1 and 2: it decides how a matmul's rows and attention's spans
+    split over the threads, which must change no bit."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)

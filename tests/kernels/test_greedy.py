@@ -36,15 +36,6 @@ def rows_of(kind: str, v: int, seed: int) -> torch.Tensor:
     return x
 
 
-@pytest.fixture(params=[1, 2])
-def threads(request):
-    """Rows spread over the kernels' threads (torch's count)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
-
-
 @pytest.mark.parametrize("kind", ["plain", "wide", "narrow", "masked", "ties"])
 @pytest.mark.parametrize("v", [1, 7, 8, 49, 4096 + 3])
 def test_equals_the_torch_computation(kind, v, threads):

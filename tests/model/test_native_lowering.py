@@ -167,16 +167,6 @@ def scattered_step(model, lengths: list[int], seed: int, num_blocks: int = 64, d
     return storage, StepInputs([], ids, lens - 1, write, layout), key_slots
 
 
-@pytest.fixture(params=[1, 2])
-def threads(request):
-    """Torch's (and so the kernels') thread count: it decides how attention splits into chunks (per token,
-    per kv head, per query head)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
-
-
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_one_step_equals_the_module_path(name, threads, lengths=(1, 9, 23, 4, 16)):
     """lengths: a first token, lengths across block edges and past the window."""

@@ -20,14 +20,6 @@ from tinyllm.speculative.proposer import SpeculativeConfig
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no native kernels on this machine")
 
 
-@pytest.fixture(params=[1, 2])
-def threads(request):
-    before = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def llm(smollm_tokenizer):
     return tiny_llm(smollm_tokenizer)
