@@ -21,10 +21,14 @@ def check_dtype(dtype) -> None:
         raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
 
 
-def check_kv_dtype(dtype) -> None:
-    """A floating dtype, or torch.int8 for the q8_0 format (cache/q8_kv.py)."""
+def check_kv_dtype(dtype, d_head: int) -> None:
+    """A floating dtype, or torch.int8 for the q8_0 format (cache/q8_kv.py), which needs d_head a multiple of 32."""
     if dtype != torch.int8:
         check_dtype(dtype)
+        return
+    from .q8_kv import check_q8_head_dim
+
+    check_q8_head_dim(d_head)
 
 
 def offset_causal_mask(t_new: int, offset: int, device=None) -> torch.Tensor:

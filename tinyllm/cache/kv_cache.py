@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .fill import LayerFill, check_kv_dtype, check_positive
-from .q8_kv import Q8_BLOCK, bytes_per_value, check_q8_head_dim, dequantize, is_q8, quantize
+from .q8_kv import Q8_BLOCK, bytes_per_value, dequantize, is_q8, quantize
 
 
 class KVCache(LayerFill):
@@ -25,9 +25,7 @@ class KVCache(LayerFill):
         device: str | torch.device = "cpu",
     ):
         check_positive(n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head, max_len=max_len, batch=batch)
-        check_kv_dtype(dtype)
-        if is_q8(dtype):
-            check_q8_head_dim(d_head)
+        check_kv_dtype(dtype, d_head)
         super().__init__(n_layers, max_len, device)
         self.batch, self.n_kv_heads, self.d_head, self.dtype = batch, n_kv_heads, d_head, dtype
         shape = (n_layers, batch, n_kv_heads, max_len, d_head)  # [L, B, Hkv, max_len, D]

@@ -19,7 +19,7 @@ import torch
 from .block_pool import BlockPool
 from .block_table import BlockTable, blocks_for
 from .fill import LayerFill, check_kv_dtype, check_positive
-from .q8_kv import Q8_BLOCK, bytes_per_value, check_q8_head_dim, dequantize, is_q8, quantize
+from .q8_kv import Q8_BLOCK, bytes_per_value, dequantize, is_q8, quantize
 
 
 def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: str | torch.device) -> torch.Tensor:
@@ -50,9 +50,7 @@ class PagedStorage:
         check_positive(
             n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head, num_blocks=num_blocks, block_size=block_size
         )
-        check_kv_dtype(dtype)
-        if is_q8(dtype):
-            check_q8_head_dim(d_head)
+        check_kv_dtype(dtype, d_head)
         self.n_layers, self.n_kv_heads, self.d_head = n_layers, n_kv_heads, d_head
         self.num_blocks, self.block_size, self.dtype = num_blocks, block_size, dtype
         shape = (n_layers, num_blocks * block_size, n_kv_heads, d_head)  # [L, N*P, Hkv, D]
