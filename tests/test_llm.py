@@ -18,10 +18,15 @@ def llm(smollm_tokenizer):
 
 
 def same(a, b):
+    """The same answer. The tiny float model runs the module path, whose BLAS rounds a row differently at other
+    batch sizes, and the second of two calls reuses the first's cached prompt: values agree to 1e-5."""
     assert (a.text, a.ids, a.finish_reason, a.prompt_ids) == (b.text, b.ids, b.finish_reason, b.prompt_ids)
-    assert [(t.token, t.top) for t in a.logprobs] == [(t.token, t.top) for t in b.logprobs]
+    assert [(t.token, [i for i, _ in t.top]) for t in a.logprobs] == [
+        (t.token, [i for i, _ in t.top]) for t in b.logprobs
+    ]
     for x, y in zip(a.logprobs, b.logprobs):
         assert x.logprob == pytest.approx(y.logprob, abs=1e-5) and x.entropy == pytest.approx(y.entropy, abs=1e-5)
+        assert [lp for _, lp in x.top] == pytest.approx([lp for _, lp in y.top], abs=1e-5)
     assert tuple(a.stats) == tuple(b.stats) == STATS_KEYS
 
 

@@ -52,3 +52,46 @@ def test_forget_drops_the_key():
     pool.register(a, None, [5, 6])
     pool.forget(a)
     assert pool.lookup(None, [5, 6]) is None
+
+
+def test_tails_and_full_blocks_are_found_by_their_longest_agreement():
+    pool = BlockPool(4, 4)
+    a, b, c = pool.allocate(), pool.allocate(), pool.allocate()
+    ka = pool.register(a, None, [1, 2, 3, 4])
+    pool.register(b, ka, [5, 6, 7, 8])  # full
+    pool.register_tail(c, ka, [5, 6, 9])  # partial
+    assert pool.longest_child(ka, [5, 6, 7]) == (b, 3)
+    assert pool.longest_child(ka, [5, 6, 9, 1]) == (c, 3)
+    assert pool.longest_child(ka, [5, 0]) in ((b, 1), (c, 1))
+    assert pool.longest_child(ka, [6]) is None and pool.longest_child(None, [5]) is None
+    assert pool.longest_child(ka, []) is None
+    assert pool.longest_child(None, [1, 2, 9]) == (a, 2)
+    for block in (a, b, c):
+        pool.release(block)
+    assert pool.stats().cached_free == 3
+    with pytest.raises(AssertionError, match="a tail holds 1..3 tokens"):
+        pool.register_tail(pool.allocate(), None, [1, 2, 3, 4])
+
+
+def test_a_tail_is_dropped_when_its_block_changes_or_is_handed_out():
+    pool = BlockPool(2, 4)
+    a, b = pool.allocate(), pool.allocate()
+    pool.register_tail(a, None, [1, 2])
+    pool.register_tail(a, None, [7])  # already recorded: kept as it was
+    assert pool.tail_of[a] == (None, (1, 2))
+    pool.forget(a)
+    assert pool.longest_child(None, [1]) is None and not pool.tail_of and not pool.children
+    pool.register_tail(b, None, [3])
+    pool.release(b)  # free, still a tail: handed out after the never-recorded block
+    pool.release(a)
+    assert pool.allocate() == a and pool.longest_child(None, [3]) == (b, 1)
+    assert pool.allocate() == b and pool.longest_child(None, [3]) is None and not pool.children
+
+
+def test_a_tail_that_fills_up_becomes_a_full_block():
+    pool = BlockPool(1, 2)
+    a = pool.allocate()
+    pool.register_tail(a, None, [1])
+    key = pool.register(a, None, [1, 2])
+    assert not pool.tail_of and pool.lookup(None, [1, 2]) == (a, key)
+    assert pool.longest_child(None, [1, 5]) == (a, 1)

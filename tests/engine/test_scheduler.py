@@ -2,7 +2,7 @@
 
 import pytest
 
-from tinyllm.cache.block_pool import BlockPool
+from tinyllm.cache.block_pool import BlockPool, block_key
 from tinyllm.engine.kv_manager import KVManager
 from tinyllm.engine.request import Request, RequestStatus
 from tinyllm.engine.scheduler import Scheduler
@@ -102,7 +102,7 @@ def test_preemption_takes_the_most_recently_admitted_and_frees_its_blocks():
     assert sched.waiting[0] is b and b.request_id not in kv.tables
 
 
-def test_prefix_hit_of_an_exact_multiple_of_the_block_size_still_computes_the_last_token():
+def test_prefix_hit_of_an_exact_multiple_of_the_block_size_computes_the_last_token_only():
     pool, kv, sched = make(budget=64)
     first = fake_request("first", range(8))  # exactly two full blocks
     sched.add(first)
@@ -112,8 +112,8 @@ def test_prefix_hit_of_an_exact_multiple_of_the_block_size_still_computes_the_la
     sched.add(again)
     plan = sched.schedule()
     (chunk,) = plan.chunks
-    # block 0 is reused; block 1 is not, because the last prompt token's logits are needed
-    assert again.num_cached_tokens == 4 and (chunk.start, chunk.num_tokens) == (4, 4) and chunk.samples
+    # block 0 is reused whole, block 1 for its first three positions: the last prompt token's logits are needed
+    assert again.num_cached_tokens == 7 and (chunk.start, chunk.num_tokens) == (7, 1) and chunk.samples
     longer = fake_request("longer", list(range(8)) + [99])
     sched.add(longer)
     finish_step(sched, plan)
@@ -126,7 +126,7 @@ def test_copy_on_write_pairs_for_a_write_into_a_shared_block():
     a = fake_request("a", range(8))
     sched.add(a)
     finish_step(sched, sched.schedule())
-    b = fake_request("b", range(8))
+    b = fake_request("b", [0, 1, 2, 3, 50, 51, 52, 53])  # a's block 1 does not start with 50: one block
     assert kv.match_prefix(b) == 4
     shared = kv.tables["b"].blocks[0]
     assert pool.is_shared(shared)
@@ -171,3 +171,39 @@ def test_every_block_returns_to_the_pool(prefix):
             if r.tokens_left <= 0:
                 sched.finish(r, RequestStatus.FINISHED_LENGTH)
     assert pool.stats().used == 0
+
+
+def test_a_finished_requests_partial_block_serves_the_same_prompt_again():
+    pool, kv, sched = make(budget=64)
+    first = fake_request("first", range(10))  # blocks 0-3, 4-7 full; 8, 9 in a partial third
+    sched.add(first)
+    finish_step(sched, sched.schedule())
+    third = kv.tables["first"].blocks[2]
+    sched.finish(first, RequestStatus.FINISHED_STOPPED)
+    assert pool.tail_of[third][1] == (8, 9) and pool.stats().cached_free == 3
+    again = fake_request("again", range(10))
+    sched.add(again)
+    (chunk,) = sched.schedule().chunks
+    assert again.num_cached_tokens == 9 and (chunk.start, chunk.num_tokens) == (9, 1)
+    assert kv.tables["again"].blocks[2] == third  # held alone: written in place, no longer a tail
+    assert third not in pool.tail_of
+    sched.finish(again, RequestStatus.FINISHED_STOPPED)
+    other = fake_request("other", [*range(9), 77, 78])  # agrees with the (new) tail on position 8 only
+    sched.add(other)
+    (chunk,) = sched.schedule().chunks
+    assert other.num_cached_tokens == 9 and (chunk.start, chunk.num_tokens) == (9, 2)
+
+
+def test_a_tail_holds_only_positions_of_committed_tokens():
+    """A verification step that ended its request computed drafts past the last accepted one: those positions
+    hold the drafts' KV, not the committed tokens', and are left out of the tail."""
+    pool, kv, _ = make()
+    req = fake_request("r", range(5))
+    assert kv.allocate(req, 8) == []  # positions 0..7: the prompt, one output token and two drafts fed
+    req.num_computed = 4
+    kv.commit(req)  # block 0 registered, as after an earlier step
+    req.num_computed = 8
+    req.out.ids.extend([30, 31])  # two committed outputs: positions 5 (30) and 6 (31, sampled, no KV yet)
+    block = kv.tables["r"].blocks[1]
+    kv.free(req)
+    assert pool.tail_of == {block: (block_key(None, [0, 1, 2, 3]), (4, 30))}

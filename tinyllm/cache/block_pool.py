@@ -6,6 +6,10 @@ Terms:
 - ref count: how many sequences' block tables hold the block. 0 = free.
 - key: for a *full* block, a digest of (parent block's key, the block's token ids), so one key names a
   whole prefix. A free block keeps its key (its KV is still valid) until it is handed out again.
+- tail: a *partial* block a finished sequence left (its first n < P positions computed), recorded under its
+  parent's key with its n tokens. Keys name whole blocks only; a prompt that continues a cached prefix part of
+  the way into a block finds the block (full or tail) by `longest_child`: the positions up to the first token
+  that differs are valid KV for it, since a position's KV depends on the tokens up to it alone.
 - free list: ref-0 blocks in eviction order. Unkeyed blocks go to the front (nothing to lose), keyed
   blocks to the back when released, so the least recently used cached prefix is evicted first.
 
@@ -20,6 +24,8 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+CHILDREN_SCANNED = 16  # blocks under one (parent, first token) compared by longest_child, the latest first
 
 
 @dataclass
@@ -48,13 +54,16 @@ class BlockPool:
         self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
         self.key_of: dict[int, bytes] = {}
         self.meta: dict[bytes, tuple[int, bytes | None, tuple[int, ...]]] = {}  # key -> (block, parent, tokens)
+        self.tail_of: dict[int, tuple[bytes | None, tuple[int, ...]]] = {}  # block -> (parent, its n < P tokens)
+        # (parent key, first token) -> the full and tail blocks cached under it, oldest first
+        self.children: dict[tuple[bytes | None, int], OrderedDict[int, None]] = {}
 
     @property
     def num_free(self) -> int:
         return len(self.free)
 
     def stats(self) -> PoolStats:
-        cached = sum(1 for b in self.free if b in self.key_of)
+        cached = sum(1 for b in self.free if b in self.key_of or b in self.tail_of)
         return PoolStats(self.num_blocks, self.num_blocks - len(self.free), cached)
 
     def allocate(self, prefer: int | None = None) -> int:
@@ -68,9 +77,7 @@ class BlockPool:
             block = prefer
         else:
             block, _ = self.free.popitem(last=False)
-        key = self.key_of.pop(block, None)
-        if key is not None:
-            del self.meta[key]
+        self.forget(block)
         self.ref[block] = 1
         return block
 
@@ -84,7 +91,7 @@ class BlockPool:
         self.ref[block] -= 1
         if self.ref[block] == 0:
             self.free[block] = None
-            if block not in self.key_of:
+            if block not in self.key_of and block not in self.tail_of:
                 self.free.move_to_end(block, last=False)  # nothing cached in it: hand it out first
 
     def lookup(self, parent: bytes | None, tokens: Sequence[int]) -> tuple[int, bytes] | None:
@@ -100,15 +107,59 @@ class BlockPool:
         the same prefix is kept (this block then stays unkeyed and is freed first)."""
         key = block_key(parent, tokens)
         if key not in self.meta and block not in self.key_of:
+            self.tail_of.pop(block, None)  # a tail that filled up is a full block now
             self.meta[key] = (block, parent, tuple(tokens))
             self.key_of[block] = key
+            self._link(block, parent, tokens)
         return key
+
+    def register_tail(self, block: int, parent: bytes | None, tokens: Sequence[int]) -> None:
+        """Record that a partial block holds the KV of `tokens` (1 <= n < P of them) after the prefix `parent`.
+        A block already recorded, full or tail, is left as it is."""
+        assert 0 < len(tokens) < self.block_size, f"a tail holds 1..{self.block_size - 1} tokens, got {len(tokens)}"
+        if block in self.key_of or block in self.tail_of:
+            return
+        self.tail_of[block] = (parent, tuple(tokens))
+        self._link(block, parent, tokens)
+
+    def longest_child(self, parent: bytes | None, tokens: Sequence[int]) -> tuple[int, int] | None:
+        """The cached block (full or tail) after the prefix `parent` whose tokens agree longest with `tokens`
+        from the first, and how many agree (>= 1); None when no block starts with tokens[0]."""
+        if not tokens:
+            return None
+        under = self.children.get((parent, int(tokens[0])))
+        best = None
+        for block in reversed(list(under or ())[-CHILDREN_SCANNED:]):
+            cached = self.tail_of[block][1] if block in self.tail_of else self.meta[self.key_of[block]][2]
+            n = 0
+            for a, b in zip(cached, tokens):
+                if a != b:
+                    break
+                n += 1
+            if best is None or n > best[1]:
+                best = (block, n)
+        return best
+
+    def _link(self, block: int, parent: bytes | None, tokens: Sequence[int]) -> None:
+        self.children.setdefault((parent, int(tokens[0])), OrderedDict())[block] = None
+
+    def _unlink(self, block: int, parent: bytes | None, tokens: Sequence[int]) -> None:
+        where = (parent, int(tokens[0]))
+        under = self.children.get(where)
+        if under is not None:
+            under.pop(block, None)
+            if not under:
+                del self.children[where]
 
     def is_shared(self, block: int) -> bool:
         return self.ref[block] > 1
 
     def forget(self, block: int) -> None:
-        """Drop a block's key before its contents change (a write after a rollback into it)."""
+        """Drop what a block is recorded to hold (its key, or its tail) before its contents change."""
         key = self.key_of.pop(block, None)
         if key is not None:
-            del self.meta[key]
+            _, parent, tokens = self.meta.pop(key)
+            self._unlink(block, parent, tokens)
+        tail = self.tail_of.pop(block, None)
+        if tail is not None:
+            self._unlink(block, *tail)

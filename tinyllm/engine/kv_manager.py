@@ -2,8 +2,11 @@
 
 Terms: a request's block table lists the blocks holding its positions in order; `num_computed` positions
 of it hold valid KV. Full blocks whose KV is computed are registered in the pool under a chained key, so a
-later prompt with the same prefix reuses them (`match_prefix`). The manager touches no tensors: copies a
-write into a shared block would need are returned as (src, dst) pairs for the runner to perform.
+later prompt with the same prefix reuses them (`match_prefix`); a finished request's last, partial block is
+recorded as a tail. A later prompt takes whole blocks while they match, then the cached block after them that
+agrees longest with its next tokens, for as many positions as agree: the same prompt sent again computes one
+token, not up to a block. The manager touches no tensors: copies a write into a shared block would need are
+returned as (src, dst) pairs for the runner to perform.
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ class KVManager:
         return self.tables.setdefault(req.request_id, BlockTable(self.pool))
 
     def match_prefix(self, req: Request) -> int:
-        """Take the cached blocks of the request's leading full blocks; return how many tokens they hold.
-        At least the last token of the sequence is always left to compute (its logits are needed), so a
-        prompt of exactly k full cached blocks reuses k - 1 of them."""
+        """Take the cached blocks of the request's leading full blocks, then the cached block after them that
+        agrees longest with the tokens that follow; return how many positions they hold. At least the last
+        token of the sequence is always left to compute (its logits are needed)."""
         table, keys = self._table(req), self.keys[req.request_id]
         assert not table.blocks, "prefix matching happens before any block is allocated"
         if not self.enable_prefix_caching or req.params.prompt_logprobs is not None:
@@ -41,7 +44,13 @@ class KVManager:
             table.blocks.append(hit[0])
             keys.append(hit[1])
             parent = hit[1]
-        return len(table) * self.block_size
+        start = len(table) * self.block_size
+        hit = self.pool.longest_child(parent, req.tokens(start, min(start + self.block_size, req.num_tokens - 1)))
+        if hit is None:
+            return start
+        self.pool.acquire(hit[0])  # its positions from hit[1] on are this request's to write: copied or forgotten
+        table.blocks.append(hit[0])
+        return start + hit[1]
 
     def blocks_needed(self, req: Request, num_new: int) -> int:
         table = self.tables.get(req.request_id) or BlockTable(self.pool)
@@ -75,8 +84,20 @@ class KVManager:
         del self.keys.get(req.request_id, [])[num_positions // self.block_size :]
 
     def free(self, req: Request) -> None:
-        """Release all of a request's blocks, tail first, so its prefix blocks stay cached longest."""
+        """Release all of a request's blocks, tail first, so its prefix blocks stay cached longest; a partial
+        last block is recorded as a tail first."""
         table = self.tables.pop(req.request_id, None)
+        keys = self.keys.pop(req.request_id, None)
         if table is not None:
+            if self.enable_prefix_caching:
+                self._record_tail(req, table, keys or [])
             table.release()
-        self.keys.pop(req.request_id, None)
+
+    def _record_tail(self, req: Request, table: BlockTable, keys: list[bytes]) -> None:
+        # Positions whose KV is of the request's committed tokens: a verification step that ended the request
+        # computed drafts past its last accepted one (and the last sampled token is never computed).
+        valid = min(req.num_computed, req.num_committed - 1)
+        i, n = divmod(max(0, valid), self.block_size)
+        if n and i < len(table) and i <= len(keys):
+            parent = keys[i - 1] if i else None
+            self.pool.register_tail(table.blocks[i], parent, req.tokens(i * self.block_size, valid))
