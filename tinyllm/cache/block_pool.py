@@ -1,4 +1,4 @@
-"""BlockPool: which KV blocks are free, who holds them, and which full blocks hold a known prefix.
+"""BlockPool: which KV blocks are free, who holds them, and which blocks hold a known prefix.
 
 Terms:
 - block: P consecutive positions of one sequence's keys and values (in every layer); a block id indexes
@@ -10,8 +10,8 @@ Terms:
   parent's key with its n tokens. Keys name whole blocks only; a prompt that continues a cached prefix part of
   the way into a block finds the block (full or tail) by `longest_child`: the positions up to the first token
   that differs are valid KV for it, since a position's KV depends on the tokens up to it alone.
-- free list: ref-0 blocks in eviction order. Unkeyed blocks go to the front (nothing to lose), keyed
-  blocks to the back when released, so the least recently used cached prefix is evicted first.
+- free list: ref-0 blocks in eviction order. Blocks with no key or tail go to the front (nothing to lose),
+  the others to the back when released, so the least recently used cached prefix is evicted first.
 
     lookup(key, parent, tokens) --hit--> acquire(block)      release(block) --ref 0--> free list
                                                               allocate() <-- front of free list (evicts key)
@@ -24,6 +24,7 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 CHILDREN_SCANNED = 16  # blocks under one (parent, first token) compared by longest_child, the latest first
 
@@ -32,7 +33,7 @@ CHILDREN_SCANNED = 16  # blocks under one (parent, first token) compared by long
 class PoolStats:
     total: int
     used: int  # held by at least one sequence
-    cached_free: int  # free, but still keyed: a future prompt may reuse them
+    cached_free: int  # free, but still keyed or a tail: a future prompt may reuse them
 
 
 def block_key(parent: bytes | None, tokens: Sequence[int]) -> bytes:
@@ -129,7 +130,7 @@ class BlockPool:
             return None
         under = self.children.get((parent, int(tokens[0])))
         best = None
-        for block in reversed(list(under or ())[-CHILDREN_SCANNED:]):
+        for block in islice(reversed(under or {}), CHILDREN_SCANNED):
             cached = self.tail_of[block][1] if block in self.tail_of else self.meta[self.key_of[block]][2]
             n = 0
             for a, b in zip(cached, tokens):
