@@ -207,3 +207,22 @@ def test_a_tail_holds_only_positions_of_committed_tokens():
     block = kv.tables["r"].blocks[1]
     kv.free(req)
     assert pool.tail_of == {block: (block_key(None, [0, 1, 2, 3]), (4, 30))}
+
+
+def test_the_block_a_requests_last_step_filled_is_registered_when_it_finishes():
+    """No commit follows a request's last step (the engine commits unfinished requests only): freeing it
+    registers the full blocks that step completed, so the same prompt again finds them."""
+    pool, kv, sched = make(budget=64)
+    first = fake_request("first", range(7))
+    sched.add(first)
+    finish_step(sched, sched.schedule())  # positions 0..6, output 7 sampled
+    (chunk,) = sched.schedule().chunks
+    assert (chunk.start, chunk.num_tokens) == (7, 1)
+    first.num_computed += 1  # position 7 (the output 7): block 1 is full now
+    first.out.ids.append(8)
+    sched.finish(first, RequestStatus.FINISHED_LENGTH)
+    assert pool.lookup(block_key(None, [0, 1, 2, 3]), [4, 5, 6, 7]) is not None
+    again = fake_request("again", [0, 1, 2, 3, 4, 5, 6, 7, 8])
+    sched.add(again)
+    (chunk,) = sched.schedule().chunks
+    assert again.num_cached_tokens == 8 and (chunk.start, chunk.num_tokens) == (8, 1)

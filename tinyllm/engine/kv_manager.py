@@ -84,20 +84,24 @@ class KVManager:
         del self.keys.get(req.request_id, [])[num_positions // self.block_size :]
 
     def free(self, req: Request) -> None:
-        """Release all of a request's blocks, tail first, so its prefix blocks stay cached longest; a partial
-        last block is recorded as a tail first."""
+        """Release all of a request's blocks, tail first, so its prefix blocks stay cached longest. First the
+        blocks its last step filled are registered (no commit follows a request's last step) and a partial
+        last block is recorded as a tail."""
         table = self.tables.pop(req.request_id, None)
         keys = self.keys.pop(req.request_id, None)
         if table is not None:
             if self.enable_prefix_caching:
-                self._record_tail(req, table, keys or [])
+                self._record(req, table, keys or [])
             table.release()
 
-    def _record_tail(self, req: Request, table: BlockTable, keys: list[bytes]) -> None:
+    def _record(self, req: Request, table: BlockTable, keys: list[bytes]) -> None:
         # Positions whose KV is of the request's committed tokens: a verification step that ended the request
         # computed drafts past its last accepted one (and the last sampled token is never computed).
+        P = self.block_size
         valid = min(req.num_computed, req.num_committed - 1)
-        i, n = divmod(max(0, valid), self.block_size)
-        if n and i < len(table) and i <= len(keys):
-            parent = keys[i - 1] if i else None
-            self.pool.register_tail(table.blocks[i], parent, req.tokens(i * self.block_size, valid))
+        i, n = divmod(max(0, valid), P)
+        while len(keys) < min(i, len(table)):
+            j = len(keys)
+            keys.append(self.pool.register(table.blocks[j], keys[-1] if keys else None, req.tokens(j * P, (j + 1) * P)))
+        if n and i < len(table) and i == len(keys):
+            self.pool.register_tail(table.blocks[i], keys[-1] if keys else None, req.tokens(i * P, valid))
