@@ -226,7 +226,10 @@ def test_prefix(folder, tmp_path):
     on, off = r["sharing"], r["no_sharing"]
     assert r["same_ids"] is True and r["requests"] == 4
     assert on["cached_tokens"] > 0 and off["cached_tokens"] == 0
-    assert on["cached_tokens"] % 16 == 0  # whole blocks only
+    again = r["repeated"]  # each prompt sent again alone: all but its last token cached, or nothing
+    assert again["sharing"]["requests"] == again["no_sharing"]["requests"] == 4
+    assert again["sharing"]["cached_tokens"] == r["prompt_tokens"] - 4 and again["no_sharing"]["cached_tokens"] == 0
+    assert positive(again["sharing"]["ttft_s"]["p50"]) and positive(r["repeated_ttft_p50_speedup"])
     assert 0 < off["peak_blocks_used"] <= r["blocks_without_sharing_in_theory"]
     assert 0 < on["blocks_per_running_request"] < off["blocks_per_running_request"]
     assert positive(on["all_prefilled_s"]) and on["output_tokens"] == off["output_tokens"] == 4 * 3
