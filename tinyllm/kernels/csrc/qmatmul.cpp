@@ -1,7 +1,7 @@
 // y[M, N] = x[M, K] @ W[N, K]^T with W kept as GGUF blocks, dequantized on the fly with float32 activations.
 // M = 1: each 32-weight sub-block is decoded in registers and FMA'd with the activation row (four
-// accumulators). M = 2..7: one decode serves a tile of up to six activation rows. M >= TL_TILE_MIN_M: rows are
-// decoded once into a small buffer and a register tile runs over it (tile.h). All three sum an output in one
+// accumulators). M = 2 up to tile_min_m: one decode serves a tile of up to six activation rows. From tile_min_m on,
+// rows are decoded once into a buffer and a register tile runs over it (tile.h). All three sum an output in one
 // order (four partial sums, joined the same way), so a row's result is the same bits at any M: rows are
 // batch-invariant, as the portable path's are. Threads take chunks of output rows. Large M on the module path
 // is the caller's BLAS on rows decoded by tl_dequantize.
@@ -10,9 +10,6 @@
 #include "tile.h"
 
 #include <algorithm>
-#ifndef TL_TILE_MIN_M
-#define TL_TILE_MIN_M 8
-#endif
 
 namespace tl {
 
@@ -20,6 +17,12 @@ struct Weight {
     const uint8_t* data;
     int64_t n, k, stride;  // rows, columns, bytes between rows
 };
+
+// The tile (tile.h) decodes a panel of weight rows in a burst between runs of FMAs over the previous panel, and
+// the hardware prefetchers, idle while those ran, are late for each burst: at a few activation rows the decode's
+// loads missed and waited for most of its time. Each line is fetched DECODE_AHEAD bytes before it is decoded
+// (8 and 32 KB measured the same; docs/benchmarks.md has the figures).
+constexpr int64_t DECODE_AHEAD = 16384;
 
 // Weight rows n0..n1 as float32 rows of k at out (leading dim ld); PACKED: as one strip packed for tile.h.
 template <int F, bool PACKED = false>
@@ -30,6 +33,10 @@ static void decode_rows(const Weight& w, int64_t n0, int64_t n1, float* out, int
         const uint8_t* row = w.data + n * w.stride;
         float* o = out + (n - n0) * ld;
         for (int64_t b = 0; b < num_blocks; ++b) {
+#ifdef TL_AVX2
+            for (int64_t at = 0; at < T::bytes; at += 64)
+                _mm_prefetch((const char*)row + b * T::bytes + DECODE_AHEAD + at, _MM_HINT_T0);
+#endif
 #ifdef TL_SIMD
             alignas(32) float ks[16];
             k_scales<F>(row + b * T::bytes, ks);
@@ -212,6 +219,18 @@ static void dot_rows(const uint8_t* row, int64_t num_blocks, const float* x, int
     dot_row_m<F, MT>(row, num_blocks, x, k, y, ldy);
 }
 
+// The fewest activation rows the tile serves; fewer go through dot_rows. With 16-lane tiles and the decode's
+// prefetch, the tile is the faster from 4 rows for the K-quants (whose decode in registers costs the most) and
+// from 7 for the other formats (paired runs of a model's matmuls per M, docs/benchmarks.md); the 8-lane tiles
+// from 8.
+template <int F> constexpr int64_t tile_min_m() {
+#ifdef TL_TILE16
+    return F == Q4_K || F == Q5_K || F == Q6_K ? 4 : 7;
+#else
+    return 8;
+#endif
+}
+
 template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t m, float* y, int64_t n0, int64_t n1) {
     const int64_t num_blocks = w.k / Traits<F>::block;
     if (m == 1) {
@@ -223,7 +242,7 @@ template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t
         return;
     }
 #ifdef TL_SIMD
-    if (m >= TL_TILE_MIN_M) {
+    if (m >= tile_min_m<F>()) {
         auto decode = [&w](int64_t r0, int64_t r1, float* out) { decode_rows<F, true>(w, r0, r1, out, w.k); };
         tile_rows(decode, w.k, x, m, y, w.n, n0, n1);  // x packed (matmul)
         return;
@@ -300,7 +319,7 @@ static void pack_chunk(void* ctx, int64_t c) {
 
 template <int F> static void matmul(const Weight& w, const float* x, int64_t m, float* y, int threads) {
 #ifdef TL_SIMD
-    if (m >= TL_TILE_MIN_M) {  // the tile kernel reads the activations packed (tile.h)
+    if (m >= tile_min_m<F>()) {  // the tile kernel reads the activations packed (tile.h)
         static thread_local std::vector<float> xs;
         if ((int64_t)xs.size() < m * w.k) xs.resize(m * w.k);
         PackJob job{x, xs.data(), m, w.k, m * w.k >= (1 << 16) ? 2 * (int64_t)std::max(1, threads) : 1};
