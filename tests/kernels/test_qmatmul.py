@@ -33,8 +33,8 @@ def assert_within_summation_bound(y: torch.Tensor, x: torch.Tensor, w_dense: tor
 
 
 @pytest.mark.parametrize("fmt", ALL)
-# 1: one-row kernel; 2, 7: decode-in-registers tiles; 8, 13, 64: decoded-buffer register tile (13 leaves a
-# remainder of activation rows); 300: the BLAS path.
+# 1: one-row kernel; 2 (up to 3 for the K-quants, 6 for the others; 7 on AVX2): decode-in-registers tiles; 7, 8,
+# 13, 64: decoded-buffer register tile (13 leaves a remainder of activation rows); 300: the BLAS path.
 @pytest.mark.parametrize("m", [1, 2, 7, 8, 13, 64, 300])
 def test_qmatmul_within_summation_bound(path, fmt, m):
     block = FORMATS[fmt].block_size
@@ -48,10 +48,11 @@ def test_qmatmul_within_summation_bound(path, fmt, m):
 
 @pytest.mark.parametrize("fmt", ALL)
 def test_a_row_is_the_same_bits_at_any_number_of_rows(path, fmt):
-    """The native kernels for one row, 2..7 rows (tiles of up to six, or three with AVX2's registers) and 8 or
-    more (the decoded-buffer register tile) sum every output in one order, so each row of a batch is the row
-    computed alone, bit for bit, at any thread count: what the native step's batch invariance rests on (it
-    calls the kernels at every M; the module path's BLAS above BLAS_MIN_M is not part of this)."""
+    """The native kernels for one row, a few rows (tiles of up to six, or three with AVX2's registers) and more
+    (the decoded-buffer register tile, from 4 to 8 rows by format and build) sum every output in one order, so
+    each row of a batch is the row computed alone, bit for bit, at any thread count: what the native step's
+    batch invariance rests on (it calls the kernels at every M; the module path's BLAS above BLAS_MIN_M is not
+    part of this)."""
     if path == "fallback":
         pytest.skip("F.linear makes no such promise")
     lib = native.library()
