@@ -58,18 +58,22 @@ def shared_workload(tokenizer, args) -> list[Work]:
     return [Work(system + s, args.output_tokens) for s in suffixes]
 
 
-def one_run(llm, args, work: list[Work], caching: bool) -> dict:
+def make_engine(llm, args, caching: bool, max_num_seqs: int):
     from ..engine.engine import Engine
 
     gc.collect()  # the previous run's pool goes before the next is allocated
-    engine = Engine(
+    return Engine(
         llm.parts,
-        max_num_seqs=len(work),
+        max_num_seqs=max_num_seqs,
         max_num_batched_tokens=args.max_batched_tokens,
         block_size=args.block_size,
         kv_memory_bytes=args.kv_memory_mb << 20,
         enable_prefix_caching=caching,
     )
+
+
+def one_run(llm, args, work: list[Work], caching: bool) -> dict:
+    engine = make_engine(llm, args, caching, max_num_seqs=len(work))
     r = drive_engine(engine, work, keep_ids=True, keep_timeline=True)
     r["all_prefilled_s"] = r["ttft_s"]["max"]  # every request arrives at once: the last first token
     r["pool_blocks"] = engine.pool_stats().total
@@ -78,17 +82,7 @@ def one_run(llm, args, work: list[Work], caching: bool) -> dict:
 
 def repeated(llm, args, work: list[Work], caching: bool) -> dict:
     """Each prompt run once, then sent again alone: the second's time to first token and cached tokens."""
-    from ..engine.engine import Engine
-
-    gc.collect()
-    engine = Engine(
-        llm.parts,
-        max_num_seqs=1,
-        max_num_batched_tokens=args.max_batched_tokens,
-        block_size=args.block_size,
-        kv_memory_bytes=args.kv_memory_mb << 20,
-        enable_prefix_caching=caching,
-    )
+    engine = make_engine(llm, args, caching, max_num_seqs=1)
     ttft, cached = [], 0
     for w in work:
         drive_engine(engine, [w])

@@ -69,12 +69,14 @@ class KVManager:
         """Register every newly full, computed block under its chained key."""
         if not self.enable_prefix_caching:
             return
-        table, keys = self.tables[req.request_id], self.keys[req.request_id]
+        self._register_full(req, self.tables[req.request_id], self.keys[req.request_id], req.num_computed)
+
+    def _register_full(self, req: Request, table: BlockTable, keys: list[bytes], num_positions: int) -> None:
+        """Register the table's blocks wholly within the first num_positions positions that have no key yet."""
         P = self.block_size
-        while len(keys) < req.num_computed // P:
+        while len(keys) < min(num_positions // P, len(table)):
             i = len(keys)
-            parent = keys[-1] if keys else None
-            keys.append(self.pool.register(table.blocks[i], parent, req.tokens(i * P, (i + 1) * P)))
+            keys.append(self.pool.register(table.blocks[i], keys[-1] if keys else None, req.tokens(i * P, (i + 1) * P)))
 
     def truncate(self, req: Request, num_positions: int) -> None:
         """Keep blocks for the first num_positions positions, release the rest (rollback)."""
@@ -98,10 +100,8 @@ class KVManager:
         # Positions whose KV is of the request's committed tokens: a verification step that ended the request
         # computed drafts past its last accepted one (and the last sampled token is never computed).
         P = self.block_size
-        valid = min(req.num_computed, req.num_committed - 1)
-        i, n = divmod(max(0, valid), P)
-        while len(keys) < min(i, len(table)):
-            j = len(keys)
-            keys.append(self.pool.register(table.blocks[j], keys[-1] if keys else None, req.tokens(j * P, (j + 1) * P)))
+        valid = max(0, min(req.num_computed, req.num_committed - 1))
+        self._register_full(req, table, keys, valid)
+        i, n = divmod(valid, P)
         if n and i < len(table) and i == len(keys):
             self.pool.register_tail(table.blocks[i], keys[-1] if keys else None, req.tokens(i * P, valid))
