@@ -120,15 +120,16 @@ def test_info_table_prints_every_field(tiny_gguf):
     info = json.loads(run("info", "--model", tiny_gguf, "--json").stdout)
     assert set(table) == set(info)  # lists of ids print too, not only lists of words
     assert table["family"] == "llama" and table["features"] == "none beyond a plain Llama decoder"
-    assert table["int8_activations"] == "none (float32 activations)"
+    assert table["integer_activations"] == "none (float32 activations)" and info["activation_bits"] == 32
 
 
 @pytest.mark.slow
 def test_int8_activations_flag(tmp_path):
     path = str(tmp_path / "q.gguf")
     write_gguf(random_tiny_llama(31), path, quant_types={"weight": "Q4_1"})
-    info = json.loads(run("info", "--model", path, "--weights", "native-int8", "--json").stdout)
-    assert info["int8_activations"] == ["Q4_1"]
+    for weights, bits in (("native-int8", 8), ("native-int24", 24), ("native", 32)):
+        info = json.loads(run("info", "--model", path, "--weights", weights, "--json").stdout)
+        assert info["integer_activations"] == ([] if bits == 32 else ["Q4_1"]) and info["activation_bits"] == bits
     r = run("generate", "the tin", "--model", path, "--weights", "native-int8", "--max-tokens", "4", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["usage"]["completion_tokens"] >= 1, r.stderr
     r = run("generate", "hi", "--model", path, "--weights", "int8")

@@ -209,7 +209,7 @@ def cmd_info(args) -> int:
     for key, value in info.items():
         if key == "features" and not value:
             value = ["none beyond a plain Llama decoder"]
-        if key == "int8_activations" and not value:
+        if key == "integer_activations" and not value:
             value = ["none (float32 activations)"]
         if isinstance(value, list):
             value = ", ".join(map(str, value))

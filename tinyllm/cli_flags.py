@@ -111,10 +111,11 @@ def add_model_args(p: argparse.ArgumentParser, device: bool = True) -> None:
     g.add_argument(
         "--weights",
         default=None,
-        choices=["native", "native-int8", "dequantized"],
-        help="native keeps GGUF block formats as blocks (the default on the CPU: least memory, fastest alone); "
-        "native-int8 also quantizes activations to 8 bits per 32 as llama.cpp does (faster, not exact); "
-        "dequantized expands them to float (faster when many requests are batched)",
+        choices=["native", "native-int8", "native-int24", "dequantized"],
+        help="native keeps GGUF block formats as blocks and multiplies them with float32 activations; "
+        "native-int24 takes the activations as three 8-bit limbs (within float32's rounding, faster decode; the "
+        "default on the CPU where the kernels have AVX-512 VNNI, native elsewhere); native-int8 quantizes them "
+        "to 8 bits per 32 as llama.cpp does (faster, not exact); dequantized expands the weights to float",
     )
     g.add_argument(
         "--quantize",

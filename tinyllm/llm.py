@@ -97,7 +97,8 @@ class LLM:
         parallel: ParallelConfig | None = None,
     ):
         """weights: "native" keeps GGUF block formats as blocks, "native-int8" too with activations quantized
-        to 8 bits per 32 (faster, not equal to the reference), "dequantized" expands them to float (the
+        to 8 bits per 32 (faster, not equal to the reference), "native-int24" to three 8-bit limbs (within
+        float32's rounding, faster where memory bounds decode), "dequantized" expands them to float (the
         reference); default native on the CPU. quantize: "int8" | "int4" quantizes a float model at load.
         tensor_parallel_size: split the model over that many processes (or `parallel`: where they meet,
         how long a silent one is waited for); close() stops them."""
@@ -354,7 +355,7 @@ class LLM:
     def info(self) -> dict:
         c = self.config
         from .model.features import model_features
-        from .model.quant_linear import quant_weights, weight_summary
+        from .model.quant_linear import activations, quant_weights, weight_summary
 
         n_params = sum(p.numel() for p in self.model.parameters())
         n_params += sum(w.shape[0] * w.shape[1] for w in quant_weights(self.model))
@@ -379,7 +380,7 @@ class LLM:
             "weight_types": self.weight_types,
             "weights_in_memory": memory,
             "weight_bytes": sum(m["bytes"] for m in memory.values()),
-            "int8_activations": sorted({w.fmt for w in quant_weights(self.model) if w.int8_activations}),
+            **activations(self.model),
             "kv_bytes_per_token": c.kv_bytes_per_token(self.model.dtype.itemsize),  # in the default kv_dtype
             "kv_bytes_per_token_by_kv_dtype": {
                 name: c.kv_bytes_per_token(bytes_per_value(dtype)) for name, dtype in KV_DTYPES.items()

@@ -56,7 +56,9 @@ def test_decode(folder, tmp_path):
     r = bench("decode", folder, tmp_path)
     modes = {row["mode"] for row in r["rows"]}
     assert {"none", "contiguous", "engine", "engine-f16", "engine-q8kv"} <= modes
-    assert not modes & {"engine-int8", "engine-int8-f16", "engine-int8-q8kv"}  # float weights: no 8-bit activations
+    assert {"engine-float", "engine-float-f16"} <= modes  # float32 activations, loaded beside
+    assert not modes & {"engine-int8", "engine-int8-f16", "engine-int8-q8kv", "engine-int24", "engine-int24-f16"}
+    # (float weights: no integer activations)
     assert ("reference" in modes) == HAS_REFERENCE
     for row in r["rows"]:
         assert row["new_tokens"] in (4, 8) and positive(row["wall_s"]) and positive(row["decode_tokens_per_s"])
@@ -88,10 +90,10 @@ def test_decode_and_load_beside_llamacpp(tmp_path):
         quant_types={"weight": "Q8_0"},
         pre="gpt-2",
     )
-    modes = ("--modes", "engine", "engine-int8", "engine-q8kv", "--llamacpp-kv", "f16", "q8_0")
+    modes = ("--modes", "engine", "engine-int8", "engine-int24", "engine-q8kv", "--llamacpp-kv", "f16", "q8_0")
     r = bench("decode", path, tmp_path / "d", "--no-reference", *modes)
     rows = {row["mode"]: row for row in r["rows"] if row["new_tokens"] == 8}
-    assert set(rows) == {"engine", "engine-int8", "engine-q8kv", "llama.cpp", "llama.cpp-q8kv"}
+    assert set(rows) == {"engine", "engine-int8", "engine-int24", "engine-q8kv", "llama.cpp", "llama.cpp-q8kv"}
     assert all(positive(rows[p]["decode_tokens_per_s"]) for p in ("llama.cpp", "llama.cpp-q8kv"))
     assert positive(r["ratios"]["engine_q8kv_over_llamacpp_q8kv"]["8"])
     q8, theirs = rows["engine-q8kv"]["memory_floor"], rows["llama.cpp-q8kv"]["memory_floor"]
@@ -105,7 +107,8 @@ def test_decode_and_load_beside_llamacpp(tmp_path):
     assert positive(r["ratios"]["engine_over_llamacpp"]["8"]) and positive(
         r["ratios"]["engine_int8_over_llamacpp"]["8"]
     )
-    assert positive(r["prefill"]["ours_int8_tokens_per_s"])
+    assert positive(r["prefill"]["ours_int8_tokens_per_s"]) and positive(r["prefill"]["ours_int24_tokens_per_s"])
+    assert positive(r["ratios"]["engine_int24_over_llamacpp"]["8"])
     assert positive(r["prefill"]["llamacpp_tokens_per_s"]) and positive(r["prefill"]["ours_over_llamacpp"])
     r = bench("load", path, tmp_path / "l", "--no-reference")
     assert positive(r["load"]["llamacpp_s"]) and r["load"]["ours_rss_added"] is not None

@@ -96,7 +96,7 @@ def test_quantize_on_float_gguf_and_its_misuses(tmp_path):
         LLM(q_path, quantize="int8")
     with pytest.raises(TinyLLMError, match="quantize must be one of int8, int4, got 'int3'"):
         LLM(float_path, quantize="int3")
-    with pytest.raises(TinyLLMError, match="weights must be one of native, native-int8, dequantized"):
+    with pytest.raises(TinyLLMError, match="weights must be one of native, native-int8, native-int24, dequantized"):
         LLM(float_path, weights="packed")
     with pytest.raises(TinyLLMError, match="runs on the CPU only"):
         LLM(q_path, weights="native", device="meta")

@@ -302,13 +302,17 @@ def pad_id(llm) -> int:
 
 
 def header(kind: str, args, models: Models) -> dict:
-    """The part every result file starts with: what ran, on what, with which options."""
+    """The part every result file starts with: what ran, on what, with which options (and the activations'
+    bits the main model's matmuls took: `--weights`, or its default on this CPU)."""
+    from ..model.quant_linear import activations
+
     options = {k: v for k, v in vars(args).items() if k not in ("func", "bench_run")}
     return {
         "bench": kind,
         "model": models.path,
         "machine": machine_info(),
         "options": options,
+        "activation_bits": activations(models.llm.model)["activation_bits"],
         "reference": f"transformers.LlamaForCausalLM ({options.get('dtype', 'float32')}, same weights)"
         if models.reference
         else None,

@@ -1,6 +1,7 @@
 """Greedy decode tokens/s of the reference loop with cache none vs contiguous, and of the engine (the product
-path: paged KV, float32 and float16; and with 8-bit activations, weights="native-int8", loaded beside), for
-growing numbers of new tokens, beside HF transformers' cached generate and llama.cpp at batch 1 on the same
+path: paged KV, float32 and float16, with `--weights` or its default; and each loaded beside with 8-bit
+activations, weights="native-int8", 24-bit ones, "native-int24", and float32 ones, "native"), for growing
+numbers of new tokens, beside HF transformers' cached generate and llama.cpp at batch 1 on the same
 weights; and prefill tokens/s of a long prompt through the engine, beside llama.cpp's. Beside each cached row,
 its memory floor (bound.py): the most tokens/s the bytes a decode step reads allow at the measured read rate.
 
@@ -25,6 +26,10 @@ MODES = [
     ("engine-int8-f16", dict(cache="paged", kv_dtype="float16")),
     ("engine-q8kv", dict(cache="paged", kv_dtype="q8_0")),
     ("engine-int8-q8kv", dict(cache="paged", kv_dtype="q8_0")),
+    ("engine-int24", dict(cache="paged")),  # and engine-int24*, weights="native-int24"
+    ("engine-int24-f16", dict(cache="paged", kv_dtype="float16")),
+    ("engine-float", dict(cache="paged")),  # and engine-float*, weights="native" (float32 activations)
+    ("engine-float-f16", dict(cache="paged", kv_dtype="float16")),
 ]
 # llama.cpp's KV settings (--llamacpp-kv): row name, its KV type and whether it runs flash attention (which a
 # quantized V cache needs). "f16" is its plain setting, the row named llama.cpp.
@@ -33,7 +38,9 @@ LLAMACPP_KV = {
     "f16-fa": ("llama.cpp-f16-fa", "f16", True),
     "q8_0": ("llama.cpp-q8kv", "q8_0", True),
 }
-INT8 = "engine-int8"
+INT8, INT24, FLOAT = "engine-int8", "engine-int24", "engine-float"
+# a row name's start -> the LLM it runs on (the rows named engine... otherwise run `--weights`, or its default)
+WEIGHTS_OF = {INT8: "native-int8", INT24: "native-int24", FLOAT: "native"}
 AIM_CACHED_OVER_NONE = 5.0  # at the longest run
 AIM_OVER_REFERENCE = 4.0  # contiguous vs HF generate, batch 1
 
@@ -110,19 +117,28 @@ def reference(ref, ids: list[int], n: int, pad: int) -> dict:
     }
 
 
-def int8_llm(models: common.Models):
-    """The same file with weights="native-int8", loaded once; None (and a note) where the model has no weight
-    in a format the mode covers."""
+def other_llm(models: common.Models, row: str):
+    """The LLM that rows named `row`... run on: the same file with weights="native-int8", "native-int24" or
+    "native", loaded once; None (and a note) where the model has no weight in a format the mode covers."""
     from ..errors import TinyLLMError
     from ..llm import LLM
 
-    if "native-int8" not in models.others:
+    weights = WEIGHTS_OF[row]
+    if weights not in models.others:
         try:
-            models.others["native-int8"] = LLM(models.path, weights="native-int8")
+            models.others[weights] = LLM(models.path, weights=weights)
         except TinyLLMError as exc:
-            print(f"skipping the {INT8} modes: {exc}")
-            models.others["native-int8"] = None
-    return models.others["native-int8"]
+            print(f"skipping the {row} modes: {exc}")
+            models.others[weights] = None
+    return models.others[weights]
+
+
+def runs_on(models: common.Models, name: str):
+    """The LLM a row runs on (None: skipped)."""
+    for row in sorted(WEIGHTS_OF, key=len, reverse=True):
+        if name == row or name.startswith(row + "-"):
+            return other_llm(models, row)
+    return models.llm
 
 
 def q8kv_refused(llm) -> str | None:
@@ -144,9 +160,9 @@ def runners(models: common.Models, ids: list[int], modes: list[str], peers=None)
     for name, options in MODES:
         if name.endswith("q8kv") and q8_refused:
             continue
-        runs_on = int8_llm(models) if name.startswith(INT8) and name in modes else llm
-        if name in modes and runs_on is not None:
-            out.append((name, lambda n, o=options, m=runs_on: ours(m, ids, n, o)))
+        target = runs_on(models, name) if name in modes else None
+        if target is not None:
+            out.append((name, lambda n, o=options, m=target: ours(m, ids, n, o)))
     if models.reference is not None:
         out.append(("reference", lambda n: reference(models.reference, ids, n, common.pad_id(llm))))
     for name, peer in (peers or {}).items():
@@ -205,6 +221,9 @@ def ratios(rows: list[dict], new_tokens: list[int]) -> dict:
         "engine_over_llamacpp": {},
         "engine_int8_over_engine": {},
         "engine_int8_over_llamacpp": {},
+        "engine_int24_over_engine": {},
+        "engine_int24_over_llamacpp": {},
+        "engine_float_over_llamacpp": {},
         "engine_q8kv_over_llamacpp_q8kv": {},
         "engine_int8_q8kv_over_llamacpp_q8kv": {},
     }
@@ -216,6 +235,9 @@ def ratios(rows: list[dict], new_tokens: list[int]) -> dict:
         out["engine_over_llamacpp"][n] = common.ratio(rate.get(("engine", n)), rate.get(("llama.cpp", n)))
         out["engine_int8_over_engine"][n] = common.ratio(rate.get((INT8, n)), rate.get(("engine", n)))
         out["engine_int8_over_llamacpp"][n] = common.ratio(rate.get((INT8, n)), rate.get(("llama.cpp", n)))
+        out["engine_int24_over_engine"][n] = common.ratio(rate.get((INT24, n)), rate.get(("engine", n)))
+        out["engine_int24_over_llamacpp"][n] = common.ratio(rate.get((INT24, n)), rate.get(("llama.cpp", n)))
+        out["engine_float_over_llamacpp"][n] = common.ratio(rate.get((FLOAT, n)), rate.get(("llama.cpp", n)))
         q8 = rate.get(("llama.cpp-q8kv", n))
         out["engine_q8kv_over_llamacpp_q8kv"][n] = common.ratio(rate.get(("engine-q8kv", n)), q8)
         out["engine_int8_q8kv_over_llamacpp_q8kv"][n] = common.ratio(rate.get(("engine-int8-q8kv", n)), q8)
@@ -272,7 +294,11 @@ def report(result: dict) -> str:
     lines.append(
         f"prefill {pf['prompt_tokens']} tok (tok/s): ours {pf['ours_tokens_per_s']:.1f}  llama.cpp "
         f"{'-' if pf['llamacpp_tokens_per_s'] is None else format(pf['llamacpp_tokens_per_s'], '.1f')}"
-        + (f"  ours, 8-bit activations {pf['ours_int8_tokens_per_s']:.1f}" if "ours_int8_tokens_per_s" in pf else "")
+        + "".join(
+            f"  ours, {label} activations {pf[f'ours_{name}_tokens_per_s']:.1f}"
+            for name, label in (("int8", "8-bit"), ("int24", "24-bit"), ("float", "float32"))
+            if f"ours_{name}_tokens_per_s" in pf
+        )
     )
     for r in result["rows"]:
         f = r.get("memory_floor")
@@ -323,10 +349,13 @@ def run(args, models: common.Models | None = None) -> dict:
     prompt = common.windows(common.corpus_ids(models.llm.tokenizer), [args.prefill_tokens], args.seed + 1)[0]
     repeats = max(2, args.repeats)
     result["prefill"] = llamacpp.prefill_pair(lambda: engine_prefill(models.llm, prompt), peer, prompt, repeats)
-    if models.others.get("native-int8") is not None:  # its prefill beside the same peer figure
-        int8 = models.others["native-int8"]
-        int8_s = min(engine_prefill(int8, prompt) for _ in range(repeats + 1))  # the first run sets up
-        result["prefill"]["ours_int8_tokens_per_s"] = len(prompt) / int8_s
+    others = (("native-int8", "int8"), ("native-int24", "int24"), ("native", "float"))
+    for weights, name in others:
+        key = f"ours_{name}_tokens_per_s"
+        other = models.others.get(weights)
+        if other is not None:  # its prefill beside the same peer figure
+            other_s = min(engine_prefill(other, prompt) for _ in range(repeats + 1))  # the first run sets up
+            result["prefill"][key] = len(prompt) / other_s
     for p in peers.values():
         llamacpp.close(p)
     add_memory_floors(result, models.llm.model)

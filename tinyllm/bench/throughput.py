@@ -244,18 +244,18 @@ def report(result: dict) -> str:
     lines += [row(f"HF static batch {r['batch_size']}", r) for r in result["reference_static"]]
     lines += [row(f"llama.cpp N={p['concurrency']}", p) for p in result["llamacpp_batched"]]
     lines += [f"{k}: {v:.2f}" if isinstance(v, float) else f"{k}: {v}" for k, v in result["comparison"].items()]
-    int8 = result.get("options", {}).get("weights") == "native-int8"
-    lines += [floor_line(c, int8) for c in result["closed"] if c.get("float32_floor")]
+    bits = result.get("activation_bits", 32)
+    lines += [floor_line(c, bits) for c in result["closed"] if c.get("float32_floor")]
     return "\n".join(lines)
 
 
-def floor_line(c: dict, int8: bool = False) -> str:
+def floor_line(c: dict, bits: int = 32) -> str:
     f = c["float32_floor"]
     return (
         f"float32 floor, N={c['concurrency']}: {f['float32_gmacs']:.1f} G multiply-adds, {f['float32_floor_s']:.2f} s "
         f"at the cores' {f['fma_gmacs_per_s']:.1f} G/s: at most {f['most_output_tokens_per_s']:.1f} output tok/s; "
         f"this run {c['output_tokens_per_s']:.1f}, {100 * f['share_of_floor']:.0f}% of that"
-        + (" (8-bit activations: integer dot products, not bound by it)" if int8 else "")
+        + (f" ({bits}-bit activations: integer dot products, not bound by it)" if bits != 32 else "")
     )
 
 

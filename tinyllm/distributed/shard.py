@@ -152,4 +152,4 @@ def row_shard(linear: nn.Module, start: int, stop: int, rank: int) -> nn.Module:
 def _block_columns(w: QuantWeight, start: int, stop: int) -> QuantWeight:
     fmt = w.format
     lo, hi = start // fmt.block_size * fmt.type_size, stop // fmt.block_size * fmt.type_size
-    return QuantWeight(w.data[:, lo:hi].contiguous(), w.fmt, (w.shape[0], stop - start), w.int8_activations)
+    return QuantWeight(w.data[:, lo:hi].contiguous(), w.fmt, (w.shape[0], stop - start), w.int8_activations, w.limbs)

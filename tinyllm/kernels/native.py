@@ -33,7 +33,7 @@ def load(path: Path) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
     lib.tl_qmatmul.argtypes = [ctypes.c_int, _PTR, _I64, _I64, _PTR, _I64, _I64, _PTR, ctypes.c_int]
     lib.tl_dequantize.argtypes = [ctypes.c_int, _PTR, _I64, _I64, _I64, _PTR, ctypes.c_int]
-    lib.tl_qmatmul_q8.argtypes = [ctypes.c_int, _PTR, _I64, _I64, _PTR, _I64, _PTR, ctypes.c_int]
+    lib.tl_qmatmul_q8.argtypes = [ctypes.c_int, _PTR, _I64, _I64, _PTR, _I64, _PTR, ctypes.c_int, _I64]
     lib.tl_q8_packed_bytes.argtypes = [ctypes.c_int, _I64, _I64]
     lib.tl_q8_packed_bytes.restype = _I64
     lib.tl_q8_pack.argtypes = [ctypes.c_int, _PTR, _I64, _I64, _I64, _PTR, ctypes.c_int]
@@ -41,7 +41,9 @@ def load(path: Path) -> ctypes.CDLL:
     lib.tl_qmatmul.restype = lib.tl_dequantize.restype = lib.tl_simd.restype = ctypes.c_int
     lib.tl_qmatmul_q8.restype = lib.tl_q8_supported.restype = ctypes.c_int
     lib.tl_q8_supported.argtypes = [ctypes.c_int]
-    lib.tl_quantize_q8.argtypes = [_PTR, _I64, _I64, _PTR, _PTR, _PTR]
+    lib.tl_q8_vnni512.argtypes = []
+    lib.tl_q8_vnni512.restype = ctypes.c_int
+    lib.tl_quantize_q8.argtypes = [_PTR, _I64, _I64, _I64, _PTR, _PTR, _PTR]
     lib.tl_quantize_q8.restype = None
     lib.tl_decode_layers.argtypes = [_PTR, _PTR, _PTR]
     lib.tl_decode_layers.restype = ctypes.c_int
@@ -117,25 +119,25 @@ def packed(lib, w: QuantWeight) -> torch.Tensor:
 
 
 def matmul_into(lib, x: torch.Tensor, m: int, w: QuantWeight, y: torch.Tensor) -> None:
-    """y [M, N] = x [M, K] @ W^T; x and y float32 and contiguous (x quantized to 8 bits first where the
+    """y [M, N] = x [M, K] @ W^T; x and y float32 and contiguous (x quantized to 8-bit limbs first where the
     weight says int8_activations)."""
     n, k = w.shape
     if w.int8_activations:
-        lib.tl_qmatmul_q8(
-            w.format.ggml_type, x.data_ptr(), m, k, packed(lib, w).data_ptr(), n, y.data_ptr(), kernel_threads()
-        )
+        data = packed(lib, w).data_ptr()
+        lib.tl_qmatmul_q8(w.format.ggml_type, x.data_ptr(), m, k, data, n, y.data_ptr(), kernel_threads(), w.limbs)
         return
     fmt_id, ptr, stride = _weight_args(w)[:3]
     lib.tl_qmatmul(fmt_id, x.data_ptr(), m, k, ptr, n, stride, y.data_ptr(), kernel_threads())
 
 
-def quantize_activations(lib, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The native kernels' 8-bit quantization of x [M, K] (float32, contiguous): q [M, K], d and sum [M, K/32]."""
+def quantize_activations(lib, x: torch.Tensor, limbs: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The native kernels' 8-bit quantization of x [M, K] (float32, contiguous) as `limbs` rows a row: q [M * L,
+    K], d and sum [M * L, K/32], limb l of row i at row i * L + l."""
     m, k = x.shape
-    q = torch.empty(m, k, dtype=torch.int8)
-    d = torch.empty(m, k // 32)
-    total = torch.empty(m, k // 32, dtype=torch.int32)
-    lib.tl_quantize_q8(x.data_ptr(), m, k, q.data_ptr(), d.data_ptr(), total.data_ptr())
+    q = torch.empty(m * limbs, k, dtype=torch.int8)
+    d = torch.empty(m * limbs, k // 32)
+    total = torch.empty(m * limbs, k // 32, dtype=torch.int32)
+    lib.tl_quantize_q8(x.data_ptr(), m, k, limbs, q.data_ptr(), d.data_ptr(), total.data_ptr())
     return q, d, total
 
 

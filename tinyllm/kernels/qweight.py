@@ -13,14 +13,18 @@ from .formats import FORMATS
 class QuantWeight:
     """`data` is uint8 [N, row_bytes] in the file's block layout; it may be a zero-copy view of a read-only
     mmap, so nothing here ever writes to it. int8_activations: multiply it with the activations quantized to
-    8 bits per 32 elements (opt-in, llama.cpp's arithmetic)."""
+    8 bits per 32 elements (opt-in, llama.cpp's arithmetic); with limbs 3, to three 8-bit limbs (24-bit
+    activations: the product within float32's rounding, at the 8-bit kernels' speed where memory bounds them)."""
 
     data: torch.Tensor  # [N, K // block_size * type_size] uint8
     fmt: str  # a key of FORMATS
     shape: tuple[int, int]  # (N, K) = (out_features, in_features)
     int8_activations: bool = False
+    limbs: int = 1  # 8-bit rows per activation row, where int8_activations
 
     def __post_init__(self):
+        if self.limbs not in (1, 3):
+            raise ValueError(f"limbs must be 1 (8-bit activations) or 3 (24-bit), got {self.limbs!r}")
         if self.fmt not in FORMATS:
             raise ValueError(f"unsupported quantization format {self.fmt!r}; supported: {', '.join(FORMATS)}")
         fmt = FORMATS[self.fmt]
@@ -59,4 +63,4 @@ class QuantWeight:
         """The chosen rows (an embedding lookup, or Q/K rows reordered at load) as a new QuantWeight."""
         index = torch.as_tensor(index, dtype=torch.long).reshape(-1)  # [R]
         picked = self.data.index_select(0, index)
-        return QuantWeight(picked, self.fmt, (int(index.numel()), self.shape[1]), self.int8_activations)
+        return QuantWeight(picked, self.fmt, (int(index.numel()), self.shape[1]), self.int8_activations, self.limbs)

@@ -26,8 +26,9 @@ from .hf_model import read_json, state_dict_from_hf
 from .quantize import QUANTIZE_MODES, quantize_state
 from .residency import release_unread_pages
 
-WEIGHT_MODES = ("native", "native-int8", "dequantized")
-NATIVE_MODES = ("native", "native-int8")
+WEIGHT_MODES = ("native", "native-int8", "native-int24", "dequantized")
+NATIVE_MODES = ("native", "native-int8", "native-int24")
+ACTIVATION_LIMBS = {"native-int8": 1, "native-int24": 3}  # the modes with integer activations: limbs of 8 bits
 
 
 @dataclass
@@ -43,10 +44,14 @@ class LoadedModel:
 
 @dataclass(frozen=True)
 class WeightOptions:
-    """How weights are held. weights: "native" keeps block formats as blocks (matmuls run on them),
+    """How weights are held. weights: "native" keeps block formats as blocks (matmuls run on them with float32
+    activations),
     "native-int8" does too and quantizes the activations of their matmuls to 8 bits per 32
-    (llama.cpp's arithmetic: faster, no longer equal to the reference), "dequantized" expands them to float at
-    load (the reference path); None picks native on the CPU and dequantized elsewhere. quantize: "int8"/"int4"
+    (llama.cpp's arithmetic: faster, no longer equal to the reference), "native-int24" to three 8-bit limbs
+    (24 bits per 32: the products within float32's rounding, at about the 8-bit mode's decode speed where
+    memory bounds it), "dequantized" expands them to float at
+    load (the reference path); None picks `default_cpu_weights()` on the CPU and dequantized elsewhere.
+    quantize: "int8"/"int4"
     turns a float model's weights into blocks at load."""
 
     weights: str | None = None
@@ -68,19 +73,32 @@ class WeightOptions:
         return self.weights in NATIVE_MODES or (self.weights is None and on_cpu)
 
 
+def default_cpu_weights() -> str:
+    """What weights=None means on the CPU: "native-int24" where the 8-bit kernel runs on AVX-512 VNNI (there
+    its three limbs decode faster than float32 activations at every model size measured and take prompts about
+    as fast: docs/benchmarks.md), else "native" (float32 activations: on AVX2 alone three limbs cost more
+    than float32 for prompts and batches)."""
+    lib = native.library()
+    return "native-int24" if lib is not None and lib.tl_q8_vnni512() else "native"
+
+
 def _int8_activations(model: nn.Module, options: WeightOptions, source: str) -> None:
-    """weights="native-int8": every weight kept as blocks multiplies 8-bit activations."""
-    if options.weights != "native-int8":
-        return
+    """weights="native-int8" / "native-int24" (or None where that is the CPU's default): every weight kept as
+    blocks multiplies activations quantized to one or three 8-bit limbs."""
     weights = quant_weights(model)
+    if not weights and options.weights is None:
+        return  # a float model, or one expanded to float
+    limbs = ACTIVATION_LIMBS.get(options.weights or default_cpu_weights())
+    if limbs is None:
+        return
     if not weights:
         raise TinyLLMError(
-            f"weights='native-int8' needs weights kept as blocks ({', '.join(FORMATS)}), and {source!r} has none"
-            " (a float model can be quantized at load with quantize='int8' or 'int4')"
+            f"weights={options.weights!r} needs weights kept as blocks ({', '.join(FORMATS)}), and {source!r} has"
+            " none (a float model can be quantized at load with quantize='int8' or 'int4')"
         )
     lib = native.library()
     for w in weights:
-        w.int8_activations = True
+        w.int8_activations, w.limbs = True, limbs
         if lib is not None:
             native.packed(lib, w)  # at load rather than in the first step
 
@@ -226,8 +244,8 @@ def load(
     weights: str | None = None,
     quantize: str | None = None,
 ) -> LoadedModel:
-    """weights: "native" | "native-int8" | "dequantized" | None (native on the CPU); quantize: None | "int8" |
-    "int4"."""
+    """weights: "native" | "native-int8" | "native-int24" | "dequantized" | None (`default_cpu_weights()` on the
+    CPU); quantize: None | "int8" | "int4"."""
     try:
         options = WeightOptions(weights, quantize)
     except ValueError as exc:

@@ -69,6 +69,16 @@ def quant_weights(model: nn.Module) -> list[QuantWeight]:
     return list(seen.values())
 
 
+def activations(model: nn.Module) -> dict:
+    """For `LLM.info()`: the formats whose matmuls take integer activations, and the activations' bits (32:
+    float32; 8 or 24: one or three 8-bit limbs)."""
+    integer = [w for w in quant_weights(model) if w.int8_activations]
+    return {
+        "integer_activations": sorted({w.fmt for w in integer}),
+        "activation_bits": 8 * max(w.limbs for w in integer) if integer else 32,
+    }
+
+
 def runs_native(model: nn.Module) -> bool:
     """Whether the model's quantized linears run in the native kernels (it has some, and they are built)."""
     return any(isinstance(m, QuantLinear) for m in model.modules()) and native_available()

@@ -480,30 +480,67 @@ struct Buffers {  // per calling thread, grown as needed
 
 struct QuantJob {
     const float* x;
-    int64_t k, rows;  // rows per chunk
+    int64_t k, rows, limbs;  // input rows per chunk, rows per input row
     Buffers* buf;
 };
 
+// r = x - q * d per element of a row quantized at q0, d0 with the stride of quantize_row, one rounding each.
+static void remainder(const float* x, int64_t k, int64_t stride, const int8_t* q0, const float* d0, float* r) {
+    for (int64_t b = 0; b < k / 32; ++b) {
+        const int8_t* q = q0 + 32 * b * stride;
+        const float d = d0[b * stride];
+        for (int e = 0; e < 32; ++e) r[32 * b + e] = std::fma(-(float)q[e], d, x[32 * b + e]);
+    }
+}
+
 void quantize_chunk(void* ctx, int64_t c) {
     const QuantJob& j = *static_cast<const QuantJob*>(ctx);
-    const int64_t kb = j.k / 32, m = j.buf->d.size() / kb;
-    for (int64_t i = c * j.rows; i < std::min(m, (c + 1) * j.rows); ++i)
-        quantize_row(j.x + i * j.k, j.k, m, j.buf->q.data() + i * 32, j.buf->d.data() + i, j.buf->sum.data() + i,
-                     j.buf->half.data() + i, j.buf->s.data() + i);
+    const int64_t kb = j.k / 32, m = j.buf->d.size() / kb, inputs = m / j.limbs;
+    static thread_local std::vector<float> rest;
+    if (j.limbs > 1) rest.resize(j.k);
+    for (int64_t i = c * j.rows; i < std::min(inputs, (c + 1) * j.rows); ++i) {
+        const float* x = j.x + i * j.k;
+        for (int64_t l = 0, at = i * j.limbs; l < j.limbs; ++l, ++at) {
+            int8_t* q = j.buf->q.data() + at * 32;
+            float* d = j.buf->d.data() + at;
+            quantize_row(x, j.k, m, q, d, j.buf->sum.data() + at, j.buf->half.data() + at, j.buf->s.data() + at);
+            if (l + 1 < j.limbs) remainder(x, j.k, m, q, d, rest.data()), x = rest.data();
+        }
+    }
+}
+
+// y [m, n] = the sum of the limbs' rows of part [m * limbs, n], the last limb first, columns split over threads.
+struct SumJob {
+    const float* part;
+    float* y;
+    int64_t m, n, limbs;
+    Chunks chunks;  // of columns
+};
+
+void sum_limbs(void* ctx, int64_t c) {
+    const SumJob& j = *static_cast<const SumJob*>(ctx);
+    for (int64_t i = 0; i < j.m; ++i) {
+        const float* p = j.part + i * j.limbs * j.n;
+        for (int64_t col = j.chunks.start[c]; col < j.chunks.start[c + 1]; ++col) {
+            float t = p[(j.limbs - 1) * j.n + col];
+            for (int64_t l = j.limbs - 2; l >= 0; --l) t += p[l * j.n + col];
+            j.y[i * j.n + col] = t;
+        }
+    }
 }
 
 }  // namespace
 
-Q8Act q8_quantize(const float* x, int64_t m, int64_t k, int threads) {
+Q8Act q8_quantize(const float* x, int64_t m, int64_t k, int threads, int64_t limbs) {
     static thread_local Buffers buf;
-    const int64_t kb = k / 32;
-    buf.q.resize(m * k);
-    for (auto* v : {&buf.d, &buf.s}) v->resize(m * kb);
-    for (auto* v : {&buf.sum, &buf.half}) v->resize(m * kb);
-    const int64_t rows = std::max<int64_t>(16, (m + 2 * threads - 1) / (2 * threads));
-    QuantJob job{x, k, rows, &buf};
-    pool().run(quantize_chunk, &job, (m + rows - 1) / rows, threads);
-    return Q8Act{buf.q.data(), buf.d.data(), buf.sum.data(), buf.half.data(), buf.s.data(), kb, m};
+    const int64_t kb = k / 32, rows = m * limbs;
+    buf.q.resize(rows * k);
+    for (auto* v : {&buf.d, &buf.s}) v->resize(rows * kb);
+    for (auto* v : {&buf.sum, &buf.half}) v->resize(rows * kb);
+    const int64_t per = std::max<int64_t>(16 / limbs, (m + 2 * threads - 1) / (2 * threads));
+    QuantJob job{x, k, per, limbs, &buf};
+    pool().run(quantize_chunk, &job, (m + per - 1) / per, threads);
+    return Q8Act{buf.q.data(), buf.d.data(), buf.sum.data(), buf.half.data(), buf.s.data(), kb, rows, limbs};
 }
 
 int q8_matmul(int fmt, const Q8Act& a, const uint8_t* packed, int64_t n, float* y, int threads) {
@@ -516,8 +553,15 @@ int q8_matmul(int fmt, const Q8Act& a, const uint8_t* packed, int64_t n, float* 
 #undef TL_Q8_CASE
         default: return -1;
     }
-    Job job{packed, n, bytes, &a, y, Chunks((n + GROUP - 1) / GROUP, threads)};
+    static thread_local std::vector<float> part;  // the limbs' rows, summed into y after
+    if (a.limbs > 1) part.resize(a.m * n);
+    Job job{packed, n, bytes, &a, a.limbs > 1 ? part.data() : y, Chunks((n + GROUP - 1) / GROUP, threads)};
     pool().run(run, &job, job.chunks.count, threads);
+    if (a.limbs > 1) {
+        SumJob sum{part.data(), y, a.m / a.limbs, n, a.limbs, Chunks((n + 15) / 16, threads)};  // of 16 columns
+        for (int64_t c = 0; c <= sum.chunks.count; ++c) sum.chunks.start[c] = std::min(n, 16 * sum.chunks.start[c]);
+        pool().run(sum_limbs, &sum, sum.chunks.count, threads);
+    }
     return 0;
 }
 
@@ -525,22 +569,33 @@ int q8_matmul(int fmt, const Q8Act& a, const uint8_t* packed, int64_t n, float* 
 
 extern "C" {
 
-// y[m, n] = x[m, k] @ W^T with x quantized per 32 (see above) and W packed by tl_q8_pack. Returns 0, or -1 for
-// a format without it.
+// y[m, n] = x[m, k] @ W^T with x quantized per 32 as `limbs` 8-bit rows each (see above) and W packed by
+// tl_q8_pack. Returns 0, or -1 for a format without it.
 int tl_qmatmul_q8(int fmt, const float* x, int64_t m, int64_t k, const uint8_t* packed, int64_t n, float* y,
-                  int threads) {
-    return tl::q8_matmul(fmt, tl::q8_quantize(x, m, k, threads), packed, n, y, threads);
+                  int threads, int64_t limbs) {
+    return tl::q8_matmul(fmt, tl::q8_quantize(x, m, k, threads, limbs), packed, n, y, threads);
 }
 
-// The quantization tl_qmatmul_q8 applies to x [m, k]: q [m, k], d and sum [m, k / 32] (for tests).
-void tl_quantize_q8(const float* x, int64_t m, int64_t k, int8_t* q, float* d, int32_t* sum) {
-    const tl::Q8Act a = tl::q8_quantize(x, m, k, 1);
+// The quantization tl_qmatmul_q8 applies to x [m, k]: q [m * limbs, k], d and sum [m * limbs, k / 32], limb l
+// of row i at row i * limbs + l (for tests).
+void tl_quantize_q8(const float* x, int64_t m, int64_t k, int64_t limbs, int8_t* q, float* d, int32_t* sum) {
+    const tl::Q8Act a = tl::q8_quantize(x, m, k, 1, limbs);
+    m = a.m;
     for (int64_t r = 0; r < m; ++r)
         for (int64_t b = 0; b < a.kb; ++b) {
             std::copy(a.q + (b * m + r) * 32, a.q + (b * m + r + 1) * 32, q + r * k + b * 32);
             d[r * a.kb + b] = a.d[b * m + r];
             sum[r * a.kb + b] = a.sum[b * m + r];
         }
+}
+
+// 1 where the kernel runs sixteen outputs a vector with VNNI (AVX-512), else 0.
+int tl_q8_vnni512() {
+#ifdef TL_Q8_512
+    return 1;
+#else
+    return 0;
+#endif
 }
 
 // 1 for the formats tl_qmatmul_q8 runs, else 0.

@@ -60,19 +60,26 @@ template <int F> struct Packed {
 
 // An activation matrix quantized per 32 elements, block-major: block b of row r at b * m + r, so the rows of a
 // kernel tile sit side by side at each block (one pointer and constant offsets, not one pointer a row).
+// With limbs L > 1 (24-bit activations: L = 3) each input row i is L rows, i * L + l for limb l: limb 0
+// quantizes the row, limb l the remainder the limbs before it left (x - sum of their q * d, each step one
+// rounding: fma), so that the row is the sum of its limbs' q * d up to 2^-8L of its block's max, and a product
+// with the weight the sum of the limbs' products.
 struct Q8Act {
     const int8_t* q;      // [K / 32, M, 32]
     const float* d;       // [K / 32, M]
     const int32_t* sum;   // [K / 32, M]: sum of the block's q
     const int32_t* half;  // [K / 32, M]: sum of its first 16 q (Q6_K's two scales)
     const float* s;       // [K / 32, M]: d * sum, as float32
-    int64_t kb, m;        // blocks per row, rows
+    int64_t kb, m;        // blocks per row, rows (limbs included)
+    int64_t limbs;        // rows per input row
 };
 
-// x [m, k] quantized into buffers of the calling thread (valid until its next call), rows split over threads.
-Q8Act q8_quantize(const float* x, int64_t m, int64_t k, int threads);
+// x [m, k] quantized into buffers of the calling thread (valid until its next call), rows split over threads,
+// each row as `limbs` rows (above).
+Q8Act q8_quantize(const float* x, int64_t m, int64_t k, int threads, int64_t limbs = 1);
 
-// y [a.m, n] = the quantized activations @ the packed weight^T. Returns 0, or -1 for a format without it.
+// y [a.m / a.limbs, n] = the quantized activations @ the packed weight^T, an input row's limbs summed last
+// first (the smallest first). Returns 0, or -1 for a format without it.
 int q8_matmul(int fmt, const Q8Act& a, const uint8_t* packed, int64_t n, float* y, int threads);
 
 }  // namespace tl

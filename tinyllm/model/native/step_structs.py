@@ -175,13 +175,16 @@ def _address(a: array, offset: int = 0) -> int:
 
 
 INT8_ACTIVATIONS = 256  # or'ed into a weight's type id: decode.cpp runs it with 8-bit activations (q8act.cpp)
+INT24_ACTIVATIONS = 512  # and this too: as three 8-bit limbs
 
 
 def _qw(w: QuantWeight) -> _QW:
     _, ptr, stride = _weight_args(w)[:3]
     if w.int8_activations:
         ptr = packed(library(), w).data_ptr()
-    fmt = FORMATS[w.fmt].ggml_type | (INT8_ACTIVATIONS if w.int8_activations else 0)
+    fmt = FORMATS[w.fmt].ggml_type
+    if w.int8_activations:
+        fmt |= INT8_ACTIVATIONS | (INT24_ACTIVATIONS if w.limbs == 3 else 0)
     return _QW(fmt, ptr, stride, w.shape[0], w.shape[1])
 
 

@@ -9,6 +9,7 @@ namespace tl {
 
 
 constexpr int64_t INT8_ACTIVATIONS = 256;  // or'ed into QW::fmt: 8-bit activations, data packed (q8act.h)
+constexpr int64_t INT24_ACTIVATIONS = 512;  // and this too: 24-bit activations (three 8-bit limbs, q8act.h)
 
 struct QW {  // a weight kept as GGUF blocks: [n, k]
     int64_t fmt;

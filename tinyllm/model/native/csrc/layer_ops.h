@@ -93,14 +93,17 @@ template <class F> static void for_rows(int64_t n, int threads, F&& f) {
 // `a`: x quantized to 8 bits (a projection's parts share it), or null where no part takes 8-bit activations.
 static void matmul(const QW& w, const float* x, const Q8Act* a, int64_t m, float* y, int threads) {
     if (w.fmt & INT8_ACTIVATIONS)
-        q8_matmul((int)(w.fmt & 255), *a, w.data, w.n, y, threads);
+        q8_matmul((int)(w.fmt & 255), *a, w.data, w.n, y, threads);  // a's limbs: w's (one mode a model)
     else
         tl_qmatmul((int)w.fmt, x, m, w.k, w.data, w.n, w.stride, y, threads);
 }
 
+// The 8-bit rows per activation row for w: 1, or 3 for 24-bit activations.
+static int64_t limbs(const QW& w) { return w.fmt & INT24_ACTIVATIONS ? 3 : 1; }
+
 static void matmul(const QW& w, const float* x, int64_t m, float* y, int threads) {
     if (!(w.fmt & INT8_ACTIVATIONS)) return matmul(w, x, nullptr, m, y, threads);
-    const Q8Act a = q8_quantize(x, m, w.k, threads);
+    const Q8Act a = q8_quantize(x, m, w.k, threads, limbs(w));
     matmul(w, x, &a, m, y, threads);
 }
 
@@ -111,7 +114,7 @@ static void matmul(const Proj& p, const float* x, int64_t m, float* y, float* pa
     bool int8 = false;
     for (int64_t i = 0; i < p.count; ++i) width += p.part[i].n, int8 |= (p.part[i].fmt & INT8_ACTIVATIONS) != 0;
     Q8Act a{};
-    if (int8) a = q8_quantize(x, m, p.part[0].k, threads);
+    if (int8) a = q8_quantize(x, m, p.part[0].k, threads, limbs(p.part[0]));
     for (int64_t i = 0; i < p.count; ++i) {
         const QW& w = p.part[i];
         matmul(w, x, &a, m, part, threads);
