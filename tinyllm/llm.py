@@ -103,7 +103,8 @@ class LLM:
         tensor_parallel_size: split the model over that many processes (or `parallel`: where they meet,
         how long a silent one is waited for); close() stops them."""
         parallel = parallel_config(tensor_parallel_size, parallel)
-        loaded = load(model, parse_dtype(dtype), device, weights=weights, quantize=quantize)
+        sharded = parallel.tensor_parallel_size > 1  # the blocks stay to be cut
+        loaded = load(model, parse_dtype(dtype), device, weights=weights, quantize=quantize, keep_blocks=sharded)
         self.path, self.format = loaded.path, loaded.format
         self.config, self.model, self.tokenizer = loaded.config, loaded.model, loaded.tokenizer
         self.eos_ids = loaded.eos_ids

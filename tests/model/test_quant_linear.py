@@ -10,7 +10,8 @@ import torch
 
 from helpers.model_files import random_tiny_llama, write_gguf
 from tinyllm import LLM
-from tinyllm.kernels import FORMATS
+from tinyllm.kernels import FORMATS, native
+from tinyllm.kernels.native import dequantize_rows
 from tinyllm.loading.loader import load
 from tinyllm.model.quant_linear import QuantEmbedding, QuantLinear, quant_weights
 
@@ -120,7 +121,7 @@ def test_quantized_tensors_view_the_mmap(tmp_path):
 
 @pytest.mark.slow
 def test_default_model_holds_its_blocks_not_floats():
-    loaded = load(None)
+    loaded = load(None, weights="native")
     copied = unfused_views_stay_in_the_mmap(loaded)
     c = loaded.config
     float32_bytes = 4 * sum(w.shape[0] * w.shape[1] for w in quant_weights(loaded.model))
@@ -128,6 +129,20 @@ def test_default_model_holds_its_blocks_not_floats():
     assert floats < 1 << 20  # norms only
     assert copied + floats < float32_bytes / 8  # the fused copies: 4.5-bit rows, never float32
     assert c.tie_word_embeddings and loaded.model.lm_head.parts[0] is loaded.model.model.embed_tokens.weight
+
+
+@pytest.mark.skipif(native.library() is None, reason="no native kernels on this machine")
+def test_with_integer_activations_only_the_embedding_keeps_its_blocks():
+    """Every other weight runs on its packed form alone: its blocks (fused copies, file views) are released, and
+    reading them again is refused; a model to be sharded keeps them."""
+    loaded = load(None, weights="native-int24")
+    embedding = loaded.model.model.embed_tokens.weight
+    others = [w for w in quant_weights(loaded.model) if w is not embedding]
+    assert others and all(w.data.is_meta and w.int8_activations for w in others) and not embedding.data.is_meta
+    with pytest.raises(ValueError, match=r"runs on its packed form only: its blocks were released"):
+        dequantize_rows(native.library(), others[0], 0, 1)
+    kept = load(None, weights="native-int24", keep_blocks=True)
+    assert not any(w.data.is_meta for w in quant_weights(kept.model))
 
 
 @pytest.fixture(scope="module")

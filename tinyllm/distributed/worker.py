@@ -51,7 +51,7 @@ class ModelSource:
             return torch.load(self.module_file, map_location=self.device, weights_only=False)
         from ..loading.loader import load
 
-        return load(self.path, self.dtype, self.device, weights=self.weights, quantize=self.quantize).model
+        return load(self.path, self.dtype, self.device, self.weights, self.quantize, keep_blocks=True).model  # to shard
 
 
 def worker_main(rank: int, config: ParallelConfig, source: ModelSource) -> None:

@@ -98,6 +98,8 @@ def _weight_args(w: QuantWeight) -> tuple:
     """(type id, data pointer, row stride) of the weight, kept on it: a decode step calls this ~200 times."""
     args = w.__dict__.get("_native_args")
     if args is None or args[3] is not w.data:
+        if w.data.is_meta:
+            raise ValueError(f"this {w.fmt} weight {w.shape} runs on its packed form only: its blocks were released")
         data = w.data if w.data.stride(1) == 1 else w.data.contiguous()
         args = (FORMATS[w.fmt].ggml_type, data.data_ptr(), data.stride(0), w.data, data)
         w.__dict__["_native_args"] = args
@@ -109,13 +111,24 @@ def packed(lib, w: QuantWeight) -> torch.Tensor:
     interleaved so that a vector lane is one output), made at the first call and kept on the weight."""
     got = w.__dict__.get("_q8_packed")
     if got is None or got[0] is not w.data:
-        fmt_id, ptr, stride = _weight_args(w)[:3]
+        fmt_id, ptr, stride = _weight_args(w)[:3]  # refuses released blocks
         n, k = w.shape
         out = torch.empty(lib.tl_q8_packed_bytes(fmt_id, n, k), dtype=torch.uint8)
         if lib.tl_q8_pack(fmt_id, ptr, n, k, stride, out.data_ptr(), kernel_threads()) != 0:
             raise ValueError(f"no 8-bit-activation kernel for {w.fmt}")
         got = w.__dict__["_q8_packed"] = (w.data, out)
     return got[1]
+
+
+def release_blocks(lib, w: QuantWeight) -> None:
+    """Packs a weight with integer activations, then drops its blocks (a copy made at load for fused or
+    reordered rows, or a view of the file mapping whose pages the loader then gives back): its matmuls read only
+    the packed form. `data` becomes a meta tensor of the same shape, so anything that would read the blocks
+    again (a repack, a row lookup, a shard) fails loudly."""
+    out = packed(lib, w)
+    w.data = torch.empty(w.data.shape, dtype=torch.uint8, device="meta")
+    w.__dict__["_q8_packed"] = (w.data, out)
+    w.__dict__.pop("_native_args", None)
 
 
 def matmul_into(lib, x: torch.Tensor, m: int, w: QuantWeight, y: torch.Tensor) -> None:

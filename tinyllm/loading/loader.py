@@ -56,6 +56,7 @@ class WeightOptions:
 
     weights: str | None = None
     quantize: str | None = None
+    keep_blocks: bool = False  # with integer activations: keep the blocks beside the packed form (to shard them)
 
     def __post_init__(self):
         if self.weights not in (None, *WEIGHT_MODES):
@@ -97,10 +98,15 @@ def _int8_activations(model: nn.Module, options: WeightOptions, source: str) -> 
             " none (a float model can be quantized at load with quantize='int8' or 'int4')"
         )
     lib = native.library()
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, QuantEmbedding)}  # rows looked up
     for w in weights:
         w.int8_activations, w.limbs = True, limbs
-        if lib is not None:
+        if lib is None:
+            continue
+        if options.keep_blocks or id(w) in embeddings:
             native.packed(lib, w)  # at load rather than in the first step
+        else:
+            native.release_blocks(lib, w)
 
 
 def _is_quantized(value) -> bool:
@@ -243,11 +249,13 @@ def load(
     device: str | torch.device = "cpu",
     weights: str | None = None,
     quantize: str | None = None,
+    keep_blocks: bool = False,
 ) -> LoadedModel:
     """weights: "native" | "native-int8" | "native-int24" | "dequantized" | None (`default_cpu_weights()` on the
-    CPU); quantize: None | "int8" | "int4"."""
+    CPU); quantize: None | "int8" | "int4". keep_blocks: keep the blocks of weights with integer activations
+    (a model to be sharded)."""
     try:
-        options = WeightOptions(weights, quantize)
+        options = WeightOptions(weights, quantize, keep_blocks)
     except ValueError as exc:
         raise TinyLLMError(str(exc)) from None
     path = default_model_path() if path is None else os.fspath(path)

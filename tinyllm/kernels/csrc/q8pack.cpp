@@ -43,6 +43,25 @@ template <int F> void sub_block(const uint8_t* b, int sub, int* c, int* s0, int*
     }
 }
 
+// Row r's four bytes at `at` (= codes + 4 r) of each vector its 32 codes c go to (q8act.h), written whole:
+// element e = 4 j + t is byte t of vector j (Q8_0), or the low (j < 4) or high nibble of vector j % 4's, its
+// bits above the nibble at bit bit(j) of plane(j)'s.
+template <int F> inline void codes(const int* c, uint8_t* at) {
+    using P = Packed<F>;
+    for (int t = 0; t < 4; ++t) {
+        if constexpr (!P::nibbles) {
+            for (int j = 0; j < 8; ++j) at[64 * j + t] = (uint8_t)c[4 * j + t];
+        } else {
+            for (int j = 0; j < 4; ++j) at[64 * j + t] = (uint8_t)((c[4 * j + t] & 15) | (c[16 + 4 * j + t] & 15) << 4);
+            if constexpr (P::high > 0) {
+                uint8_t planes[2] = {0, 0};
+                for (int j = 0; j < 8; ++j) planes[(P::plane(j) - 256) / 64] |= (uint8_t)((c[4 * j + t] >> 4) << P::bit(j));
+                for (int i = 0; i < P::high; ++i) at[256 + 64 * i + t] = planes[i];
+            }
+        }
+    }
+}
+
 struct PackJob {
     const uint8_t* data;
     int64_t n, k, stride;
@@ -74,16 +93,7 @@ template <int F> void pack_group(void* ctx, int64_t g) {
                     sub[r] = (uint8_t)s0;
                     sub[16 + r] = (uint8_t)s1;
                 }
-                uint8_t* codes = sub + P::ints;
-                for (int e = 0; e < 32; ++e) {
-                    const int jj = e / 4, at = 4 * (int)r + e % 4;
-                    if (!P::nibbles) {
-                        codes[64 * jj + at] = (uint8_t)c[e];
-                        continue;
-                    }
-                    codes[64 * (jj % 4) + at] |= (uint8_t)((c[e] & 15) << (jj < 4 ? 0 : 4));
-                    if (P::high) codes[P::plane(jj) + at] |= (uint8_t)((c[e] >> 4) << P::bit(jj));
-                }
+                codes<F>(c, sub + P::ints + 4 * r);
             }
         }
     }

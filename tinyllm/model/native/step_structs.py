@@ -179,9 +179,10 @@ INT24_ACTIVATIONS = 512  # and this too: as three 8-bit limbs
 
 
 def _qw(w: QuantWeight) -> _QW:
-    _, ptr, stride = _weight_args(w)[:3]
-    if w.int8_activations:
-        ptr = packed(library(), w).data_ptr()
+    if w.int8_activations:  # its packed form only (its blocks may be released)
+        ptr, stride = packed(library(), w).data_ptr(), w.row_bytes
+    else:
+        _, ptr, stride = _weight_args(w)[:3]
     fmt = FORMATS[w.fmt].ggml_type
     if w.int8_activations:
         fmt |= INT8_ACTIVATIONS | (INT24_ACTIVATIONS if w.limbs == 3 else 0)
