@@ -1,5 +1,6 @@
 """Quantized matmul kernels on a model's shapes (the default model's, or --model's): native qmatmul (float32
-activations, and 8-bit activations as weights="native-int8" runs it) vs float32 F.linear vs dequantize +
+activations, 8-bit ones as weights="native-int8" runs it and 24-bit ones as "native-int24") vs float32 F.linear
+vs dequantize +
 F.linear, per M, with GB/s of weight bytes read, and one whole decode token's matmuls.
 
 Weights are random blocks (timing does not depend on the values) with enough copies of each shape to exceed
@@ -98,15 +99,17 @@ def measure_shape(fmt: str, n: int, k: int, ms: list[int], min_time: float, cach
     copies = max(1, math.ceil(cache_mb * 2**20 / nbytes))
     ws = [random_weight(fmt, n, k, i) for i in range(copies)]
     ws8 = [QuantWeight(w.data, fmt, (n, k), int8_activations=True) for w in ws]
+    ws24 = [QuantWeight(w.data, fmt, (n, k), int8_activations=True, limbs=3) for w in ws]
     dense = [dequantize(w) for w in ws[: max(1, math.ceil(cache_mb * 2**20 / (n * k * 4)))]]
     rows = []
     for m in ms:
         x = torch.randn(m, k)
         with torch.inference_mode():
             t_q = best_time(qmatmul, [(x, w) for w in ws], min_time)
-            for w in ws8:  # packed for the 8-bit kernel at the first call, not in the timed rounds
+            for w in ws8 + ws24:  # packed for the 8-bit kernel at the first call, not in the timed rounds
                 qmatmul(x[:1], w)
             t_8 = best_time(qmatmul, [(x, w) for w in ws8], min_time)
+            t_24 = best_time(qmatmul, [(x, w) for w in ws24], min_time)
             t_f = best_time(F.linear, [(x, d) for d in dense], min_time)
             t_d = best_time(lambda x, w: F.linear(x, dequantize(w)), [(x, ws[0])], min_time / 3)
         rows.append(
@@ -118,6 +121,7 @@ def measure_shape(fmt: str, n: int, k: int, ms: list[int], min_time: float, cach
                 "weight_bytes": nbytes,
                 "native_s": t_q,
                 "native_int8_s": t_8,
+                "native_int24_s": t_24,
                 "float32_linear_s": t_f,
                 "dequantize_linear_s": t_d,
                 "native_gb_s": nbytes / t_q / 1e9,
@@ -153,6 +157,9 @@ def measured_token(m: int, min_time: float) -> dict:
     return out
 
 
+KERNEL_KEYS = ("native", "native_int8", "native_int24")  # float32, 8-bit and 24-bit activations
+
+
 def token_time(rows: list[dict], m: int, key: str, shapes: list) -> float:
     """Seconds of one decode step's matmuls at this M: each shape's time times its uses per token."""
     uses = {(f, n, k): u for f, n, k, u in shapes}
@@ -162,13 +169,15 @@ def token_time(rows: list[dict], m: int, key: str, shapes: list) -> float:
 def report(result: dict) -> str:
     lines = [
         f"native kernels: {result['native']}  threads: {result['machine']['torch_threads']}",
-        f"{'shape':>18s} {'M':>4s} {'native ms':>10s} {'int8 ms':>8s} {'f32 ms':>9s} {'deq+f32 ms':>11s} "
+        f"{'shape':>18s} {'M':>4s} {'native ms':>10s} {'int8 ms':>8s} {'int24 ms':>9s} {'f32 ms':>9s} "
+        f"{'deq+f32 ms':>11s} "
         f"{'x f32':>6s} {'native GB/s':>11s} {'f32 GB/s':>9s}",
     ]
     for r in result["rows"]:
         shape = f"{r['fmt']} {r['n']}x{r['k']}"
         lines.append(
             f"{shape:>18s} {r['m']:4d} {r['native_s'] * 1e3:10.3f} {r['native_int8_s'] * 1e3:8.3f} "
+            f"{r['native_int24_s'] * 1e3:9.3f} "
             f"{r['float32_linear_s'] * 1e3:9.3f} "
             f"{r['dequantize_linear_s'] * 1e3:11.3f} {r['float32_linear_s'] / r['native_s']:6.2f} "
             f"{r['native_gb_s']:11.1f} {r['float32_gb_s']:9.1f}"
@@ -177,7 +186,8 @@ def report(result: dict) -> str:
     for m, t in result["token_ms"].items():
         lines.append(
             f"{count} matmuls of one step at M={m}, sum of the cells above: native {t['native']:.2f} ms, "
-            f"8-bit activations {t['native_int8']:.2f} ms, float32 F.linear {t['float32']:.2f} ms"
+            f"8-bit activations {t['native_int8']:.2f} ms, 24-bit {t['native_int24']:.2f} ms, float32 F.linear "
+            f"{t['float32']:.2f} ms"
         )
     for m, t in result["token_measured"].items():
         lines.append(
@@ -190,7 +200,11 @@ def report(result: dict) -> str:
 
 def draw(result: dict):
     ms = list(result["token_ms"])
-    modes = {"native (float32 activations)": "native", "native, 8-bit activations": "native_int8"}
+    modes = {
+        "native (float32 activations)": "native",
+        "native, 8-bit activations": "native_int8",
+        "native, 24-bit activations": "native_int24",
+    }
     modes["float32 F.linear"] = "float32"
 
     def plot(fig):
@@ -218,7 +232,7 @@ def run(args) -> dict:
     for fmt, n, k, _ in shapes:
         result["rows"] += measure_shape(fmt, n, k, args.m, args.min_time, args.cache_mb)
     result["token_ms"] = {
-        m: {key: token_time(result["rows"], m, f"{key}_s", shapes) * 1e3 for key in ("native", "native_int8")}
+        m: {key: token_time(result["rows"], m, f"{key}_s", shapes) * 1e3 for key in KERNEL_KEYS}
         | {"float32": token_time(result["rows"], m, "float32_linear_s", shapes) * 1e3}
         for m in args.m
     }
