@@ -114,7 +114,8 @@ def add_model_args(p: argparse.ArgumentParser, device: bool = True) -> None:
         choices=["native", "native-int8", "native-int24", "dequantized"],
         help="native keeps GGUF block formats as blocks and multiplies them with float32 activations; "
         "native-int24 takes the activations as three 8-bit limbs (within float32's rounding, faster decode; the "
-        "default on the CPU where the kernels have AVX-512 VNNI, native elsewhere); native-int8 quantizes them "
+        "default for models of 256 MiB and up where the kernels have AVX-512 VNNI, native otherwise); "
+        "native-int8 quantizes them "
         "to 8 bits per 32 as llama.cpp does (faster, not exact); dequantized expands the weights to float",
     )
     g.add_argument(

@@ -63,12 +63,17 @@ def test_the_loader_flags_the_weights_it_covers(gguf, llm, mode):
         LLM(gguf["q4_1"], weights=mode, device="meta")
 
 
-def test_the_default_is_24_bits_where_the_kernel_has_avx512_vnni(gguf):
-    """weights=None on the CPU: three limbs where the 8-bit kernel runs on AVX-512 VNNI, float32 elsewhere; a
-    float model has nothing to flag and loads as before."""
-    expected = 3 if native.library().tl_q8_vnni512() else None
-    default = {(w.int8_activations, w.limbs) for w in quant_weights(LLM(gguf["q4_1"]).model)}
-    assert default == ({(True, 3)} if expected else {(False, 1)})
+def test_the_default_is_24_bits_for_large_weights_where_the_kernel_has_avx512_vnni(gguf, monkeypatch):
+    """weights=None on the CPU: three limbs for a model of INT24_MIN_BYTES of blocks or more where the 8-bit
+    kernel runs on AVX-512 VNNI, float32 elsewhere; a float model has nothing to flag."""
+    from tinyllm.loading import loader
+
+    def default(path):
+        return {(w.int8_activations, w.limbs) for w in quant_weights(LLM(path).model)}
+
+    assert default(gguf["q4_1"]) == {(False, 1)}  # a small model
+    monkeypatch.setattr(loader, "INT24_MIN_BYTES", 0)
+    assert default(gguf["q4_1"]) == ({(True, 3)} if native.library().tl_q8_vnni512() else {(False, 1)})
     assert LLM(gguf["float"]).info()["activation_bits"] == 32
 
 

@@ -10,7 +10,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..errors import TinyLLMError
-from ..kernels import dequantize, native
+from ..kernels import QuantWeight, dequantize, native
 from ..kernels.formats import FORMATS
 from ..model.llama import LlamaForCausalLM, rotary_tables
 from ..model.plan import ModelPlan
@@ -50,7 +50,7 @@ class WeightOptions:
     (llama.cpp's arithmetic: faster, no longer equal to the reference), "native-int24" to three 8-bit limbs
     (24 bits per 32: the products within float32's rounding, at about the 8-bit mode's decode speed where
     memory bounds it), "dequantized" expands them to float at
-    load (the reference path); None picks `default_cpu_weights()` on the CPU and dequantized elsewhere.
+    load (the reference path); None picks `default_cpu_weights` on the CPU and dequantized elsewhere.
     quantize: "int8"/"int4"
     turns a float model's weights into blocks at load."""
 
@@ -74,13 +74,19 @@ class WeightOptions:
         return self.weights in NATIVE_MODES or (self.weights is None and on_cpu)
 
 
-def default_cpu_weights() -> str:
-    """What weights=None means on the CPU: "native-int24" where the 8-bit kernel runs on AVX-512 VNNI (there
-    its three limbs decode faster than float32 activations at every model size measured and take prompts about
-    as fast: docs/benchmarks.md), else "native" (float32 activations: on AVX2 alone three limbs cost more
-    than float32 for prompts and batches)."""
+INT24_MIN_BYTES = 256 << 20  # block weights from which weights=None takes 24-bit activations (with VNNI)
+
+
+def default_cpu_weights(weights: list[QuantWeight]) -> str:
+    """What weights=None means on the CPU for a model holding these block weights: "native-int24" where they
+    take INT24_MIN_BYTES or more and the 8-bit kernel runs on AVX-512 VNNI, else "native" (float32
+    activations). Both give float32-level results. Measured (docs/benchmarks.md): from 0.5B parameters on, 24-bit
+    activations decode 1.4-2.4x faster and take prompts at 0.86-1.01x the speed; on a 135M model they decode
+    1.25x faster but take prompts at 0.81x and 32 concurrent requests at 0.85x; without AVX-512 three limbs cost
+    more than float32 for prompts and batches."""
     lib = native.library()
-    return "native-int24" if lib is not None and lib.tl_q8_vnni512() else "native"
+    large = sum(w.data.numel() for w in weights) >= INT24_MIN_BYTES
+    return "native-int24" if large and lib is not None and lib.tl_q8_vnni512() else "native"
 
 
 def _int8_activations(model: nn.Module, options: WeightOptions, source: str) -> None:
@@ -89,7 +95,7 @@ def _int8_activations(model: nn.Module, options: WeightOptions, source: str) -> 
     weights = quant_weights(model)
     if not weights and options.weights is None:
         return  # a float model, or one expanded to float
-    limbs = ACTIVATION_LIMBS.get(options.weights or default_cpu_weights())
+    limbs = ACTIVATION_LIMBS.get(options.weights or default_cpu_weights(weights))
     if limbs is None:
         return
     if not weights:
@@ -251,7 +257,7 @@ def load(
     quantize: str | None = None,
     keep_blocks: bool = False,
 ) -> LoadedModel:
-    """weights: "native" | "native-int8" | "native-int24" | "dequantized" | None (`default_cpu_weights()` on the
+    """weights: "native" | "native-int8" | "native-int24" | "dequantized" | None (`default_cpu_weights` on the
     CPU); quantize: None | "int8" | "int4". keep_blocks: keep the blocks of weights with integer activations
     (a model to be sharded)."""
     try:
