@@ -1,5 +1,6 @@
 """24-bit activations (weights="native-int24"): each activation row quantized as three 8-bit limbs, the 8-bit
-kernel run on them as rows, their products summed.
+kernel run on them as rows, their products summed. (That a row is the same alone, batched, at any thread count
+and in every build: tests/kernels/test_q8act.py, with limbs 3.)
 
 The limbs are compared bit for bit with their PyTorch form (`quantize_limbs`). The matmul is held to a bound
 built from that form. Per limb and output the kernel sums each 32-element block's products exactly in an
@@ -13,26 +14,18 @@ limb's float32 q d by the float32 weight (K roundings a dot product): gamma_(K +
 
 import pytest
 import torch
+from test_q8act import int8_weight, magnitudes  # magnitudes: |d q| + |m| per weight (added apart)
 
-from helpers.quant_blocks import random_blocks, weight
 from tinyllm.kernels import QuantWeight, dequantize, native, qmatmul
 from tinyllm.kernels.formats import FORMATS
 from tinyllm.kernels.q8act import dequantize_activations, quantize_limbs
-from tinyllm.kernels.threads import kernel_threads
 
 U = 2.0**-24
 LIMBS = 3
 
 
 def int24_weight(fmt: str, n: int, k: int, seed: int, every_code: bool = False) -> QuantWeight:
-    data = torch.from_numpy(random_blocks(fmt, n, k, seed, scale=1.0)) if every_code else weight(fmt, n, k, seed).data
-    return QuantWeight(data, fmt, (n, k), int8_activations=True, limbs=LIMBS)
-
-
-def magnitudes(w: QuantWeight) -> torch.Tensor:
-    from test_q8act import magnitudes as of  # |d q| + |m| per weight (the kernel adds the two apart)
-
-    return of(w)
+    return int8_weight(fmt, n, k, seed, every_code, limbs=LIMBS)
 
 
 def taken(x: torch.Tensor) -> list[torch.Tensor]:
@@ -121,47 +114,6 @@ def test_two_limbs_would_be_outside_the_bound():
             lib.tl_qmatmul_q8(w.format.ggml_type, x.data_ptr(), 5, k, data, n, y[limbs].data_ptr(), 1, limbs)
         assert torch.equal(y[LIMBS], qmatmul(x, w))
         assert excess(y[LIMBS], x, w) <= 0 < excess(y[2], x, w), fmt
-
-
-@pytest.mark.parametrize("fmt", ["Q4_0", "Q4_K", "Q6_K", "Q8_0"])
-def test_a_row_is_the_same_alone_batched_and_at_any_thread_count(fmt):
-    if native.library() is None:
-        pytest.skip("no native kernels on this machine")
-    k = 3 * FORMATS[fmt].block_size
-    w = int24_weight(fmt, 203, k, seed=1)
-    x = torch.randn(9, k, generator=torch.Generator().manual_seed(2))
-    before = torch.get_num_threads()
-    try:
-        outs = []
-        for threads in (1, 2, 3):
-            torch.set_num_threads(threads)
-            assert kernel_threads() == threads
-            outs.append(qmatmul(x, w))
-            for i in range(9):
-                assert torch.equal(qmatmul(x[i : i + 1], w)[0], outs[-1][i])
-        assert all(torch.equal(o, outs[0]) for o in outs)
-    finally:
-        torch.set_num_threads(before)
-
-
-@pytest.mark.parametrize("fmt", ["Q4_1", "Q5_K", "Q6_K"])
-def test_the_builds_give_the_same_bits(fmt, monkeypatch):
-    k = 3 * FORMATS[fmt].block_size
-    w = int24_weight(fmt, 37, k, seed=4, every_code=True)
-    x = torch.randn(13, k, generator=torch.Generator().manual_seed(5)) * 2
-    outs = {}
-    for build in ("native", "avx2", "scalar"):
-        if build == "avx2" and "avx2" not in native.cpu_features().split():
-            continue
-        monkeypatch.setenv("TINYLLM_NATIVE", "1" if build == "native" else build)
-        native.reset()
-        if native.library() is None:
-            pytest.skip("no native kernels on this machine")
-        outs[build] = qmatmul(x, w)
-    native.reset()
-    first = outs.pop("native")
-    for build, y in outs.items():
-        assert torch.equal(y, first), build
 
 
 def test_limbs_are_checked_and_survive_row_picks():

@@ -21,13 +21,11 @@ MIN_CODES = {"Q4_1": (4, 20), "Q5_1": (4, 24), "Q4_K": (16, 144), "Q5_K": (16, 1
 # codes, for the formats with a minimum
 
 
-def int8_weight(fmt: str, n: int, k: int, seed: int, every_code: bool = False) -> QuantWeight:
-    """gguf's quantizer, or (every_code) random bytes where every code occurs, Q8_0's -128 included."""
-    if every_code:
-        data = torch.from_numpy(random_blocks(fmt, n, k, seed, scale=1.0))
-        return QuantWeight(data, fmt, (n, k), int8_activations=True)
-    w = weight(fmt, n, k, seed)
-    return QuantWeight(w.data, fmt, (n, k), int8_activations=True)
+def int8_weight(fmt: str, n: int, k: int, seed: int, every_code: bool = False, limbs: int = 1) -> QuantWeight:
+    """gguf's quantizer, or (every_code) random bytes where every code occurs, Q8_0's -128 included; limbs 3:
+    for 24-bit activations."""
+    data = torch.from_numpy(random_blocks(fmt, n, k, seed, scale=1.0)) if every_code else weight(fmt, n, k, seed).data
+    return QuantWeight(data, fmt, (n, k), int8_activations=True, limbs=limbs)
 
 
 def magnitudes(w: QuantWeight) -> torch.Tensor:
@@ -102,13 +100,15 @@ def test_matmul_within_bound_of_the_pytorch_form(path, fmt, m):
         assert_within_bound(y, x, w)
 
 
+@pytest.mark.parametrize("limbs", [1, 3])
 @pytest.mark.parametrize("fmt", list(FORMATS))
-def test_a_row_is_the_same_alone_batched_and_at_any_thread_count(fmt):
-    """Every output is one chain of the same operations whatever M and the thread count are: bit for bit."""
+def test_a_row_is_the_same_alone_batched_and_at_any_thread_count(fmt, limbs):
+    """Every output is one chain of the same operations whatever M and the thread count are: bit for bit (and
+    with 24-bit activations, its limbs' sum)."""
     if native.library() is None:
         pytest.skip("no native kernels on this machine")
     k = 3 * FORMATS[fmt].block_size
-    w = int8_weight(fmt, 203, k, seed=1)
+    w = int8_weight(fmt, 203, k, seed=1, limbs=limbs)
     x = torch.randn(9, k, generator=torch.Generator().manual_seed(2))
     before = torch.get_num_threads()
     try:
@@ -124,11 +124,12 @@ def test_a_row_is_the_same_alone_batched_and_at_any_thread_count(fmt):
         torch.set_num_threads(before)
 
 
+@pytest.mark.parametrize("limbs", [1, 3])
 @pytest.mark.parametrize("fmt", list(FORMATS))
-def test_the_builds_give_the_same_bits(fmt, monkeypatch):
+def test_the_builds_give_the_same_bits(fmt, limbs, monkeypatch):
     """The AVX-512, AVX2 and portable builds run the same operations per output: equal bit for bit."""
     k = 3 * FORMATS[fmt].block_size
-    w = int8_weight(fmt, 37, k, seed=4, every_code=True)
+    w = int8_weight(fmt, 37, k, seed=4, every_code=True, limbs=limbs)
     x = torch.randn(13, k, generator=torch.Generator().manual_seed(5)) * 2
     outs = {}
     for build in ("native", "avx2", "scalar"):
