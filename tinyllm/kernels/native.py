@@ -20,7 +20,6 @@ import torch
 
 from .build import LIB_NAME, build, cache_root, cpu_features, find_compiler, flags
 from .formats import FORMATS
-from .pages import empty_huge
 from .qweight import QuantWeight
 from .threads import kernel_threads
 
@@ -114,7 +113,7 @@ def packed(lib, w: QuantWeight) -> torch.Tensor:
     if got is None or got[0] is not w.data:
         fmt_id, ptr, stride = _weight_args(w)[:3]  # refuses released blocks
         n, k = w.shape
-        out = empty_huge(lib.tl_q8_packed_bytes(fmt_id, n, k))
+        out = torch.empty(lib.tl_q8_packed_bytes(fmt_id, n, k), dtype=torch.uint8)
         if lib.tl_q8_pack(fmt_id, ptr, n, k, stride, out.data_ptr(), kernel_threads()) != 0:
             raise ValueError(f"no 8-bit-activation kernel for {w.fmt}")
         got = w.__dict__["_q8_packed"] = (w.data, out)

@@ -10,13 +10,27 @@ a later read maps the page again from the page cache), so resident memory is wha
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import mmap
+import sys
 
 import numpy as np
 from torch import nn
 
-from ..kernels.pages import MADV_DONTNEED, madvise
 from ..model.quant_linear import quant_weights
+
+MADV_DONTNEED = 4  # Linux
+
+
+def _madvise():
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    fn = libc.madvise
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
 
 
 def unread_ranges(start: int, stop: int, kept: list[tuple[int, int]], page: int) -> list[tuple[int, int]]:
@@ -34,7 +48,7 @@ def unread_ranges(start: int, stop: int, kept: list[tuple[int, int]], page: int)
 def release_unread_pages(mapping: np.memmap, model: nn.Module) -> int:
     """Drop this process's resident pages of `mapping` outside the weights that the float kernels read in place;
     returns the bytes of address range released (0 where the OS has no madvise)."""
-    advise = madvise()
+    advise = _madvise()
     if advise is None or mapping.size == 0:
         return 0
     start = mapping.ctypes.data
