@@ -1,4 +1,4 @@
-// y[M, N] = x[M, K] @ W[N, K]^T with the activations quantized to 8 bits (opt-in: weights="native-int8").
+// y[M, N] = x[M, K] @ W[N, K]^T with the activations quantized to 8 bits (weights="native-int8").
 // Each 32-element block of an activation row becomes d = max|x| / 127 and q = x * (1 / d) rounded to nearest
 // even (so |q| <= 127), the arithmetic llama.cpp's q8 activations use. The weight comes packed (q8act.h):
 // sixteen rows' codes interleaved so that one vector lane is one output. Per output and block, the 32
@@ -8,7 +8,8 @@
 //     acc = fma(m_w, d_x * sum q, acc)         [formats with a minimum]
 // in K order, one chain per output. Every output is those operations in that order whatever M is, however
 // many threads run, and in the AVX-512, AVX2 and portable builds alike, so a token's row does not depend on
-// the rows beside it.
+// the rows beside it. With 24-bit activations (weights="native-int24") a row is three rows of 8-bit limbs
+// (q8act.h): each runs as above, and the row's outputs are their sum, the last limb's first.
 #include "q8act.h"
 #include "pool.h"
 
