@@ -33,6 +33,7 @@ def run(engine, prompts, params):
     "spec",
     [
         SpeculativeConfig("ngram", num_draft_tokens=3),
+        SpeculativeConfig("ngram", num_draft_tokens=3, pacing=False),
         SpeculativeConfig("draft", num_draft_tokens=2, draft_layers=2),
         SpeculativeConfig("draft", num_draft_tokens=3, draft_layers=3),
     ],
@@ -57,3 +58,19 @@ def test_engine_speculative_with_preemption(llm):
     tight = run(Engine(llm.parts, speculative=spec, max_num_seqs=5, block_size=4, num_blocks=14), workload(), params)
     assert [g.ids for g in tight] == [g.ids for g in plain]
     assert sum(g.stats["preemptions"] for g in tight) > 0
+
+
+def test_pacing_drafts_less_after_rejections_and_changes_no_token(llm):
+    """A 1-layer self-draft of this random model is mostly rejected: paced, a request drafts at fewer steps
+    than unpaced (each paused step is a plain one) and gives the same tokens."""
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    options = dict(max_num_seqs=5, block_size=4, num_blocks=200)
+    out = {}
+    for pacing in (True, False):
+        spec = SpeculativeConfig("draft", num_draft_tokens=3, draft_layers=1, pacing=pacing)
+        out[pacing] = run(Engine(llm.parts, speculative=spec, **options), workload(), params)
+    assert [g.ids for g in out[True]] == [g.ids for g in out[False]]
+    drafted = {p: sum(g.stats["drafted"] for g in gens) for p, gens in out.items()}
+    accepted = {p: sum(g.stats["accepted"] for g in gens) for p, gens in out.items()}
+    assert accepted[False] < drafted[False] / 2  # mostly rejected, so pacing has something to do
+    assert 0 < drafted[True] < drafted[False]

@@ -1,6 +1,7 @@
 """Speculative decoding: same tokens as plain decoding, caches rolled back exactly, stops inside drafts."""
 
 import math
+import random
 
 import pytest
 import torch
@@ -49,6 +50,29 @@ def test_ngram_proposer_drafts_what_followed_the_latest_match():
     one = NgramProposer(max_ngram=3, min_ngram=1)
     assert one.propose([7, 1, 8, 1], 2) == [8, 1]
     assert one.propose([4, 4], 5) == [4]
+
+
+def scan(ids: list[int], k: int, max_ngram: int, min_ngram: int) -> list[int]:
+    """The proposer's rule by a plain scan: the latest earlier occurrence of the longest suffix n-gram."""
+    for n in range(min(max_ngram, len(ids) - 1), min_ngram - 1, -1):
+        for start in range(len(ids) - n - 1, -1, -1):
+            if ids[start : start + n] == ids[len(ids) - n :]:
+                return ids[start + n : start + n + k]
+    return []
+
+
+@pytest.mark.parametrize("max_ngram, min_ngram", [(3, 2), (4, 1), (2, 2)])
+def test_ngram_index_equals_a_scan_as_the_sequence_grows_and_changes(max_ngram, min_ngram):
+    rng = random.Random(max_ngram * 10 + min_ngram)
+    for _ in range(20):
+        p = NgramProposer(max_ngram, min_ngram)
+        ids = []
+        for step in range(60):
+            ids = ids + [rng.randrange(4) for _ in range(rng.choice([1, 1, 2, 3]))]
+            if step == 30:
+                ids = ids[:10] + [7, 7]  # not a continuation: the index starts over
+            k = rng.randrange(1, 6)
+            assert p.propose(ids, k) == scan(ids, k, max_ngram, min_ngram), (ids, k)
 
 
 @pytest.mark.parametrize("cache", ["contiguous", "paged", "none"])

@@ -37,7 +37,9 @@ def add_args(p) -> None:
 def modes(args) -> list[tuple[str, object]]:
     from ..speculative.proposer import SpeculativeConfig
 
-    out = [("plain", None), ("ngram", SpeculativeConfig("ngram", num_draft_tokens=args.num_draft_tokens))]
+    k = args.num_draft_tokens
+    out = [("plain", None), ("ngram", SpeculativeConfig("ngram", num_draft_tokens=k))]
+    out.append(("ngram-every-step", SpeculativeConfig("ngram", num_draft_tokens=k, pacing=False)))  # unpaced
     for n in args.draft_layers:
         out.append(
             (f"self-draft-{n}", SpeculativeConfig("draft", num_draft_tokens=args.num_draft_tokens, draft_layers=n))

@@ -19,6 +19,7 @@ from ..outputs import Generation, RequestOutput
 from ..sampling.logit_bias import check_logit_bias_ids
 from ..sampling.params import SamplingParams
 from ..speculative.factory import DraftModels, make_proposer
+from ..speculative.pacing import DraftPacing
 from ..speculative.proposer import SpeculativeConfig
 from ..speculative.verify import verify_drafts
 from .isolation import describe, draw_rows, isolated
@@ -135,6 +136,7 @@ class Engine:
         if spec is not None:
             req.proposer = make_proposer(spec, self.drafts, max_len=len(ids) + max_tokens)
             req.num_draft_tokens = spec.num_draft_tokens
+            req.pacing = DraftPacing(spec.num_draft_tokens) if spec.pacing else None
         return req
 
     def abort(self, request_id: str) -> bool:
@@ -182,7 +184,8 @@ class Engine:
         for req in self.scheduler.running:
             if req.proposer is None or req.draft_ids or req.num_computed != req.num_committed - 1:
                 continue
-            num_drafts = min(req.num_draft_tokens, req.tokens_left - 1)  # the target's own next token takes one
+            most = req.num_draft_tokens if req.pacing is None else req.pacing.next_length()
+            num_drafts = min(most, req.tokens_left - 1)  # the target's own next token takes one
             if num_drafts > 0:
                 req.draft_ids = req.proposer.propose(req.prompt_ids + req.output_ids, num_drafts)
                 if req.constraint is not None and req.draft_ids:  # a mask per verified row
@@ -255,6 +258,8 @@ class Engine:
         req.num_drafted += len(drafts)
         req.num_accepted += len(results) - 1
         req.num_sampling_forwards += 1
+        if drafts and req.pacing is not None:
+            req.pacing.record(len(drafts), len(results) - 1)
         applied = accept_tokens(req, results, now)
         if applied.finish is not None:
             self.scheduler.finish(req, applied.finish)

@@ -74,6 +74,7 @@ class Request:
     num_preemptions: int = 0
     draft_ids: list[int] = field(default_factory=list)
     proposer: object = None
+    pacing: object = None  # speculative/pacing.py: whether it drafts at a decode step
     num_draft_tokens: int = 0  # k: drafts proposed per verification
     num_drafted: int = 0
     num_accepted: int = 0

@@ -29,6 +29,7 @@ class SpeculativeConfig:
     min_ngram: int = 2  # a 1-gram match is mostly noise: its drafts get rejected
     draft_model: str | None = None  # path of a draft model sharing the tokenizer
     draft_layers: int | None = None  # self-draft: the target's first N layers and its head
+    pacing: bool = True  # draft lengths and pauses follow what was accepted (pacing.py); False: k every step
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -37,6 +38,8 @@ class SpeculativeConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise TinyLLMError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.pacing, bool):
+            raise TinyLLMError(f"pacing must be true or false, got {self.pacing!r}")
         if self.min_ngram > self.max_ngram:
             raise TinyLLMError(f"min_ngram ({self.min_ngram}) must not exceed max_ngram ({self.max_ngram})")
         if self.method == "draft" and (self.draft_model is None) == (self.draft_layers is None):
