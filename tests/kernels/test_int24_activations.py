@@ -49,29 +49,21 @@ def assert_within_bound(y: torch.Tensor, x: torch.Tensor, w: QuantWeight, fallba
     assert over <= 0, f"max excess {over:.3g}"
 
 
-@pytest.mark.parametrize("build", ["native", "scalar"])
-def test_the_limbs_are_the_pytorch_form_bit_for_bit(build, monkeypatch):
-    if build == "scalar":
-        monkeypatch.setenv("TINYLLM_NATIVE", "scalar")
-    native.reset()
-    try:
-        lib = native.library()
-        if lib is None:
-            pytest.skip("no native kernels on this machine")
-        g = torch.Generator().manual_seed(0)
-        scales = torch.logspace(-30, 30, 16).reshape(16, 1)
-        x = torch.randn(16, 96, generator=g) * scales * torch.exp(torch.randn(16, 96, generator=g))
-        x[3, 5], x[7, 40], x[9, 70] = float("nan"), float("inf"), -float("inf")
-        x[11, 32:64] = 0.0
-        q, d, total = native.quantize_activations(lib, x.contiguous(), LIMBS)
-        for limb, (q_ref, d_ref, total_ref) in enumerate(quantize_limbs(x, LIMBS)):
-            assert torch.equal(q[limb::LIMBS], q_ref) and torch.equal(total[limb::LIMBS], total_ref), limb
-            assert torch.equal(d[limb::LIMBS].nan_to_num(-1.0), d_ref.nan_to_num(-1.0)), limb
-        # a non-finite block is NaN in every limb; an all-zero one zero in every limb
-        assert all(bool(d[3 * LIMBS + limb, 0].isnan()) for limb in range(LIMBS))
-        assert all(d[11 * LIMBS + limb, 1] == 0 for limb in range(LIMBS))
-    finally:
-        native.reset()
+@pytest.mark.parametrize("path", ["native", "avx2", "scalar"], indirect=True)
+def test_the_limbs_are_the_pytorch_form_bit_for_bit(path):
+    lib = native.library()
+    g = torch.Generator().manual_seed(0)
+    scales = torch.logspace(-30, 30, 16).reshape(16, 1)
+    x = torch.randn(16, 96, generator=g) * scales * torch.exp(torch.randn(16, 96, generator=g))
+    x[3, 5], x[7, 40], x[9, 70] = float("nan"), float("inf"), -float("inf")
+    x[11, 32:64] = 0.0
+    q, d, total = native.quantize_activations(lib, x.contiguous(), LIMBS)
+    for limb, (q_ref, d_ref, total_ref) in enumerate(quantize_limbs(x, LIMBS)):
+        assert torch.equal(q[limb::LIMBS], q_ref) and torch.equal(total[limb::LIMBS], total_ref), limb
+        assert torch.equal(d[limb::LIMBS].nan_to_num(-1.0), d_ref.nan_to_num(-1.0)), limb
+    # a non-finite block is NaN in every limb; an all-zero one zero in every limb
+    assert all(bool(d[3 * LIMBS + limb, 0].isnan()) for limb in range(LIMBS))
+    assert all(d[11 * LIMBS + limb, 1] == 0 for limb in range(LIMBS))
 
 
 def test_three_limbs_leave_at_most_2_to_the_minus_24_of_a_block():

@@ -41,6 +41,8 @@ LLAMACPP_KV = {
 INT8, INT24, FLOAT = "engine-int8", "engine-int24", "engine-float"
 # a row name's start -> the LLM it runs on (the rows named engine... otherwise run `--weights`, or its default)
 WEIGHTS_OF = {INT8: "native-int8", INT24: "native-int24", FLOAT: "native"}
+# the LLMs loaded beside, for the prefill line: weights, the result's key part, the report's label
+OTHER_PREFILLS = (("native-int8", "int8", "8-bit"), ("native-int24", "int24", "24-bit"), ("native", "float", "float32"))
 AIM_CACHED_OVER_NONE = 5.0  # at the longest run
 AIM_OVER_REFERENCE = 4.0  # contiguous vs HF generate, batch 1
 
@@ -296,7 +298,7 @@ def report(result: dict) -> str:
         f"{'-' if pf['llamacpp_tokens_per_s'] is None else format(pf['llamacpp_tokens_per_s'], '.1f')}"
         + "".join(
             f"  ours, {label} activations {pf[f'ours_{name}_tokens_per_s']:.1f}"
-            for name, label in (("int8", "8-bit"), ("int24", "24-bit"), ("float", "float32"))
+            for _, name, label in OTHER_PREFILLS
             if f"ours_{name}_tokens_per_s" in pf
         )
     )
@@ -349,13 +351,11 @@ def run(args, models: common.Models | None = None) -> dict:
     prompt = common.windows(common.corpus_ids(models.llm.tokenizer), [args.prefill_tokens], args.seed + 1)[0]
     repeats = max(2, args.repeats)
     result["prefill"] = llamacpp.prefill_pair(lambda: engine_prefill(models.llm, prompt), peer, prompt, repeats)
-    others = (("native-int8", "int8"), ("native-int24", "int24"), ("native", "float"))
-    for weights, name in others:
-        key = f"ours_{name}_tokens_per_s"
+    for weights, name, _ in OTHER_PREFILLS:
         other = models.others.get(weights)
         if other is not None:  # its prefill beside the same peer figure
             other_s = min(engine_prefill(other, prompt) for _ in range(repeats + 1))  # the first run sets up
-            result["prefill"][key] = len(prompt) / other_s
+            result["prefill"][f"ours_{name}_tokens_per_s"] = len(prompt) / other_s
     for p in peers.values():
         llamacpp.close(p)
     add_memory_floors(result, models.llm.model)

@@ -45,14 +45,12 @@ class LoadedModel:
 @dataclass(frozen=True)
 class WeightOptions:
     """How weights are held. weights: "native" keeps block formats as blocks (matmuls run on them with float32
-    activations),
-    "native-int8" does too and quantizes the activations of their matmuls to 8 bits per 32
+    activations), "native-int8" does too and quantizes the activations of their matmuls to 8 bits per 32
     (llama.cpp's arithmetic: faster, no longer equal to the reference), "native-int24" to three 8-bit limbs
     (24 bits per 32: the products within float32's rounding, at about the 8-bit mode's decode speed where
-    memory bounds it), "dequantized" expands them to float at
-    load (the reference path); None picks `default_cpu_weights` on the CPU and dequantized elsewhere.
-    quantize: "int8"/"int4"
-    turns a float model's weights into blocks at load."""
+    memory bounds it), "dequantized" expands them to float at load (the reference path); None picks
+    `default_cpu_weights` on the CPU and dequantized elsewhere. quantize: "int8"/"int4" turns a float model's
+    weights into blocks at load."""
 
     weights: str | None = None
     quantize: str | None = None
@@ -80,10 +78,10 @@ INT24_MIN_BYTES = 256 << 20  # block weights from which weights=None takes 24-bi
 def default_cpu_weights(weights: list[QuantWeight]) -> str:
     """What weights=None means on the CPU for a model holding these block weights: "native-int24" where they
     take INT24_MIN_BYTES or more and the 8-bit kernel runs on AVX-512 VNNI, else "native" (float32
-    activations). Both give float32-level results. Measured (docs/benchmarks.md): from 0.5B parameters on, 24-bit
-    activations decode 1.4-2.4x faster and take prompts at 0.86-1.01x the speed; on a 135M model they decode
-    1.25x faster but take prompts at 0.81x and 32 concurrent requests at 0.85x; without AVX-512 three limbs cost
-    more than float32 for prompts and batches."""
+    activations). Both give float32-level results. Measured (docs/benchmarks.md, "24-bit activations"): from
+    0.5B parameters on, 24-bit activations decode much faster and take prompts at about float32's speed; on a
+    135M model they decode faster but take prompts and batches of requests slower; without AVX-512 three limbs
+    cost more than float32 for prompts and batches."""
     lib = native.library()
     large = sum(w.data.numel() for w in weights) >= INT24_MIN_BYTES
     return "native-int24" if large and lib is not None and lib.tl_q8_vnni512() else "native"
