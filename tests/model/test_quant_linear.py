@@ -145,6 +145,25 @@ def test_with_integer_activations_only_the_embedding_keeps_its_blocks():
     assert not any(w.data.is_meta for w in quant_weights(kept.model))
 
 
+@pytest.mark.skipif(native.library() is None, reason="no native kernels on this machine")
+def test_fused_projections_packed_from_their_parts_equal_the_stacked_blocks_packed(monkeypatch):
+    """With integer activations the fused q/k/v and gate/up weights are packed straight from the file's parts
+    (no stacked copy of their blocks): byte for byte the packed form of the stacked blocks that a model kept
+    for sharding packs, every weight of the model."""
+    lib = native.library()
+    from_parts = []
+    pack_parts = native.pack_parts
+    monkeypatch.setattr(native, "pack_parts", lambda *a: from_parts.append(pack_parts(*a)) or from_parts[-1])
+    released = quant_weights(load(None, weights="native-int24").model)
+    assert len(from_parts) == 60 and all(w is not None for w in from_parts)  # 30 layers' qkv and gate/up
+    assert sum(any(w is p for p in from_parts) for w in released) == 60
+    kept = quant_weights(load(None, weights="native-int24", keep_blocks=True).model)
+    assert len(from_parts) == 60  # a model kept for sharding stacks its blocks
+    assert [w.shape for w in released] == [w.shape for w in kept]
+    for a, b in zip(released, kept):
+        assert torch.equal(native.packed(lib, a), native.packed(lib, b))
+
+
 @pytest.fixture(scope="module")
 def default_pair():
     return LLM(weights="native"), LLM(weights="dequantized")

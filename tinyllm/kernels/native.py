@@ -125,10 +125,38 @@ def release_blocks(lib, w: QuantWeight) -> None:
     reordered rows, or a view of the file mapping whose pages the loader then gives back): its matmuls read only
     the packed form. `data` becomes a meta tensor of the same shape, so anything that would read the blocks
     again (a repack, a row lookup, a shard) fails loudly."""
+    if w.data.is_meta and "_q8_packed" in w.__dict__:
+        return  # packed from its parts (`pack_parts`): it never had blocks of its own
     out = packed(lib, w)
     w.data = torch.empty(w.data.shape, dtype=torch.uint8, device="meta")
     w.__dict__["_q8_packed"] = (w.data, out)
     w.__dict__.pop("_native_args", None)
+
+
+PACK_GROUP = 16  # weight rows per packed group (csrc/q8act.h)
+
+
+def pack_parts(lib, parts: list[QuantWeight]) -> QuantWeight | None:
+    """Parts of one format and width stacked by rows (a fused projection), packed straight into the
+    integer-activation kernels' layout with no stacked copy of their blocks, which are not kept: the packed
+    rows go in groups of 16, so where every part but the last fills whole groups the stack's packed form is
+    the parts' packed forms one after another. None where that does not hold, or the format has no packed
+    form (the caller stacks the blocks then)."""
+    fmt, k = parts[0].format, parts[0].shape[1]
+    n = sum(p.shape[0] for p in parts)
+    sizes = [lib.tl_q8_packed_bytes(fmt.ggml_type, p.shape[0], k) for p in parts]
+    total = lib.tl_q8_packed_bytes(fmt.ggml_type, n, k)
+    if total < 0 or any(p.shape[0] % PACK_GROUP for p in parts[:-1]) or sum(sizes) != total:
+        return None
+    out = torch.empty(total, dtype=torch.uint8)
+    at = out.data_ptr()
+    for p, size in zip(parts, sizes):
+        fmt_id, ptr, stride = _weight_args(p)[:3]
+        lib.tl_q8_pack(fmt_id, ptr, p.shape[0], k, stride, at, kernel_threads())
+        at += size
+    w = QuantWeight(torch.empty((n, parts[0].row_bytes), dtype=torch.uint8, device="meta"), parts[0].fmt, (n, k))
+    w.__dict__["_q8_packed"] = (w.data, out)
+    return w
 
 
 def matmul_into(lib, x: torch.Tensor, m: int, w: QuantWeight, y: torch.Tensor) -> None:

@@ -7,6 +7,8 @@ Quantized parts in different formats cannot share one block table; they stay a t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from ..config import ModelConfig
@@ -15,12 +17,16 @@ from ..kernels import QuantWeight
 from .names import FUSED_PARAMETERS
 
 
-def concat_rows(parts: list):
-    """Tensors -> one tensor; QuantWeights of one format -> one QuantWeight; mixed formats -> a tuple."""
+def concat_rows(parts: list, pack: Callable[[list], QuantWeight | None] | None = None):
+    """Tensors -> one tensor; QuantWeights of one format -> one QuantWeight (`pack(parts)` where given and not
+    None: a weight packed from the parts, with no stacked blocks); mixed formats -> a tuple."""
     if all(isinstance(p, torch.Tensor) for p in parts):
         return torch.cat(parts)
     if all(isinstance(p, QuantWeight) for p in parts):
         if len({p.fmt for p in parts}) == 1 and len({p.shape[1] for p in parts}) == 1:
+            packed = pack(parts) if pack is not None else None
+            if packed is not None:
+                return packed
             rows = sum(p.shape[0] for p in parts)
             return QuantWeight(torch.cat([p.data for p in parts]), parts[0].fmt, (rows, parts[0].shape[1]))
         return tuple(parts)
@@ -32,9 +38,9 @@ def _columns(value) -> int:
     return int(parts[0].shape[-1])
 
 
-def fuse(state: dict, source: str = "<memory>") -> dict:
-    """HF names -> ours: each complete group of parts becomes one fused entry. An incomplete group is left
-    as it is, so the model's name check reports exactly what is missing."""
+def fuse(state: dict, source: str = "<memory>", pack: Callable[[list], QuantWeight | None] | None = None) -> dict:
+    """HF names -> ours: each complete group of parts becomes one fused entry (`concat_rows`, with `pack`). An
+    incomplete group is left as it is, so the model's name check reports exactly what is missing."""
     out = dict(state)
     for fused, parts in FUSED_PARAMETERS.items():
         prefixes = sorted(name[: -len(parts[0])] for name in state if name.endswith(parts[0]))
@@ -47,7 +53,7 @@ def fuse(state: dict, source: str = "<memory>") -> dict:
                             f"{source!r}: tensor {n} has shape {tuple(out[n].shape)}, expected "
                             f"{_columns(out[names[0]])} columns like {names[0]}"
                         )
-                out[prefix + fused] = concat_rows([out.pop(n) for n in names])
+                out[prefix + fused] = concat_rows([out.pop(n) for n in names], pack)
     return out
 
 

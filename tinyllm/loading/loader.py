@@ -175,13 +175,26 @@ def build_model(
     return model.eval().requires_grad_(False)
 
 
-def _finish_state(state: dict, options: WeightOptions, native: bool, source: str) -> dict:
+def _parts_packer(state: dict, options: WeightOptions, native_weights: bool):
+    """Where the blocks of weights with integer activations are to be released (`_int8_activations`): a
+    function that packs a fused projection straight from its parts (`native.pack_parts`), sparing the stacked
+    copy of their blocks; else None."""
+    if not native_weights or options.keep_blocks or options.quantize:
+        return None
+    lib = native.library()
+    weights = [v for v in state.values() if isinstance(v, QuantWeight)]
+    if lib is None or not weights or ACTIVATION_LIMBS.get(options.weights or default_cpu_weights(weights)) is None:
+        return None
+    return lambda parts: native.pack_parts(lib, parts)
+
+
+def _finish_state(state: dict, options: WeightOptions, native_weights: bool, source: str) -> dict:
     """Fuse projections, then quantize a float model if asked (dequantized again for the reference path)."""
-    state = fuse(state, source)
+    state = fuse(state, source, _parts_packer(state, options, native_weights))
     if options.quantize is None:
         return state
     state = quantize_state(state, options.quantize, source)
-    if not native:
+    if not native_weights:
         return {k: v if isinstance(v, torch.Tensor) else dequantize(v) for k, v in state.items()}
     return state
 
@@ -208,12 +221,12 @@ def _load_gguf(path: str, dtype, device, options: WeightOptions) -> LoadedModel:
             f"quantize={options.quantize!r} needs float weights, but {path!r} already holds "
             f"{', '.join(quantized)} tensors"
         )
-    native = options.native_on(device)
+    native_weights = options.native_on(device)
     tokenizer = Tokenizer.from_gguf_metadata(g.metadata)
     types: dict[str, int] = {}
     for name in g.tensors:
         types[g.tensor_type(name)] = types.get(g.tensor_type(name), 0) + 1
-    state = _finish_state(state_dict_from_gguf(g, config, dtype, native), options, native, path)
+    state = _finish_state(state_dict_from_gguf(g, config, dtype, native_weights), options, native_weights, path)
     if options.quantize:
         types = _type_counts(state)
     model = build_model(config, state, device, path, dtype)
@@ -235,11 +248,11 @@ def _hf_eos_ids(folder: str, tokenizer: Tokenizer) -> tuple[int, ...]:
 
 def _load_hf(folder: str, dtype, device, options: WeightOptions) -> LoadedModel:
     config = config_from_hf(folder)
-    native = options.native_on(device)
+    native_weights = options.native_on(device)
     tokenizer = Tokenizer.from_hf_folder(folder)
     raw = state_dict_from_hf(folder, dtype)
     types = {str(dtype).removeprefix("torch."): len(raw)}
-    state = _finish_state(raw, options, native, folder)
+    state = _finish_state(raw, options, native_weights, folder)
     if options.quantize:
         types = _type_counts(state)
     model = build_model(config, state, device, folder, dtype)
