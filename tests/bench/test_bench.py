@@ -247,9 +247,11 @@ def test_bench_help_lists_every_kind(capsys):
 
 
 def test_speculative(folder, tmp_path):
-    r = bench("speculative", folder, tmp_path)
+    r = bench("speculative", folder, tmp_path, "--draft-model", folder)  # the target as its own draft model
     tasks = {row["task"] for row in r["rows"]}
     assert tasks == {"repeat", "code-edit", "free-text"}
+    drafted = [row for row in r["rows"] if row["mode"] == "draft-model"]
+    assert len(drafted) == 3 and all(row["acceptance_rate"] == 1.0 for row in drafted)
     for row in r["rows"]:
         assert row["same_ids_as_plain"] is True  # speculation never changes greedy output
         assert positive(row["decode_tokens_per_s"]) and positive(row["speedup_vs_plain"])

@@ -1,6 +1,8 @@
 """Speculative decoding against plain decoding on the same prompts: speed-up, acceptance rate and tokens per
-target forward, for prompt lookup (on a prompt whose answer repeats it, on code editing, on free text) and
-for a self-draft made of the target's first layers. Greedy, so every row must produce plain's exact ids.
+target forward, for prompt lookup (on a prompt whose answer repeats it, on code editing, on free text), for
+a self-draft made of the target's first layers, and for a separate draft model (`--draft-model`: a file
+sharing the target's tokenizer, e.g. synthetic:llama-3.2-1b:Q4_K_M for the 3B shape). Greedy, so every row
+must produce plain's exact ids.
 
 Writes speculative.json and speculative.png."""
 
@@ -32,6 +34,11 @@ def add_args(p) -> None:
     p.add_argument("--num-draft-tokens", type=POSITIVE, default=4, help="k, drafts per target forward (default 4)")
     p.add_argument("--draft-layers", type=POSITIVE, nargs="+", default=[4, 8], help="self-draft depths (default 4 8)")
     p.add_argument("--repeats", type=POSITIVE, default=2, help="runs per mode; the fastest counts")
+    p.add_argument(
+        "--draft-model",
+        default=None,
+        help="also a draft model: a .gguf file or synthetic:SHAPE:FORMAT sharing the target's tokenizer",
+    )
 
 
 def modes(args) -> list[tuple[str, object]]:
@@ -44,6 +51,8 @@ def modes(args) -> list[tuple[str, object]]:
         out.append(
             (f"self-draft-{n}", SpeculativeConfig("draft", num_draft_tokens=args.num_draft_tokens, draft_layers=n))
         )
+    if getattr(args, "draft_model", None):
+        out.append(("draft-model", SpeculativeConfig("draft", num_draft_tokens=k, draft_model=args.draft_model)))
     return out
 
 
@@ -62,6 +71,9 @@ def one(llm, ids, spec, max_tokens) -> dict:
 
 def measure(llm, args) -> list[dict]:
     rows = []
+    for name, spec in modes(args):
+        if name == "draft-model":  # loads the draft model outside the timed runs
+            llm.generate("Hello", max_tokens=2, temperature=0, speculative=spec)
     for task, text in TASKS.items():
         ids = llm.tokenizer.encode(
             llm.tokenizer.apply_chat_template([{"role": "user", "content": text}]), add_special_tokens=False
@@ -121,6 +133,8 @@ def report(rows) -> str:
 
 
 def run(args, models: common.Models | None = None) -> dict:
+    if getattr(args, "draft_model", None):
+        args.draft_model = common.model_path(args.draft_model)  # a synthetic file is built once, before any timing
     models = models or common.load_models(args, want_reference=False)
     result = common.header("speculative", args, models)
     result["rows"] = measure(models.llm, args)
