@@ -153,7 +153,12 @@ def test_fused_projections_packed_from_their_parts_equal_the_stacked_blocks_pack
     lib = native.library()
     from_parts = []
     pack_parts = native.pack_parts
-    monkeypatch.setattr(native, "pack_parts", lambda *a: from_parts.append(pack_parts(*a)) or from_parts[-1])
+
+    def counted(lib, parts):  # the loader's calls, and what each gave
+        from_parts.append(pack_parts(lib, parts))
+        return from_parts[-1]
+
+    monkeypatch.setattr(native, "pack_parts", counted)
     released = quant_weights(load(None, weights="native-int24").model)
     assert len(from_parts) == 60 and all(w is not None for w in from_parts)  # 30 layers' qkv and gate/up
     assert sum(any(w is p for p in from_parts) for w in released) == 60

@@ -51,7 +51,7 @@ def modes(args) -> list[tuple[str, object]]:
         out.append(
             (f"self-draft-{n}", SpeculativeConfig("draft", num_draft_tokens=args.num_draft_tokens, draft_layers=n))
         )
-    if getattr(args, "draft_model", None):
+    if args.draft_model:
         out.append(("draft-model", SpeculativeConfig("draft", num_draft_tokens=k, draft_model=args.draft_model)))
     return out
 
@@ -133,7 +133,7 @@ def report(rows) -> str:
 
 
 def run(args, models: common.Models | None = None) -> dict:
-    if getattr(args, "draft_model", None):
+    if args.draft_model:
         args.draft_model = common.model_path(args.draft_model)  # a synthetic file is built once, before any timing
     models = models or common.load_models(args, want_reference=False)
     result = common.header("speculative", args, models)

@@ -87,13 +87,19 @@ def default_cpu_weights(weights: list[QuantWeight]) -> str:
     return "native-int24" if large and lib is not None and lib.tl_q8_vnni512() else "native"
 
 
+def _activation_limbs(options: WeightOptions, weights: list[QuantWeight]) -> int | None:
+    """8-bit limbs per activation of the model's block weights: 1 or 3 where the weights (given, or the CPU's
+    default for these weights) take integer activations, else None."""
+    return ACTIVATION_LIMBS.get(options.weights or default_cpu_weights(weights))
+
+
 def _int8_activations(model: nn.Module, options: WeightOptions, source: str) -> None:
     """weights="native-int8" / "native-int24" (or None where that is the CPU's default): every weight kept as
     blocks multiplies activations quantized to one or three 8-bit limbs."""
     weights = quant_weights(model)
     if not weights and options.weights is None:
         return  # a float model, or one expanded to float
-    limbs = ACTIVATION_LIMBS.get(options.weights or default_cpu_weights(weights))
+    limbs = _activation_limbs(options, weights)
     if limbs is None:
         return
     if not weights:
@@ -183,7 +189,7 @@ def _parts_packer(state: dict, options: WeightOptions, native_weights: bool):
         return None
     lib = native.library()
     weights = [v for v in state.values() if isinstance(v, QuantWeight)]
-    if lib is None or not weights or ACTIVATION_LIMBS.get(options.weights or default_cpu_weights(weights)) is None:
+    if lib is None or not weights or _activation_limbs(options, weights) is None:
         return None
     return lambda parts: native.pack_parts(lib, parts)
 
