@@ -322,14 +322,16 @@ def test_the_last_layer_for_the_read_rows_alone_changes_no_bit(name, int8, threa
 
 
 def test_spans_do_not_depend_on_the_thread_count():
-    """Spans sit at fixed positions, so a step's logits are bit for bit the same however many threads run it;
-    alone and batched they differ only by the matmuls' summation order over a different number of rows."""
+    """Spans sit at fixed positions, so a step's logits are bit for bit the same however many threads run it
+    (and so however many spans a chunk runs in turn: a 700-token sequence's 11 spans go in runs of 5, 5 and 1
+    on two threads, in one run on one); alone and batched they differ only by the matmuls' summation order over
+    a different number of rows."""
     model = variant("window")
-    storage, inputs, key_slots = scattered_step(model, [150, 7, 70], seed=5, num_blocks=64)
+    storage, inputs, key_slots = scattered_step(model, [150, 7, 70, 700], seed=5, num_blocks=256)
     before = torch.get_num_threads()
     outs = {}
     try:
-        for threads, rows in ((2, [0, 1, 2]), (1, [0, 1, 2]), (1, [0]), (2, [0])):
+        for threads, rows in ((2, [0, 1, 2, 3]), (1, [0, 1, 2, 3]), (1, [0]), (2, [0]), (1, [3]), (2, [3])):
             torch.set_num_threads(threads)
             stack = build_stack(model, storage)
             with torch.inference_mode():
@@ -342,11 +344,15 @@ def test_spans_do_not_depend_on_the_thread_count():
                     key_slots[rows],
                     torch.arange(len(rows)),
                 )
-            outs[threads, len(rows)] = out[0]
+            outs[threads, tuple(rows)] = out
     finally:
         torch.set_num_threads(before)
-    assert torch.equal(outs[2, 3], outs[1, 3]) and torch.equal(outs[2, 1], outs[1, 1])
-    assert (outs[2, 3] - outs[2, 1]).abs().max() <= 1e-5 * outs[2, 1].abs().max()
+    every = (0, 1, 2, 3)
+    for rows in (every, (0,), (3,)):
+        assert torch.equal(outs[2, rows], outs[1, rows])
+    for i in (0, 3):
+        alone, batched = outs[2, (i,)][0], outs[2, every][i]
+        assert (batched - alone).abs().max() <= 1e-5 * alone.abs().max()
 
 
 class StoredKV(PagedStorage):

@@ -2,6 +2,9 @@
 // values per span of keys at fixed positions, spans joined per head, so a sequence's attention is the same
 // arithmetic whatever else shares the step or however many threads run it.
 #pragma once
+#include <type_traits>
+
+#include "kv16.h"
 #include "layer_ops.h"
 
 namespace tl {
@@ -20,17 +23,29 @@ struct AttnJob {
     float* partial;   // [tokens * H, spans, D + 2]: a span's unnormalised output, its max score, its sum of e^(s - max)
     int64_t spans;    // ceil(smax / SPAN)
     int64_t kv_each;  // kv heads per chunk: all of them (whole key rows read in order) or one
+    int64_t run;      // spans per chunk of the span jobs, in order
     const int64_t* tokens;  // the job's tokens (offsets from i0)
 };
 
 // Query heads sharing a kv head that one pass over the span's keys and values serves: each key or value vector
-// loaded feeds that many heads' FMAs. Three heads' accumulators (3 x 8 vectors) need AVX-512's 32 registers;
-// with AVX2's 16 a pass serves one head. A head's arithmetic is the same in either case.
-#if defined(TL_AVX2) && defined(__AVX512VL__)
+// loaded feeds that many heads' FMAs. Four heads' accumulators in 16-lane vectors (4 x 4) or three in 8-lane
+// ones (3 x 8) need AVX-512's 32 registers; with AVX2's 16 a pass serves one head. A head's arithmetic is the
+// same in every case.
+#if defined(TL_V16)
+constexpr int PASS_HEADS = 4;
+#elif defined(TL_AVX2) && defined(__AVX512VL__)
 constexpr int PASS_HEADS = 3;
 #else
 constexpr int PASS_HEADS = 1;
 #endif
+
+// f(std::integral_constant<int, nh>{}) for 1 <= nh <= PASS_HEADS: a pass's head count as a template argument.
+template <class F> static inline void with_heads(int64_t nh, F&& f) {
+    if (PASS_HEADS >= 4 && nh == 4) f(std::integral_constant<int, PASS_HEADS >= 4 ? 4 : 1>{});
+    else if (PASS_HEADS >= 3 && nh == 3) f(std::integral_constant<int, PASS_HEADS >= 3 ? 3 : 1>{});
+    else if (PASS_HEADS >= 2 && nh == 2) f(std::integral_constant<int, PASS_HEADS >= 2 ? 2 : 1>{});
+    else f(std::integral_constant<int, 1>{});
+}
 
 // For NH heads n (p + n * SPAN their probabilities, out[n] their outputs): out[n][d] = sum_s p_n[s] v_s[d] over
 // the visible keys, 64 columns at a time held in registers over the keys.
@@ -38,7 +53,24 @@ template <int NH, class T>
 static void weighted_values(const float* p, int64_t first, int64_t len, const int64_t* slots, KvPtr<T> v_cache,
                             int64_t kv_row, int64_t offset, int64_t D, float* const* out) {
     int64_t d0 = 0;
-#ifdef TL_SIMD
+#if defined(TL_V16)
+    for (; d0 + 64 <= D; d0 += 64) {  // the 8-lane loop's lanes, two of its vectors to one of these
+        V16 acc[NH][4];
+        for (int n = 0; n < NH; ++n)
+            for (int b = 0; b < 4; ++b) acc[n][b] = _mm512_setzero_ps();
+        for (int64_t s = first; s < len; ++s) {
+            V16 w[NH];
+            for (int n = 0; n < NH; ++n) w[n] = _mm512_set1_ps(p[n * SPAN + s - first]);
+            const Row64<KvPtr<T>> v{v_cache + slots[s] * kv_row + offset + d0};
+            for (int b = 0; b < 4; ++b) {
+                const V16 vb = in_register(load16(v, 16 * b));
+                for (int n = 0; n < NH; ++n) acc[n][b] = _mm512_fmadd_ps(w[n], vb, acc[n][b]);
+            }
+        }
+        for (int n = 0; n < NH; ++n)
+            for (int b = 0; b < 4; ++b) _mm512_storeu_ps(out[n] + d0 + 16 * b, acc[n][b]);
+    }
+#elif defined(TL_SIMD)
     for (; d0 + 64 <= D; d0 += 64) {
         V8 acc[NH][8];
         for (int n = 0; n < NH; ++n)
@@ -64,7 +96,28 @@ static void weighted_values(const float* p, int64_t first, int64_t len, const in
     }
 }
 
-#ifdef TL_SIMD
+#if defined(TL_V16)
+// out[n][j] = q_n . k_j for NH query heads (q_n = q + n * D) and 8 keys (d a multiple of 8): the 8-lane dot8's
+// lanes, keys j and j + 4 side by side in one vector (each head's q twice), then the same transposing
+// reduction.
+template <int NH, class P> static inline void dot8(const float* q, int64_t D, const P* k, int64_t d, V8* out) {
+    V16 acc[NH][4];
+    for (int n = 0; n < NH; ++n)
+        for (int j = 0; j < 4; ++j) acc[n][j] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < d; i += 8) {
+        V16 qv[NH];
+        for (int n = 0; n < NH; ++n) qv[n] = _mm512_broadcast_f32x8(v8_load(q + n * D + i));
+        for (int j = 0; j < 4; ++j) {
+            const V16 kj = in_register(load8x2(k[j] + i, k[j + 4] + i));
+            for (int n = 0; n < NH; ++n) acc[n][j] = _mm512_fmadd_ps(qv[n], kj, acc[n][j]);
+        }
+    }
+    for (int n = 0; n < NH; ++n) {
+        const V16* a = acc[n];  // a[j] = [keys j | j + 4]: the halves' reduction is dot8's below
+        out[n] = fold16(hadd16(hadd16(a[0], a[1]), hadd16(a[2], a[3])));
+    }
+}
+#elif defined(TL_SIMD)
 // out[n][j] = q_n . k_j for NH query heads (q_n = q + n * D) and 8 keys (d a multiple of 8): eight accumulators
 // per head, each key vector loaded once for all heads, then one transposing reduction per head.
 template <int NH, class P> static inline void dot8(const float* q, int64_t D, const P* k, int64_t d, V8* out) {
@@ -154,9 +207,7 @@ static void attend_heads(const AttnJob& j, const float* q, const int64_t* slots,
 template <class P> static inline void dot8_heads(int64_t nh, const float* q, int64_t D, const P* k, float* p) {
 #ifdef TL_SIMD
     V8 out[PASS_HEADS];
-    if (PASS_HEADS >= 3 && nh == 3) dot8<PASS_HEADS >= 3 ? 3 : 1>(q, D, k, D, out);
-    else if (PASS_HEADS >= 2 && nh == 2) dot8<PASS_HEADS >= 2 ? 2 : 1>(q, D, k, D, out);
-    else dot8<1>(q, D, k, D, out);
+    with_heads(nh, [&](auto c) { dot8<decltype(c)::value>(q, D, k, D, out); });
     for (int64_t n = 0; n < nh; ++n) v8_store(p + n * SPAN, out[n]);
 #endif
 }
@@ -164,9 +215,7 @@ template <class P> static inline void dot8_heads(int64_t nh, const float* q, int
 template <class T>
 static inline void values_heads(int64_t nh, const float* p, int64_t first, int64_t last, const int64_t* slots,
                                 KvPtr<T> v_cache, int64_t kv_row, int64_t offset, int64_t D, float* const* o) {
-    if (PASS_HEADS >= 3 && nh == 3) weighted_values<PASS_HEADS >= 3 ? 3 : 1, T>(p, first, last, slots, v_cache, kv_row, offset, D, o);
-    else if (PASS_HEADS >= 2 && nh == 2) weighted_values<PASS_HEADS >= 2 ? 2 : 1, T>(p, first, last, slots, v_cache, kv_row, offset, D, o);
-    else weighted_values<1, T>(p, first, last, slots, v_cache, kv_row, offset, D, o);
+    with_heads(nh, [&](auto c) { weighted_values<decltype(c)::value, T>(p, first, last, slots, v_cache, kv_row, offset, D, o); });
 }
 
 // A decode token reads keys and values that no other token of the step brings into cache: its own row of key
@@ -177,16 +226,20 @@ static bool reads_alone(const StepArgs& st, int64_t i) {
     return (i == 0 || st.key_rows[i - 1] != row) && (i + 1 == st.n || st.key_rows[i + 1] != row);
 }
 
+// Key rows asked for (into L2) ahead of the score pass that reads them: the first ASK_FIRST of a span at its
+// start, then ASK_AHEAD keys ahead of the pass. Asking for a whole span at once stalls the pass on a full miss
+// queue; asking only a few keys ahead leaves the rows late.
+constexpr int64_t ASK_FIRST = 32, ASK_AHEAD = 24;
+
 // attend_span for a token that streams its keys from memory: the scores of every head of the chunk, 8 keys at a
 // time over whole key rows, asking for those keys' value rows as it goes (into L2), so the value pass finds
-// them there. The same arithmetic per head as the chunk's other path (measured: 29-34 -> 21-23 ns per head and
-// key on one thread, 15 -> 12 on two, with keys and values in memory; keys in cache gain nothing).
-// Eight rows read a head's part at a time is a pattern the hardware prefetcher does not follow (a test program:
-// 6-9 GB/s on one thread against 19-26 for the same bytes in order), so the span's key rows are asked for at
-// the start, and again eight keys ahead: 32 sequences at ~280 keys, attention 33-35 -> 25-30 ms a step.
+// them there, and during the value pass, which reads no new memory, for the key rows of the chunk's next span
+// [next_first, next_last) (`asked`: this span's were asked so). The same arithmetic per head as the chunk's
+// other path. Eight rows read a head's part at a time is a pattern the hardware prefetcher does not follow,
+// hence the asking.
 template <class T>
 static void attend_streaming(const AttnJob& j, const float* q, const int64_t* slots, int64_t first, int64_t last,
-                             int64_t kv0, float* part, int64_t r) {
+                             int64_t kv0, float* part, int64_t r, bool asked, int64_t next_first, int64_t next_last) {
     const ModelArgs& md = *j.md;
     const int64_t H = md.heads, D = md.head_dim, KV = md.kv_heads, G = H / KV, R = j.spans, kv_row = KV * D;
     const int64_t h0 = kv0 * G, h1 = (kv0 + j.kv_each) * G;
@@ -209,11 +262,13 @@ static void attend_streaming(const AttnJob& j, const float* q, const int64_t* sl
         const char* row = kv_addr(cache + slots[key] * kv_row);
         for (int64_t b = lo; b < hi; b += 64) __builtin_prefetch(row + b, 0, 2);
     };
-    for (int64_t t = first; t < last; ++t) ask(kc, t);
+    if (!asked)
+        for (int64_t t = first; t < std::min(last, first + ASK_FIRST); ++t) ask(kc, t);
     if (D % 8 == 0)
         for (; s + 8 <= last; s += 8) {
             KvPtr<T> k[8];
-            for (int64_t t = s + 8; t < std::min(last, s + 16); ++t) ask(kc, t);  // again: some were dropped
+            for (int64_t t = std::max(first + ASK_FIRST, s + ASK_AHEAD); t < std::min(last, s + ASK_AHEAD + 8); ++t)
+                ask(kc, t);  // again where asked before: some were dropped
             for (int jj = 0; jj < 8; ++jj) {
                 k[jj] = kc + slots[s + jj] * kv_row;
                 ask(vc, s + jj);
@@ -230,9 +285,14 @@ static void attend_streaming(const AttnJob& j, const float* q, const int64_t* sl
         for (int64_t h = h0; h < h1; ++h) p[(h - h0) * SPAN + s - first] = dot(q + h * D, kc + slots[s] * kv_row + h / G * D, D);
     const float scale = (float)j.layer->scale, cap = (float)j.layer->softcap;
     for (int64_t h = h0; h < h1; ++h) span_softmax(p + (h - h0) * SPAN, last - first, scale, cap, o[h - h0], D);
-    for (int64_t g = kv0; g < kv0 + j.kv_each; ++g)
+    for (int64_t g = kv0; g < kv0 + j.kv_each; ++g) {
+#ifdef TL_SIMD
+        const int64_t nn = next_last - next_first, gi = g - kv0;  // the next span's key rows, a share per kv head
+        for (int64_t t = next_first + nn * gi / j.kv_each; t < next_first + nn * (gi + 1) / j.kv_each; ++t) ask(kc, t);
+#endif
         for (int64_t h = g * G; h < (g + 1) * G; h += PASS_HEADS)
             values_heads<T>(std::min<int64_t>(PASS_HEADS, (g + 1) * G - h), p + (h - h0) * SPAN, first, last, slots, vc, kv_row, g * D, D, o.data() + (h - h0));
+    }
 }
 
 // One token (i = j.i0 + t), span r and `kv_each` kv heads from kv0, for each query head sharing such a kv head:
@@ -240,16 +300,26 @@ static void attend_streaming(const AttnJob& j, const float* q, const int64_t* sl
 // heads at a time, or all of them at once for a token that streams its keys (attend_streaming). Each query
 // head's arithmetic is the same however chunks are cut, however many heads share a pass and whichever of the
 // two paths runs.
-template <class T> static void attend_one(const AttnJob& j, int64_t t, int64_t kv0, int64_t r, float* part) {
+// The keys of span r that token i sees: [first, last), empty where none.
+static inline std::pair<int64_t, int64_t> span_keys(const AttnJob& j, int64_t i, int64_t r) {
+    const int64_t len = j.st->positions[i] + 1;
+    const int64_t visible = j.layer->window > 0 ? std::max<int64_t>(0, len - j.layer->window) : 0;
+    return {std::max(visible, r * SPAN), std::min(len, (r + 1) * SPAN)};
+}
+
+template <class T>
+static void attend_one(const AttnJob& j, int64_t t, int64_t kv0, int64_t r, float* part, bool asked = false, int64_t r_next = -1) {
     const ModelArgs& md = *j.md;
     const StepArgs& st = *j.st;
     const int64_t H = md.heads, D = md.head_dim, KV = md.kv_heads, G = H / KV, R = j.spans;
-    const int64_t i = j.i0 + t, len = st.positions[i] + 1;
-    const int64_t visible = j.layer->window > 0 ? std::max<int64_t>(0, len - j.layer->window) : 0;
-    const int64_t first = std::max(visible, r * SPAN), last = std::min(len, (r + 1) * SPAN);
+    const int64_t i = j.i0 + t;
+    const auto [first, last] = span_keys(j, i, r);
     const float* q = j.qkv + i * (H + 2 * KV) * D;
     const int64_t* slots = st.key_slots + (st.key_rows ? st.key_rows[i] : i) * st.smax;
-    if (reads_alone(st, i)) return attend_streaming<T>(j, q, slots, first, last, kv0, part, r);
+    if (reads_alone(st, i)) {
+        const auto [nf, nl] = r_next >= 0 ? span_keys(j, i, r_next) : std::pair<int64_t, int64_t>{0, 0};
+        return attend_streaming<T>(j, q, slots, first, last, kv0, part, r, asked, nf, std::max(nf, nl));
+    }
     for (int64_t g = kv0; g < kv0 + j.kv_each; ++g)
         for (int64_t h = g * G; h < (g + 1) * G; h += PASS_HEADS) {
             const int64_t nh = std::min<int64_t>(PASS_HEADS, (g + 1) * G - h);
@@ -259,9 +329,7 @@ template <class T> static void attend_one(const AttnJob& j, int64_t t, int64_t k
                 for (int64_t n = 0; n < nh; ++n) o[n][D + 1] = 0.0f;  // empty: l = 0
                 continue;
             }
-            if (PASS_HEADS >= 3 && nh == 3) attend_heads<PASS_HEADS >= 3 ? 3 : 1, T>(j, q + h * D, slots, first, last, g * D, o);
-            else if (PASS_HEADS >= 2 && nh == 2) attend_heads<PASS_HEADS >= 2 ? 2 : 1, T>(j, q + h * D, slots, first, last, g * D, o);
-            else attend_heads<1, T>(j, q + h * D, slots, first, last, g * D, o);
+            with_heads(nh, [&](auto c) { attend_heads<decltype(c)::value, T>(j, q + h * D, slots, first, last, g * D, o); });
         }
 }
 
@@ -270,8 +338,10 @@ template <class T> static void attend_one(const AttnJob& j, int64_t t, int64_t k
 template <class T> static void attend_span(void* ctx, int64_t c) {
     const AttnJob& j = *static_cast<const AttnJob*>(ctx);
     const int64_t H = j.md->heads, D = j.md->head_dim, R = j.spans, per_token = j.md->kv_heads / j.kv_each;
-    const int64_t t = j.tokens[c / (per_token * R)];
-    attend_one<T>(j, t, (c / R) % per_token * j.kv_each, c % R, j.partial + t * H * R * (D + 2));
+    const int64_t runs = (R + j.run - 1) / j.run, t = j.tokens[c / (per_token * runs)];
+    const int64_t kv0 = (c / runs) % per_token * j.kv_each, r0 = c % runs * j.run, r1 = std::min(R, r0 + j.run);
+    for (int64_t r = r0; r < r1; ++r)
+        attend_one<T>(j, t, kv0, r, j.partial + t * H * R * (D + 2), r > r0, r + 1 < r1 ? r + 1 : -1);
 }
 
 // One token and query head: its spans' outputs joined, out = sum_r e^(m_r - M) o_r / sum_r e^(m_r - M) l_r with
@@ -348,16 +418,18 @@ static void attention(const ModelArgs& md, const LayerArgs& L, const StepArgs& s
         const int64_t nw = (int64_t)whole.size(), ns = (int64_t)by_span.size();
         if (nw > 0) {
             const int64_t kv_each = nw >= 4 * threads ? md.kv_heads : 1;
-            AttnJob job{&md, &L, &st, qkv, attn + i0 * H * D, i0, partial, spans, kv_each, whole.data()};
+            AttnJob job{&md, &L, &st, qkv, attn + i0 * H * D, i0, partial, spans, kv_each, 1, whole.data()};
             pool().run(attend_whole, &job, nw * (md.kv_heads / kv_each), threads);
         }
-        // Decode tokens (and a few prompt tokens): a chunk per span, so that long contexts spread over the
-        // threads, then the spans joined. Whole key rows per chunk when that still leaves a few chunks per
+        // Decode tokens (and a few prompt tokens): a chunk per run of spans, so that long contexts spread over
+        // the threads, then the spans joined. Whole key rows per chunk when that still leaves a few chunks per
         // thread, else a kv head's part of them.
         if (ns > 0) {
             const int64_t kv_each = ns * spans >= 4 * threads ? md.kv_heads : 1;
-            AttnJob job{&md, &L, &st, qkv, attn + i0 * H * D, i0, partial, spans, kv_each, by_span.data()};
-            pool().run(attend, &job, ns * (md.kv_heads / kv_each) * spans, threads);
+            // about four chunks a thread: a chunk asks for its next span's keys early
+            const int64_t run = std::max<int64_t>(1, ns * spans / (4 * threads));
+            AttnJob job{&md, &L, &st, qkv, attn + i0 * H * D, i0, partial, spans, kv_each, run, by_span.data()};
+            pool().run(attend, &job, ns * (md.kv_heads / kv_each) * ((spans + run - 1) / run), threads);
             // joining is light: helpers only when there is enough of it to pay for waking them
             pool().run(join_spans, &job, ns * H, ns * H * spans * D >= (1 << 16) ? threads : 1);
         }
