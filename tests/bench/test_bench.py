@@ -165,6 +165,45 @@ def test_llamacpp_batched_gives_each_request_its_own_tokens(tiny_gguf):
         llamacpp_batch.drive(tiny_gguf, work, threads=1, budget=2)
 
 
+@pytest.mark.skipif(not HAS_LLAMACPP, reason="llama-cpp-python is not installed")
+def test_llamacpp_repeats_keep_the_prompts_keys_and_give_the_same_tokens(tiny_gguf):
+    """A repeat of the prompt the context holds evaluates only its last token again and gives the tokens of a
+    run from an empty context; a prompt the context does not start with starts from an empty one."""
+    from tinyllm.bench import llamacpp
+
+    a, b = [5 + i % 50 for i in range(40)], [7 + i % 30 for i in range(40)]
+    peer = llamacpp.load(tiny_gguf, threads=1)
+    try:
+        fresh = llamacpp.decode(peer, a, 12)["ids"]
+        assert peer.model.n_tokens == 40 + 11
+        again = llamacpp.decode(peer, a, 12)["ids"]
+        other = llamacpp.decode(peer, b, 12)["ids"]
+        shorter = llamacpp.decode(peer, a[:30], 12)["ids"]  # the context holds b: not a prefix of it
+        peer.model.reset()
+        assert llamacpp.decode(peer, b, 12)["ids"] == other and llamacpp.decode(peer, a[:30], 12)["ids"] == shorter
+    finally:
+        llamacpp.close(peer)
+    assert again == fresh and other != fresh
+
+
+def test_decode_rows_of_each_kv_type_keep_their_engine_between_turns(folder):
+    """The float32 and float16 KV rows take turns on one LLM; each finds its own engine (and the prompt's keys
+    in its prefix cache) again on its next turn."""
+    from tinyllm import LLM
+    from tinyllm.bench import decode
+
+    llm = LLM(folder)
+    ids, engines, made = list(range(3, 60)), {}, {}
+    for turn in range(2):
+        for kv in ("float32", "float16"):
+            run = decode.ours(llm, ids, 4, {"kv_dtype": kv}, engines)
+            made.setdefault(kv, llm._engine)
+            assert llm._engine is made[kv]
+            assert (run["cached_tokens"] > 0) == (turn == 1)
+    assert made["float32"] is not made["float16"]
+    assert decode.ours(llm, ids, 4, {"kv_dtype": "float32"})["cached_tokens"] == 0  # without: made again
+
+
 def test_step(folder, tmp_path):
     r = bench("step", folder, tmp_path)
     b = r["breakdown"]
