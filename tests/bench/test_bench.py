@@ -173,11 +173,15 @@ def test_llamacpp_repeats_keep_the_prompts_keys_and_give_the_same_tokens(tiny_gg
 
     a, b = [5 + i % 50 for i in range(40)], [7 + i % 30 for i in range(40)]
     peer = llamacpp.load(tiny_gguf, threads=1)
+    resets, reset = [], peer.model.reset
+    peer.model.reset = lambda: (resets.append(1), reset())[1]
     try:
         fresh = llamacpp.decode(peer, a, 12)["ids"]
-        assert peer.model.n_tokens == 40 + 11
+        assert peer.model.n_tokens == 40 + 11 and len(resets) == 1
         again = llamacpp.decode(peer, a, 12)["ids"]
+        assert len(resets) == 1  # the repeat kept the prompt's keys
         other = llamacpp.decode(peer, b, 12)["ids"]
+        assert len(resets) == 2
         shorter = llamacpp.decode(peer, a[:30], 12)["ids"]  # the context holds b: not a prefix of it
         peer.model.reset()
         assert llamacpp.decode(peer, b, 12)["ids"] == other and llamacpp.decode(peer, a[:30], 12)["ids"] == shorter
