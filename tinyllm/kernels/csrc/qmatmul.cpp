@@ -24,57 +24,56 @@ struct Weight {
 // (8 and 32 KB measured the same; docs/benchmarks.md has the figures).
 constexpr int64_t DECODE_AHEAD = 16384;
 
-// Weight rows n0..n1 as float32 rows of k at out (leading dim ld); PACKED: as one strip packed for tile.h.
+// Weight rows n0..n1 as float32 rows of k at out (leading dim ld); PACKED: as one strip packed for tile.h. The
+// sizes are copied into locals first: read through w, the compiler reloaded them after every store (out might
+// alias them), and the packed index's arithmetic spilled into vector registers around the decode.
 template <int F, bool PACKED = false>
 static void decode_rows(const Weight& w, int64_t n0, int64_t n1, float* out, int64_t ld) {
     using T = Traits<F>;
-    const int64_t num_blocks = w.k / T::block;
+    const int64_t num_blocks = w.k / T::block, stride = w.stride;
+    const uint8_t* const data = w.data;
+#if defined(TL_AVX2) && defined(__AVX512F__)
+    // packed: the pair of partial sums p of sub-block j of row n is vector p k / 32 + j of the strip's rows (tile.h)
+    const int64_t step = PACKED ? (n1 - n0) * 16 : 32, half = PACKED ? w.k / 32 * (n1 - n0) * 16 : 16;
+#elif defined(TL_SIMD)
+    const int64_t step = PACKED ? (n1 - n0) * 8 : 32, quarter = PACKED ? w.k / 32 * (n1 - n0) * 8 : 8;
+#endif
     for (int64_t n = n0; n < n1; ++n) {
-        const uint8_t* row = w.data + n * w.stride;
+        const uint8_t* row = data + n * stride;
+#ifdef TL_SIMD
+        float* o = out + (n - n0) * (PACKED ? TILE_W : ld);
+#else
         float* o = out + (n - n0) * ld;
+#endif
         for (int64_t b = 0; b < num_blocks; ++b) {
+            const uint8_t* blk = row + b * T::bytes;
 #ifdef TL_AVX2
-            for (int64_t at = 0; at < T::bytes; at += 64)
-                _mm_prefetch((const char*)row + b * T::bytes + DECODE_AHEAD + at, _MM_HINT_T0);
+            for (int64_t at = 0; at < T::bytes; at += 64) _mm_prefetch((const char*)blk + DECODE_AHEAD + at, _MM_HINT_T0);
 #endif
 #ifdef TL_SIMD
             alignas(32) float ks[16];
-            k_scales<F>(row + b * T::bytes, ks);
+            k_scales<F>(blk, ks);
 #endif
 #if defined(TL_AVX2) && defined(__AVX512F__)
             constexpr int S = group_subs<F>();
             for (int g = 0; g < T::block / 32 / S; ++g) {
                 __m512 v[2 * S];
-                decode_group<F>(row + b * T::bytes, g, ks, v);
-                for (int i = 0; i < S; ++i, o += 32) {
-                    if constexpr (PACKED) {  // the pair of partial sums p of sub-block j is vector p k / 32 + j (tile.h)
-                        const int64_t j = b * (T::block / 32) + g * S + i, nr = n1 - n0, vs = w.k / 32 * nr * 16;
-                        float* r = out + (j * nr + (n - n0)) * 16;
-                        _mm512_storeu_ps(r, v[2 * i]);
-                        _mm512_storeu_ps(r + vs, v[2 * i + 1]);
-                    } else {
-                        _mm512_storeu_ps(o, v[2 * i]);
-                        _mm512_storeu_ps(o + 16, v[2 * i + 1]);
-                    }
+                decode_group<F>(blk, g, ks, v);
+                for (int i = 0; i < S; ++i, o += step) {
+                    _mm512_storeu_ps(o, v[2 * i]);
+                    _mm512_storeu_ps(o + half, v[2 * i + 1]);
                 }
             }
 #elif defined(TL_SIMD)
             constexpr int S = group_subs<F>();
             for (int gr = 0; gr < T::block / 32 / S; ++gr) {
                 V8 v[4 * S];
-                decode_group8<F>(row + b * T::bytes, gr, ks, v);
-                for (int i = 0; i < S; ++i, o += 32) {
-                    if constexpr (PACKED) {
-                        const int64_t j = b * (T::block / 32) + gr * S + i, nr = n1 - n0, vs = w.k / 32 * nr * 8;
-                        float* r = out + (j * nr + (n - n0)) * 8;
-                        for (int g = 0; g < 4; ++g) v8_store(r + g * vs, v[4 * i + g]);
-                    } else {
-                        for (int g = 0; g < 4; ++g) v8_store(o + 8 * g, v[4 * i + g]);
-                    }
-                }
+                decode_group8<F>(blk, gr, ks, v);
+                for (int i = 0; i < S; ++i, o += step)
+                    for (int g = 0; g < 4; ++g) v8_store(o + g * quarter, v[4 * i + g]);
             }
 #else
-            for (int s = 0; s < T::block / 32; ++s, o += 32) decode32_scalar<F>(row + b * T::bytes, s, o);
+            for (int s = 0; s < T::block / 32; ++s, o += 32) decode32_scalar<F>(blk, s, o);
 #endif
         }
     }
@@ -219,13 +218,13 @@ static void dot_rows(const uint8_t* row, int64_t num_blocks, const float* x, int
     dot_row_m<F, MT>(row, num_blocks, x, k, y, ldy);
 }
 
-// The fewest activation rows the tile serves; fewer go through dot_rows. With 16-lane tiles and the decode's
-// prefetch, the tile is the faster from 4 rows for the K-quants (whose decode in registers costs the most) and
-// from 7 for the other formats (paired runs of a model's matmuls per M, docs/benchmarks.md); the 8-lane tiles
-// from 8.
+// The fewest activation rows the tile serves; fewer go through dot_rows. With 16-lane tiles, the decode's
+// prefetch and panels that stay in L1 at a few rows, the tile is the faster from 4 rows for every format but
+// Q8_0, whose decode in registers is the cheapest (paired runs per format and M, docs/benchmarks.md); the 8-lane
+// tiles from 8.
 template <int F> constexpr int64_t tile_min_m() {
 #ifdef TL_TILE16
-    return F == Q4_K || F == Q5_K || F == Q6_K ? 4 : 7;
+    return F == Q8_0 ? 7 : 4;
 #else
     return 8;
 #endif

@@ -167,13 +167,16 @@ template <int NR> static void tile_group(const float* x, int64_t mr, const float
 // runs over while it stays in L1 (k up to 2048) or L2. Each output is still one micro tile's whole sum, so the
 // same bits as strip after strip.
 constexpr int64_t PANEL_FLOATS = 1 << 17;
+// Up to SMALL_M activation rows (a verification, a batched decode step) a panel serves at most four groups of
+// rows, too few to repay decoding into L2: a panel that fits L1 is stored and read back there.
+constexpr int64_t SMALL_M = 16, SMALL_PANEL_FLOATS = 1 << 13;
 
 // y[:, n0:n1] for m activation rows (x [m, k] packed by pack_row, y [m, ldy]); decode(r0, r1, out) writes weight
 // rows r0..r1 as float32 into out, packed as one strip ([k / TILE_W][r1 - r0][TILE_W]).
 template <class Decode>
 static void tile_rows(Decode decode, int64_t k, const float* x, int64_t m, float* y, int64_t ldy, int64_t n0,
                       int64_t n1) {
-    const int64_t strips = std::max<int64_t>(1, PANEL_FLOATS / (TILE_NR * k));
+    const int64_t strips = std::max<int64_t>(1, (m <= SMALL_M ? SMALL_PANEL_FLOATS : PANEL_FLOATS) / (TILE_NR * k));
     thread_local std::vector<float> buf;
     if ((int64_t)buf.size() < strips * TILE_NR * k) buf.resize(strips * TILE_NR * k);
     for (int64_t p = n0; p < n1; p += strips * TILE_NR) {
