@@ -1,4 +1,4 @@
-"""DraftPacing: a draft at most one longer than what the last verification accepted (growing back to k while
+"""DraftPacing: a draft at most one longer than what the last verification accepted (doubling back to k while
 all is accepted); after a verification that accepted none, a pause that doubles up to MAX_PAUSE, ended by an
 accepted draft."""
 
@@ -24,12 +24,23 @@ def test_lengths_follow_what_was_accepted():
     p.record(4, 1)
     assert p.next_length() == 2  # one accepted: at most two next
     p.record(2, 2)
-    assert p.next_length() == 3  # all accepted: one more each time, up to k
-    p.record(3, 3)
+    assert p.next_length() == 4  # all accepted: twice as long each time, up to k
     p.record(4, 4)
     assert p.next_length() == 4
     p.record(1, 1)  # a short draft (the proposer found only one) all accepted: no shorter
     assert p.next_length() == 4
+
+
+def test_a_break_in_a_long_run_returns_to_k_by_doubling():
+    p = DraftPacing(8)
+    p.record(8, 2)
+    lengths = []
+    while p.length < 8:
+        lengths.append(p.next_length())
+        p.record(lengths[-1], lengths[-1])
+    assert lengths == [3, 6]  # a + 1 after the break, then doubled and capped at k
+    p.record(8, 8)
+    assert p.next_length() == 8
 
 
 def test_pauses_double_to_the_cap_and_an_acceptance_ends_them():

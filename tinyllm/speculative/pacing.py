@@ -1,7 +1,9 @@
-"""How many tokens a request drafts at its next decode step. Each draft verified is a row of the step, and in the
-float32 mode a row costs about as much as the step's first (docs/benchmarks.md), so drafts the target rejects
-make speculation slower than plain decoding. After a verification that accepted a of its drafts, the next
-draft is at most a + 1 long, and one more after each verification that accepted all it drafted, up to k. A
+"""How many tokens a request drafts at its next decode step. Each draft verified is a row of the step, and a row
+costs a good part of what the step's first does (docs/benchmarks.md), so drafts the target rejects make
+speculation slower than plain decoding. After a verification that accepted a of its drafts, the next
+draft is at most a + 1 long, and twice as long after each verification that accepted all it drafted, up to k
+(a lookup that was just accepted whole is most often inside a copied span, which ends suddenly, not
+gradually: on a repeated paragraph, growing by one took five verifications to return to k after one break). A
 verification that accepted none also pauses drafting for 1, then 2, 4, ... up to MAX_PAUSE decode steps, and
 an accepted draft ends that run. The output is the same either way: drafts only decide how many tokens a step
 may accept."""
@@ -28,7 +30,7 @@ class DraftPacing:
     def record(self, num_drafted: int, num_accepted: int) -> None:
         """After a verification of num_drafted >= 1 drafts, num_accepted of them accepted."""
         if num_accepted == num_drafted:
-            self.length = min(self.k, self.length + 1)
+            self.length = min(self.k, 2 * self.length)
         else:
             self.length = num_accepted + 1
         if num_accepted:
