@@ -2,6 +2,7 @@
 back with one warning that names the reason."""
 
 import os
+import platform
 import subprocess
 import sys
 
@@ -63,3 +64,18 @@ def test_the_fma_probe_counts_multiply_adds_and_refuses_bad_arguments():
         assert 1e8 < rate < 1e13  # any core does more than 0.1 G multiply-adds a second, none 10 T
     assert lib.tl_fma_rate(0, 0.05) == -1.0 and lib.tl_fma_rate(-3, 0.05) == -1.0
     assert lib.tl_fma_rate(1, 0.0) == -1.0 and lib.tl_fma_rate(1, float("nan")) == -1.0
+
+
+def test_the_fma_probe_is_as_wide_as_the_kernels():
+    """On a CPU with AVX-512 the kernels run 16-lane FMAs, so the rate a float32 floor is measured against must
+    come from 16-lane FMAs too (an 8-lane probe halves the floor's compute)."""
+    from tinyllm.kernels import native
+
+    lib = native.library()
+    if lib is None:
+        pytest.skip("no native library")
+    flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    if platform.machine() in ("x86_64", "AMD64"):
+        assert lib.tl_fma_lanes() == (16 if " avx512f" in flags else 8)
+    else:
+        assert lib.tl_fma_lanes() in (1, 8)

@@ -119,9 +119,10 @@ def load_now() -> float | None:
 
 def fma_rate(threads: int, seconds: float = 0.2) -> float | None:
     """G float32 multiply-adds a second that `threads` threads get right now on registers alone (no memory),
-    or None without the native library. On a shared or virtual machine it moves between runs (two cores whose
-    sibling hardware threads the host gives to other work deliver about one core's FMAs), so a result file
-    records it before and after its runs: a run's rate over it is the share of the machine's compute it used."""
+    with FMAs as wide as the kernels' (fma_lanes), or None without the native library. On a shared or virtual
+    machine it moves between runs (two cores whose sibling hardware threads the host gives to other work
+    deliver about one core's FMAs), so a result file records it before and after its runs: a run's rate over
+    it is the share of the machine's compute it used."""
     from ..kernels import native
 
     lib = native.library()
@@ -143,6 +144,14 @@ def read_rate(threads: int | None = None, mb: int = 256, tries: int = 5) -> floa
         torch.set_num_threads(before)
 
 
+def fma_lanes() -> int | None:
+    """The lanes of the FMA rate's vectors: 16 with AVX-512, 8 with AVX2 or NEON; None without the library."""
+    from ..kernels import native
+
+    lib = native.library()
+    return None if lib is None else lib.tl_fma_lanes()
+
+
 def compute_now() -> dict:
     """fma_rate on one thread and on torch's thread count."""
     n = torch_threads()
@@ -162,6 +171,7 @@ def machine_info() -> dict:
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "compute_before": compute_now(),
+        "fma_lanes": fma_lanes(),
     }
     try:
         import transformers
@@ -204,18 +214,22 @@ def save(out_dir: str, name: str, result: dict, draw: Callable | None, report: C
     result["json"] = write_json(out_dir, name, result)
     print(report(result))
     if isinstance(machine, dict) and "compute_before" in machine:
-        print(compute_line(machine["compute_before"], machine["compute_after"]))
+        print(compute_line(machine["compute_before"], machine["compute_after"], machine.get("fma_lanes")))
     return result
 
 
-def compute_line(before: dict, after: dict) -> str:
+def compute_line(before: dict, after: dict, lanes: int | None = None) -> str:
     """The FMA rates before and after the runs, on one line of the report."""
 
     def rates(d: dict) -> str:
         return " / ".join("n/a" if v is None else f"{v:.1f}" for v in d.values())
 
     threads = " / ".join(k.removeprefix("fma_gmacs_").replace("_", " ") for k in before)
-    return f"cores' float32 FMA rate, G multiply-adds/s ({threads}): before {rates(before)}, after {rates(after)}"
+    wide = f"{lanes}-lane " if lanes else ""
+    return (
+        f"cores' float32 FMA rate ({wide}FMAs), G multiply-adds/s ({threads}): "
+        f"before {rates(before)}, after {rates(after)}"
+    )
 
 
 # ---- models

@@ -59,6 +59,8 @@ def load(path: Path) -> ctypes.CDLL:
     lib.tl_kv_q8.restype = ctypes.c_int
     lib.tl_fma_rate.argtypes = [ctypes.c_int, ctypes.c_double]
     lib.tl_fma_rate.restype = ctypes.c_double
+    lib.tl_fma_lanes.argtypes = []
+    lib.tl_fma_lanes.restype = ctypes.c_int
     return lib
 
 

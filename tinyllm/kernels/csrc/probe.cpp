@@ -1,5 +1,6 @@
 // How many float32 multiply-adds a second the cores deliver right now: each thread runs independent chains of
-// 8-lane FMAs on registers only (no memory traffic), for the given time. A benchmark records it beside its
+// FMAs as wide as the kernels' (16 lanes with AVX-512, else 8) on registers only (no memory traffic), for the
+// given time: the rate a float32 engine's floor is measured against. A benchmark records it beside its
 // figures, because on a shared or virtual machine the cores' rate moves between runs: two cores whose host runs
 // other work on their sibling hardware threads give about half their FMAs.
 #include "simd.h"
@@ -11,13 +12,49 @@
 
 namespace tl {
 
-// Rounds of 12 chains of FMAs until `seconds` have passed; the multiply-adds done (8 per lane-vector FMA).
+#if defined(TL_AVX2) && defined(__AVX512F__)
+#define TL_FMA_LANES 16
+#elif defined(TL_SIMD)
+#define TL_FMA_LANES 8
+#else
+#define TL_FMA_LANES 1
+#endif
+
+#if TL_FMA_LANES == 16
+// `rounds` rounds of the 12 chains, in registers: out of line, so the clock's calls around it (every vector
+// register is the caller's to save) do not keep the chains in memory.
+__attribute__((noinline)) static void fma_rounds16(__m512* a, int64_t rounds) {
+    const __m512 b = _mm512_set1_ps(0.9999f), c = _mm512_set1_ps(0.0001f);
+    __m512 r[12];
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) r[i] = a[i];
+    for (int64_t n = 0; n < rounds; ++n)
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; ++i) {
+            r[i] = _mm512_fmadd_ps(r[i], b, c);
+            asm("" : "+v"(r[i]));  // every FMA done
+        }
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) a[i] = r[i];
+}
+#endif
+
+// Rounds of 12 chains of FMAs until `seconds` have passed; the multiply-adds done (TL_FMA_LANES per FMA).
 static double fma_loop(double seconds) {
     using clock = std::chrono::steady_clock;
     const auto end = clock::now() + std::chrono::duration<double>(seconds);
     constexpr int64_t ROUNDS = 1 << 16;
     double done = 0.0;
-#ifdef TL_SIMD
+#if TL_FMA_LANES == 16
+    __m512 a[12];
+    for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(0.001f * (float)i);
+    while (clock::now() < end) {
+        fma_rounds16(a, ROUNDS);
+        done += ROUNDS * 12.0 * 16.0;
+    }
+    volatile float keep = _mm512_reduce_add_ps(_mm512_add_ps(a[0], a[11]));
+    (void)keep;
+#elif TL_FMA_LANES == 8
     V8 a[12];
     for (int i = 0; i < 12; ++i) a[i] = v8_set1(0.001f * (float)i);
     const V8 b = v8_set1(0.9999f), c = v8_set1(0.0001f);
@@ -44,6 +81,9 @@ static double fma_loop(double seconds) {
 }  // namespace tl
 
 extern "C" {
+
+// The lanes of the probe's FMAs: 16 where the kernels run 16-lane FMAs (AVX-512), 8 (AVX2, NEON), 1 (scalar).
+int tl_fma_lanes() { return TL_FMA_LANES; }
 
 // Multiply-adds a second (all threads together) of `threads` threads each running FMAs for `seconds`; -1 for
 // threads < 1 or seconds <= 0.
