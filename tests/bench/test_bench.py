@@ -228,6 +228,15 @@ def test_step_native(folder, tmp_path):
     assert 0.5 * e["wall_ms_per_token"] <= sum(parts.values()) <= e["wall_ms_per_token"] * (1 + 1e-9)
 
 
+def test_step_times_a_verification_of_k_rows(folder, tmp_path):
+    """--verify-rows K: the engine's forwards with K rows of one sequence (K - 1 drafts, proposed at every step
+    whatever was accepted) are timed beside its one-row decode forwards."""
+    r = bench("step", folder, tmp_path, "--quantize", "int8", "--verify-rows", "3", "5")
+    v = r["verification"]
+    assert list(v["forward_ms"]) == ["1", "3", "5"] and all(positive(ms) for ms in v["forward_ms"].values())
+    assert v["over_one_row"]["1"] == 1.0 and all(positive(x) for x in v["over_one_row"].values())
+
+
 @pytest.mark.slow
 def test_throughput(folder, tmp_path):
     r = bench("throughput", folder, tmp_path)

@@ -2,7 +2,8 @@
 contiguous cache, what the engine runs for models the native step does not cover): matmuls, attention and
 everything else, with the number of eager calls (top-level operators) per token, from torch.profiler over a
 run of cached decode steps. The engine's path (LLM.generate): the native decode step's own clock per phase,
-the head, the runner's and the engine's Python (bench/step_engine.py).
+the head, the runner's and the engine's Python (bench/step_engine.py); and a speculative verification's
+forward at K rows (`--verify-rows`) against a decode step's.
 
 The wall time per token is measured without the profiler; the split comes from the profiler's own times,
 scaled to that wall time (the profiler slows every call a little, the small ones most).
@@ -16,7 +17,7 @@ import time
 
 from ..cli_flags import POSITIVE
 from . import common, figure
-from .step_engine import engine_breakdown
+from .step_engine import engine_breakdown, verification_ms
 
 QUICK = dict(prompt_tokens=16, steps=4)
 # Operator names (profiler events) counted as each part; everything else is "other".
@@ -27,6 +28,14 @@ ATTENTION_OPS = ("aten::scaled_dot_product_attention",)
 def add_args(p) -> None:
     p.add_argument("--prompt-tokens", type=POSITIVE, default=32, help="prompt length before the measured steps")
     p.add_argument("--steps", type=POSITIVE, default=64, help="decode steps measured (default 64)")
+    p.add_argument(
+        "--verify-rows",
+        type=POSITIVE,
+        nargs="*",
+        default=[5, 9],
+        metavar="K",
+        help="also time the engine's forward verifying K - 1 drafts (K rows) against a decode step (default 5 9)",
+    )
 
 
 def _part(name: str) -> str:
@@ -147,6 +156,15 @@ def report(result: dict) -> str:
         lines += [f"  {part:38s} {ms:6.2f} ms" for part, ms in e["ms_per_token"].items()]
     else:
         lines.append("engine: this model runs the module path (no native decode step)")
+    v = result.get("verification") or {}
+    if v.get("forward_ms"):
+        parts = [
+            f"{k} rows {ms:.2f} ms ({v['over_one_row'][k]:.2f}x)" if ms is not None else f"{k} rows n/a"
+            for k, ms in v["forward_ms"].items()
+            if k != "1"
+        ]
+        one = v["forward_ms"]["1"]
+        lines.append(f"engine forward, median: 1 row (a decode step) {one:.2f} ms; verifying: " + ", ".join(parts))
     return "\n".join(lines)
 
 
@@ -187,4 +205,6 @@ def run(args, models: common.Models | None = None) -> dict:
     ids = common.windows(common.corpus_ids(models.llm.tokenizer), [args.prompt_tokens], args.seed)[0]
     result.update(prompt_tokens=len(ids), steps=args.steps, breakdown=profile_steps(models.llm.model, ids, args.steps))
     result["engine"] = engine_breakdown(models.llm, ids, args.steps)
+    if args.verify_rows:
+        result["verification"] = verification_ms(models.llm, ids, args.steps, sorted(set(args.verify_rows)))
     return common.save(args.out, "step", result, draw(result), report)

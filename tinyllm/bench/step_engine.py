@@ -1,7 +1,8 @@
 """Where a batch-1 decode token's time goes on the product path: the engine's native decode step (its own
 clock per phase: matmuls, attention, the rest; the embedding lookup counts with the rest), the head (final
 norm, vocabulary matmul), the runner's Python (the step's arrays, the calls) and everything around the forward
-(scheduling, sampling, detokenizing)."""
+(scheduling, sampling, detokenizing). And what a speculative verification costs: the runner's forward with K
+rows of one sequence (K - 1 drafts and the last token) against its forward with one row."""
 
 from __future__ import annotations
 
@@ -78,4 +79,69 @@ def engine_breakdown(llm, ids: list[int], steps: int) -> dict:
             "runner (step arrays, the calls)": per(steps_s - native_s - head_s),
             "engine (schedule, sample, detokenize)": per(decode_s - steps_s),
         },
+    }
+
+
+class _FixedDrafts:
+    """A proposer that drafts k copies of the last token at every step, so each decode step verifies k + 1 rows
+    whatever the target accepts (the output stays plain decoding's)."""
+
+    def propose(self, ids, k: int) -> list[int]:
+        return [ids[-1]] * k
+
+    def rollback(self, num_tokens: int) -> None:
+        pass
+
+
+def _forwards(engine, ids: list[int], spec, count: int) -> list[tuple[int, float]]:
+    """(rows, seconds) of the first count + 1 runner forwards (the prompt's, then count decode steps) of one
+    greedy request on engine; the request asks for enough tokens that none of them runs short of drafts."""
+    from ..sampling import SamplingParams
+
+    k = 0 if spec is None else spec.num_draft_tokens
+    params = SamplingParams(max_tokens=(count + 1) * (k + 1) + 1, temperature=0.0, ignore_eos=True)
+    calls: list[tuple[int, float]] = []
+    inner = engine.runner.run
+
+    def run(step, tables):
+        t = time.perf_counter()
+        try:
+            return inner(step, tables)
+        finally:
+            calls.append((sum(c.num_tokens for c in step.chunks), time.perf_counter() - t))
+
+    rid = engine.add_request(ids, params, speculative=spec)
+    if spec is not None:
+        engine.requests[rid].proposer = _FixedDrafts()
+    engine.runner.run = run
+    try:
+        while engine.has_unfinished() and len(calls) <= count:
+            engine.step()
+    finally:
+        del engine.runner.run
+        engine.abort(rid)
+        engine.release(rid)
+    return calls
+
+
+def verification_ms(llm, ids: list[int], steps: int, rows: list[int]) -> dict:
+    """Median ms of the runner's forward at one row (a decode step) and at each K of rows (a verification of
+    K - 1 drafts), over `steps` decode steps of a greedy request after ids; each measured on a second request,
+    after one that made the engine's caches."""
+    import statistics
+
+    from ..speculative.proposer import SpeculativeConfig
+
+    engine = llm.engine()
+    forward_ms = {}
+    for k in [1, *rows]:
+        spec = None if k == 1 else SpeculativeConfig("ngram", num_draft_tokens=k - 1, pacing=False)
+        _forwards(engine, ids, spec, steps)
+        times = [s for n, s in _forwards(engine, ids, spec, steps) if n == k]
+        forward_ms[str(k)] = 1000 * statistics.median(times) if times else None  # str: JSON's keys
+    one = forward_ms["1"]
+    return {
+        "forward_ms": forward_ms,
+        "over_one_row": {k: ms / one for k, ms in forward_ms.items() if ms is not None and one},
+        "forwards_measured": steps,
     }
