@@ -124,24 +124,29 @@ def _forwards(engine, ids: list[int], spec, count: int) -> list[tuple[int, float
     return calls
 
 
-def verification_ms(llm, ids: list[int], steps: int, rows: list[int]) -> dict:
+def verification_ms(llm, ids: list[int], steps: int, rows: list[int], rounds: int = 3) -> dict:
     """Median ms of the runner's forward at one row (a decode step) and at each K of rows (a verification of
-    K - 1 drafts), over `steps` decode steps of a greedy request after ids; each measured on a second request,
-    after one that made the engine's caches."""
+    K - 1 drafts), over `rounds` requests of `steps` decode steps each after ids, the row counts taking turns
+    (this machine's memory has slow spells of seconds: one row count measured after the other can land in one),
+    after a first request each that made the engine's caches."""
     import statistics
 
     from ..speculative.proposer import SpeculativeConfig
 
     engine = llm.engine()
-    forward_ms = {}
-    for k in [1, *rows]:
-        spec = None if k == 1 else SpeculativeConfig("ngram", num_draft_tokens=k - 1, pacing=False)
+    engine.storage.prefault()  # a fresh pool's pages are faulted in on first write: not a step's cost
+    specs = {k: SpeculativeConfig("ngram", num_draft_tokens=k - 1, pacing=False) for k in rows}
+    specs = {1: None, **specs}
+    times: dict[int, list[float]] = {k: [] for k in specs}
+    for spec in specs.values():
         _forwards(engine, ids, spec, steps)
-        times = [s for n, s in _forwards(engine, ids, spec, steps) if n == k]
-        forward_ms[str(k)] = 1000 * statistics.median(times) if times else None  # str: JSON's keys
+    for _ in range(rounds):
+        for k, spec in specs.items():
+            times[k] += [s for n, s in _forwards(engine, ids, spec, steps) if n == k]
+    forward_ms = {str(k): 1000 * statistics.median(t) if t else None for k, t in times.items()}  # str: JSON's keys
     one = forward_ms["1"]
     return {
         "forward_ms": forward_ms,
         "over_one_row": {k: ms / one for k, ms in forward_ms.items() if ms is not None and one},
-        "forwards_measured": steps,
+        "forwards_measured": steps * rounds,
     }
