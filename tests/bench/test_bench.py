@@ -234,7 +234,7 @@ def test_step_times_a_verification_of_k_rows(folder, tmp_path):
     r = bench("step", folder, tmp_path, "--quantize", "int8", "--verify-rows", "3", "5")
     v = r["verification"]
     assert list(v["forward_ms"]) == ["1", "3", "5"] and all(positive(ms) for ms in v["forward_ms"].values())
-    assert v["over_one_row"]["1"] == 1.0 and all(positive(x) for x in v["over_one_row"].values())
+    assert list(v["over_one_row"]) == ["1", "3", "5"] and v["forwards_measured"] == 3 * r["steps"]
 
 
 @pytest.mark.slow

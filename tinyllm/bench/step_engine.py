@@ -135,8 +135,7 @@ def verification_ms(llm, ids: list[int], steps: int, rows: list[int], rounds: in
 
     engine = llm.engine()
     engine.storage.prefault()  # a fresh pool's pages are faulted in on first write: not a step's cost
-    specs = {k: SpeculativeConfig("ngram", num_draft_tokens=k - 1, pacing=False) for k in rows}
-    specs = {1: None, **specs}
+    specs = {1: None, **{k: SpeculativeConfig("ngram", num_draft_tokens=k - 1, pacing=False) for k in rows}}
     times: dict[int, list[float]] = {k: [] for k in specs}
     for spec in specs.values():
         _forwards(engine, ids, spec, steps)

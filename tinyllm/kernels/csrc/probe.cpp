@@ -3,7 +3,7 @@
 // given time: the rate a float32 engine's floor is measured against. A benchmark records it beside its
 // figures, because on a shared or virtual machine the cores' rate moves between runs: two cores whose host runs
 // other work on their sibling hardware threads give about half their FMAs.
-#include "simd.h"
+#include "tile.h"  // TL_TILE16: the float kernels run 16-lane FMAs
 
 #include <chrono>
 #include <cstdint>
@@ -12,7 +12,7 @@
 
 namespace tl {
 
-#if defined(TL_AVX2) && defined(__AVX512F__)
+#ifdef TL_TILE16
 #define TL_FMA_LANES 16
 #elif defined(TL_SIMD)
 #define TL_FMA_LANES 8
