@@ -90,13 +90,44 @@ template <int MR, int NR> __attribute__((noinline)) static void join_tile(const 
 }
 
 #ifdef TL_TILE16
-// micro_tile on 16-lane vectors: x: MR rows packed ([k / 16][MR][16]), w: NR rows packed ([k / 16][NR][16]).
-// Each half of a row holds two partial sums side by side; their halves are parked as the 8-lane tile parks
-// its four sums, and joined the same way.
+// The 16-lane tile's joins, in registers: each accumulator holds two of an output's partial sums side by side
+// (lanes 0-7 sum 2 p, 8-15 sum 2 p + 1). pair_fold(a, b) = [a's halves added | b's]: join4's p0 + p1 (or
+// p2 + p3) of two outputs in one vector.
+static inline __m512 pair_fold(__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+}
+
+// hsum's first addition (lanes 0-3 plus lanes 4-7) of the four outputs in u and v, one to a 128-bit lane:
+// [u's first, u's second, v's first, v's second].
+static inline __m512 fold4(__m512 u, __m512 v) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(u, v, 0x88), _mm512_shuffle_f32x4(u, v, 0xDD));
+}
+
+// The rest of hsum's tree for 4 rows x NC <= 4 columns: u01[c] holds the joined pairs of rows 0 and 1 of
+// column c, u23[c] those of rows 2 and 3. Returns row i's sums in 128-bit lane i, column c in lane 4 i + c:
+// the same additions of the same pairs as join4, so the same bits.
+template <int NC> static inline __m512 hsum_4x4(const __m512* u01, const __m512* u23) {
+    const __m512 zero = _mm512_setzero_ps();
+    __m512 f[4];
+    for (int c = 0; c < 4; ++c) f[c] = c < NC ? fold4(u01[c], u23[c]) : zero;
+    const __m512 k0 = _mm512_add_ps(_mm512_shuffle_ps(f[0], f[1], 0x44), _mm512_shuffle_ps(f[0], f[1], 0xEE));
+    const __m512 k1 = _mm512_add_ps(_mm512_shuffle_ps(f[2], f[3], 0x44), _mm512_shuffle_ps(f[2], f[3], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_ps(k0, k1, 0x88), _mm512_shuffle_ps(k0, k1, 0xDD));
+}
+
+// Row i (128-bit lane i of sums) of n <= 4 outputs to y.
+static inline void store_lane(__m512 sums, int i, int n, float* y) {
+    _mm512_mask_storeu_ps(y, (__mmask16)((1 << n) - 1), _mm512_castps128_ps512(_mm512_extractf32x4_ps(sums, i)));
+}
+
+// micro_tile on 16-lane vectors: x: MR rows packed ([k / 16][MR][16]), w: NR rows packed ([k / 16][NR][16]),
+// MR <= 4, NR <= 6. Two passes, one for each pair of partial sums; after each, the accumulators are folded in
+// pairs of rows (pair_fold) into `joined`, a vector for two outputs, and at the end joined there (hsum_4x4).
 template <int MR, int NR>
 static void micro_tile(const float* x, const float* w, int64_t k, float* y, int64_t ldy) {
-    V8 part[4][MR][NR];
+    static_assert(MR <= 4 && NR <= 6, "the joins take 4 x 6 outputs at most");
     const int64_t nv = k / 32;
+    alignas(64) float joined[2][6][16];  // [rows 0-1, 2-3][column]: parked in memory over the second pass
     for (int p = 0; p < 2; ++p) {
         __m512 acc[MR][NR];
         for (int i = 0; i < MR; ++i)
@@ -114,13 +145,24 @@ static void micro_tile(const float* x, const float* w, int64_t k, float* y, int6
                 for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_fmadd_ps(wv[r], xv, acc[i][r]);
             }
         }
-        for (int i = 0; i < MR; ++i)
+        for (int h = 0; 2 * h < MR; ++h)
             for (int r = 0; r < NR; ++r) {
-                part[2 * p][i][r] = _mm512_castps512_ps256(acc[i][r]);
-                part[2 * p + 1][i][r] = high256(acc[i][r]);
+                const __m512 f = pair_fold(acc[2 * h][r], 2 * h + 1 < MR ? acc[2 * h + 1][r] : _mm512_setzero_ps());
+                // (p0 + p1) + (p2 + p3), join4's order
+                _mm512_store_ps(joined[h][r], p ? _mm512_add_ps(_mm512_load_ps(joined[h][r]), f) : f);
             }
     }
-    join_tile<MR, NR>(&part[0][0][0], y, ldy);
+    __m512 u01[6], u23[6];
+    for (int r = 0; r < NR; ++r) {
+        u01[r] = _mm512_load_ps(joined[0][r]);
+        u23[r] = MR > 2 ? _mm512_load_ps(joined[1][r]) : _mm512_setzero_ps();
+    }
+    const __m512 lo = hsum_4x4<NR < 4 ? NR : 4>(u01, u23);
+    for (int i = 0; i < MR; ++i) store_lane(lo, i, NR < 4 ? NR : 4, y + i * ldy);
+    if constexpr (NR > 4) {
+        const __m512 hi = hsum_4x4<NR - 4>(u01 + 4, u23 + 4);
+        for (int i = 0; i < MR; ++i) store_lane(hi, i, NR - 4, y + i * ldy + 4);
+    }
 }
 #else
 // y[i * ldy + r] = x[i] . w[r] for i < MR, r < NR; x: MR rows packed ([k / 8][MR][8]), w: NR rows packed
