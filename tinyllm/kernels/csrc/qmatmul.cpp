@@ -24,18 +24,85 @@ struct Weight {
 // (8 and 32 KB measured the same; docs/benchmarks.md has the figures).
 constexpr int64_t DECODE_AHEAD = 16384;
 
-// Weight rows n0..n1 as float32 rows of k at out (leading dim ld); PACKED: as one strip packed for tile.h. The
-// sizes are copied into locals first: read through w, the compiler reloaded them after every store (out might
-// alias them), and the packed index's arithmetic spilled into vector registers around the decode.
+#if defined(TL_AVX2) && defined(__AVX512F__)
+// Weight rows decoded to float32 a group of sub-blocks (decode_group) per unit(), as plain rows (start_rows) or as
+// one strip packed for the tile (start_strip), so that the tile can take the next strip's decode in among its
+// FMAs (tile_rows_strips). Held by value where it runs: read through a pointer, the compiler reloaded its
+// state after every store (the output might alias it).
+template <int F> struct RowDecode {
+    using T = Traits<F>;
+    static constexpr int S = group_subs<F>(), GROUPS = T::block / 32 / S;
+    Weight w;
+    const uint8_t* row = nullptr;
+    float *o = nullptr, *row_out = nullptr;
+    int64_t step = 0, half = 0, next_row = 0, rows = 0, left = 0, b = 0;
+    int g = 0;
+    alignas(64) float ks[16];
+
+    explicit RowDecode(const Weight& weight) : w(weight) {}
+    // rows r0..r1 at out, leading dim ld: sub-block j's 32 values at 32 j
+    void start_rows(int64_t r0, int64_t r1, float* out, int64_t ld) { start(r0, r1, out, 32, 16, ld); }
+    // rows r0..r1 as one strip: the pair of partial sums p of sub-block j of row n is vector p k / 32 + j of
+    // the strip's rows (tile.h)
+    void start_strip(int64_t r0, int64_t r1, float* out) {
+        start(r0, r1, out, (r1 - r0) * 16, w.k / 32 * (r1 - r0) * 16, 16);
+    }
+    int64_t units() const { return rows * (w.k / T::block) * GROUPS; }
+    void unit() {
+        if (left == 0) return;
+        const uint8_t* blk = row + b * T::bytes;
+        if (g == 0) {
+            for (int64_t at = 0; at < T::bytes; at += 64) _mm_prefetch((const char*)blk + DECODE_AHEAD + at, _MM_HINT_T0);
+            k_scales<F>(blk, ks);
+        }
+        __m512 v[2 * S];
+        decode_group<F>(blk, g, ks, v);
+        for (int i = 0; i < S; ++i, o += step) {
+            _mm512_storeu_ps(o, v[2 * i]);
+            _mm512_storeu_ps(o + half, v[2 * i + 1]);
+        }
+        if (++g < GROUPS) return;
+        g = 0;
+        if (++b < w.k / T::block) return;
+        b = 0;
+        row += w.stride;
+        o = row_out += next_row;
+        --left;
+    }
+    void finish() {
+        while (left) unit();
+    }
+
+  private:
+    void start(int64_t r0, int64_t r1, float* out, int64_t step_, int64_t half_, int64_t next_row_) {
+        row = w.data + r0 * w.stride;
+        o = row_out = out;
+        step = step_;
+        half = half_;
+        next_row = next_row_;
+        rows = left = r1 - r0;
+        b = 0;
+        g = 0;
+    }
+};
+#endif
+
+// Weight rows n0..n1 as float32 rows of k at out (leading dim ld); PACKED: as one strip packed for tile.h (the
+// 8-lane tiles; the 16-lane ones take RowDecode's strips). The sizes are copied into locals first: read through
+// w, the compiler reloaded them after every store (out might alias them), and the packed index's arithmetic
+// spilled into vector registers around the decode.
 template <int F, bool PACKED = false>
 static void decode_rows(const Weight& w, int64_t n0, int64_t n1, float* out, int64_t ld) {
+#if defined(TL_AVX2) && defined(__AVX512F__)
+    static_assert(!PACKED, "16-lane strips: RowDecode::start_strip");
+    RowDecode<F> rows(w);
+    rows.start_rows(n0, n1, out, ld);
+    rows.finish();
+#else
     using T = Traits<F>;
     const int64_t num_blocks = w.k / T::block, stride = w.stride;
     const uint8_t* const data = w.data;
-#if defined(TL_AVX2) && defined(__AVX512F__)
-    // packed: the pair of partial sums p of sub-block j of row n is vector p k / 32 + j of the strip's rows (tile.h)
-    const int64_t step = PACKED ? (n1 - n0) * 16 : 32, half = PACKED ? w.k / 32 * (n1 - n0) * 16 : 16;
-#elif defined(TL_SIMD)
+#ifdef TL_SIMD
     const int64_t step = PACKED ? (n1 - n0) * 8 : 32, quarter = PACKED ? w.k / 32 * (n1 - n0) * 8 : 8;
 #endif
     for (int64_t n = n0; n < n1; ++n) {
@@ -53,18 +120,6 @@ static void decode_rows(const Weight& w, int64_t n0, int64_t n1, float* out, int
 #ifdef TL_SIMD
             alignas(32) float ks[16];
             k_scales<F>(blk, ks);
-#endif
-#if defined(TL_AVX2) && defined(__AVX512F__)
-            constexpr int S = group_subs<F>();
-            for (int g = 0; g < T::block / 32 / S; ++g) {
-                __m512 v[2 * S];
-                decode_group<F>(blk, g, ks, v);
-                for (int i = 0; i < S; ++i, o += step) {
-                    _mm512_storeu_ps(o, v[2 * i]);
-                    _mm512_storeu_ps(o + half, v[2 * i + 1]);
-                }
-            }
-#elif defined(TL_SIMD)
             constexpr int S = group_subs<F>();
             for (int gr = 0; gr < T::block / 32 / S; ++gr) {
                 V8 v[4 * S];
@@ -77,6 +132,7 @@ static void decode_rows(const Weight& w, int64_t n0, int64_t n1, float* out, int
 #endif
         }
     }
+#endif
 }
 
 // One weight row against one activation row.
@@ -240,7 +296,13 @@ template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t
 #endif
         return;
     }
-#ifdef TL_SIMD
+#ifdef TL_TILE16
+    if (m >= tile_min_m<F>()) {
+        RowDecode<F> strips(w);
+        tile_rows_strips(strips, w.k, x, m, y, w.n, n0, n1);  // x packed (matmul)
+        return;
+    }
+#elif defined(TL_SIMD)
     if (m >= tile_min_m<F>()) {
         auto decode = [&w](int64_t r0, int64_t r1, float* out) { decode_rows<F, true>(w, r0, r1, out, w.k); };
         tile_rows(decode, w.k, x, m, y, w.n, n0, n1);  // x packed (matmul)

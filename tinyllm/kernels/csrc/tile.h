@@ -1,8 +1,10 @@
-// Several activation rows (batched decode, speculative verification, prompts): a panel of weight rows is
-// decoded once into a float32 buffer that stays in L2, in strips of NR rows, then a register tile of MR
-// activation rows x NR weight rows runs over each strip, every group of activation rows over the whole panel
-// while it stays in cache. Decoding costs once per weight per call instead of once per activation row, and
-// each loaded vector feeds several FMAs. Decoded values are the reference's bit for bit (blocks.h).
+// Several activation rows (batched decode, speculative verification, prompts): weight rows are decoded once
+// into a float32 buffer in strips of NR rows, then a register tile of MR activation rows x NR weight rows runs
+// over each strip. Many rows (tile_rows): a panel of strips that stays in L2, every group of activation rows
+// over the whole panel. Fewer (16-lane tiles, tile_rows_strips): one strip at a time in L1, every group over
+// it, the next strip decoded during the first group's tile. Decoding costs once per weight per call instead of
+// once per activation row, and each loaded vector feeds several FMAs. Decoded values are the reference's bit
+// for bit (blocks.h).
 //
 // Every output is summed in the order of the one-row kernel (qmatmul.cpp): four 8-lane partial sums, sum g
 // taking elements 32 j + 8 g .. 32 j + 8 g + 7 for j = 0, 1, ... in turn, then hsum((p0 + p1) + (p2 + p3)).
@@ -16,6 +18,7 @@
 #include "vmath.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 namespace tl {
@@ -89,6 +92,14 @@ template <int MR, int NR> __attribute__((noinline)) static void join_tile(const 
 #endif
 }
 
+// A tile's side job: none, or (16-lane tiles) the next strip's decode, a few units of it an iteration.
+struct NoSide {
+    void unit() {}
+    int64_t units() const { return 0; }
+};
+template <class S> static inline S side_copy(S* s) { return *s; }
+static inline NoSide side_copy(NoSide*) { return {}; }
+
 #ifdef TL_TILE16
 // The 16-lane tile's joins, in registers: each accumulator holds two of an output's partial sums side by side
 // (lanes 0-7 sum 2 p, 8-15 sum 2 p + 1). pair_fold(a, b) = [a's halves added | b's]: join4's p0 + p1 (or
@@ -123,10 +134,14 @@ static inline void store_lane(__m512 sums, int i, int n, float* y) {
 // micro_tile on 16-lane vectors: x: MR rows packed ([k / 16][MR][16]), w: NR rows packed ([k / 16][NR][16]),
 // MR <= 4, NR <= 6. Two passes, one for each pair of partial sums; after each, the accumulators are folded in
 // pairs of rows (pair_fold) into `joined`, a vector for two outputs, and at the end joined there (hsum_4x4).
-template <int MR, int NR>
-static void micro_tile(const float* x, const float* w, int64_t k, float* y, int64_t ldy) {
+// With a side job, `per` of its units an iteration.
+template <int MR, int NR, class Side = NoSide>
+static void micro_tile(const float* x, const float* w, int64_t k, float* y, int64_t ldy, Side* side = nullptr,
+                       int per = 0) {
     static_assert(MR <= 4 && NR <= 6, "the joins take 4 x 6 outputs at most");
     const int64_t nv = k / 32;
+    // a copy of the side job's state, here: through the pointer, the compiler reloaded it after every store
+    Side job = side_copy(side);
     alignas(64) float joined[2][6][16];  // [rows 0-1, 2-3][column]: parked in memory over the second pass
     for (int p = 0; p < 2; ++p) {
         __m512 acc[MR][NR];
@@ -144,6 +159,8 @@ static void micro_tile(const float* x, const float* w, int64_t k, float* y, int6
                 const __m512 xv = _mm512_loadu_ps(xp + i * 16);
                 for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_fmadd_ps(wv[r], xv, acc[i][r]);
             }
+            if constexpr (!std::is_same_v<Side, NoSide>)
+                for (int u = 0; u < per; ++u) job.unit();
         }
         for (int h = 0; 2 * h < MR; ++h)
             for (int r = 0; r < NR; ++r) {
@@ -152,6 +169,7 @@ static void micro_tile(const float* x, const float* w, int64_t k, float* y, int6
                 _mm512_store_ps(joined[h][r], p ? _mm512_add_ps(_mm512_load_ps(joined[h][r]), f) : f);
             }
     }
+    if constexpr (!std::is_same_v<Side, NoSide>) *side = job;
     __m512 u01[6], u23[6];
     for (int r = 0; r < NR; ++r) {
         u01[r] = _mm512_load_ps(joined[0][r]);
@@ -210,8 +228,13 @@ template <int NR> static void tile_group(const float* x, int64_t mr, const float
 // same bits as strip after strip.
 constexpr int64_t PANEL_FLOATS = 1 << 17;
 // Up to SMALL_M activation rows (a verification, a batched decode step) a panel serves at most four groups of
-// rows, too few to repay decoding into L2: a panel that fits L1 is stored and read back there.
+// rows, too few to repay decoding into L2: a panel that fits L1 is stored and read back there (8-lane tiles).
 constexpr int64_t SMALL_M = 16, SMALL_PANEL_FLOATS = 1 << 13;
+// The 16-lane tiles take strips one at a time (tile_rows_strips) up to SMALL_M rows, and beyond while the rows
+// fill at most STRIP_X_FLOATS: then the rows stay in L2 and the strip in L1, so the rows' vectors stream from
+// L2, each feeding TILE_NR FMAs, where in a panel the weights' vectors stream, each feeding TILE_MR. A row of
+// 8192 (the rows out of L2) ran slower so; rows of 576-2048 as fast or faster (docs/benchmarks.md).
+constexpr int64_t STRIP_X_FLOATS = 1 << 17;
 
 // y[:, n0:n1] for m activation rows (x [m, k] packed by pack_row, y [m, ldy]); decode(r0, r1, out) writes weight
 // rows r0..r1 as float32 into out, packed as one strip ([k / TILE_W][r1 - r0][TILE_W]).
@@ -241,6 +264,59 @@ static void tile_rows(Decode decode, int64_t k, const float* x, int64_t m, float
         }
     }
 }
+
+#ifdef TL_TILE16
+// The groups of rows over one strip of nr weight rows; with `next`, the first group's tile also decodes the
+// next strip (strips.unit() a few times an iteration).
+template <class Strips>
+static void tile_strip(Strips& strips, const float* w, int64_t nr, int64_t k, const float* x, int64_t m, float* y,
+                       int64_t ldy, bool next) {
+    for (int64_t i = 0; i < m; i += TILE_MR) {
+        const int64_t mr = std::min<int64_t>(TILE_MR, m - i);
+        float* yi = y + i * ldy;
+        if (i == 0 && next && mr == TILE_MR && nr == TILE_NR) {  // m >= TILE_MR: every group but the last
+            const int64_t iters = k / 16;  // both passes
+            micro_tile<TILE_MR, TILE_NR, Strips>(x, w, k, yi, ldy, &strips, (int)((strips.units() + iters - 1) / iters));
+            continue;
+        }
+        switch (nr) {
+            case 6: tile_group<6>(x + i * k, mr, w, k, yi, ldy); break;
+            case 5: tile_group<5>(x + i * k, mr, w, k, yi, ldy); break;
+            case 4: tile_group<4>(x + i * k, mr, w, k, yi, ldy); break;
+            case 3: tile_group<3>(x + i * k, mr, w, k, yi, ldy); break;
+            case 2: tile_group<2>(x + i * k, mr, w, k, yi, ldy); break;
+            default: tile_group<1>(x + i * k, mr, w, k, yi, ldy); break;
+        }
+    }
+}
+
+// tile_rows with a decoder of strips (RowDecode in qmatmul.cpp: start_strip(r0, r1, out), unit(), units(),
+// finish()). Strip by strip (see STRIP_X_FLOATS), each decoded during the first group's tile over the one
+// before it (two strips' buffers), so that the decode's integer and shuffle work goes in among the FMAs instead
+// of in bursts between them; else panels as tile_rows.
+template <class Strips>
+static void tile_rows_strips(Strips& strips, int64_t k, const float* x, int64_t m, float* y, int64_t ldy, int64_t n0,
+                             int64_t n1) {
+    if (m > SMALL_M && m * k > STRIP_X_FLOATS) {
+        auto decode = [&strips](int64_t r0, int64_t r1, float* out) {
+            strips.start_strip(r0, r1, out);
+            strips.finish();
+        };
+        return tile_rows(decode, k, x, m, y, ldy, n0, n1);
+    }
+    thread_local std::vector<float> buf;
+    if ((int64_t)buf.size() < 2 * TILE_NR * k) buf.resize(2 * TILE_NR * k);
+    float* const bufs[2] = {buf.data(), buf.data() + TILE_NR * k};
+    strips.start_strip(n0, std::min(n1, n0 + TILE_NR), bufs[0]);
+    strips.finish();
+    for (int64_t n = n0, s = 0; n < n1; n += TILE_NR, ++s) {
+        const bool next = n + TILE_NR < n1;
+        if (next) strips.start_strip(n + TILE_NR, std::min(n1, n + 2 * TILE_NR), bufs[(s + 1) & 1]);
+        tile_strip(strips, bufs[s & 1], std::min<int64_t>(TILE_NR, n1 - n), k, x, m, y + n, ldy, next);
+        strips.finish();
+    }
+}
+#endif
 #endif
 
 }  // namespace tl
