@@ -32,6 +32,10 @@ constexpr int64_t DECODE_AHEAD = 16384;
 template <int F> struct RowDecode {
     using T = Traits<F>;
     static constexpr int S = group_subs<F>(), GROUPS = T::block / 32 / S;
+    // Whether the tile takes this format's decode in among its FMAs: the blocks of 32 decode with shuffles and
+    // integer operations; the K formats and Q8_0 convert and scale on the FMAs' own ports, and ran slower so
+    // (paired runs per format, docs/benchmarks.md).
+    static constexpr bool IN_TILE = F == Q4_0 || F == Q4_1 || F == Q5_0 || F == Q5_1;
     Weight w;
     const uint8_t* row = nullptr;
     float *o = nullptr, *row_out = nullptr;
@@ -50,7 +54,22 @@ template <int F> struct RowDecode {
     int64_t units() const { return rows * (w.k / T::block) * GROUPS; }
     void unit() {
         if (left == 0) return;
-        const uint8_t* blk = row + b * T::bytes;
+        group(row + b * T::bytes);
+        if (++g < GROUPS) return;
+        g = 0;
+        if (++b < w.k / T::block) return;
+        next();
+    }
+    void finish() {  // the rest, in loops, on a copy (see above)
+        RowDecode d = *this;
+        for (const int64_t nb = w.k / T::block; d.left; d.next())
+            for (; d.b < nb; ++d.b, d.g = 0)
+                for (const uint8_t* blk = d.row + d.b * T::bytes; d.g < GROUPS; ++d.g) d.group(blk);
+        *this = d;
+    }
+
+  private:
+    void group(const uint8_t* blk) {  // group g of block blk
         if (g == 0) {
             for (int64_t at = 0; at < T::bytes; at += 64) _mm_prefetch((const char*)blk + DECODE_AHEAD + at, _MM_HINT_T0);
             k_scales<F>(blk, ks);
@@ -61,19 +80,13 @@ template <int F> struct RowDecode {
             _mm512_storeu_ps(o, v[2 * i]);
             _mm512_storeu_ps(o + half, v[2 * i + 1]);
         }
-        if (++g < GROUPS) return;
-        g = 0;
-        if (++b < w.k / T::block) return;
+    }
+    void next() {  // the next row
         b = 0;
         row += w.stride;
         o = row_out += next_row;
         --left;
     }
-    void finish() {
-        while (left) unit();
-    }
-
-  private:
     void start(int64_t r0, int64_t r1, float* out, int64_t step_, int64_t half_, int64_t next_row_) {
         row = w.data + r0 * w.stride;
         o = row_out = out;

@@ -291,9 +291,9 @@ static void tile_strip(Strips& strips, const float* w, int64_t nr, int64_t k, co
 }
 
 // tile_rows with a decoder of strips (RowDecode in qmatmul.cpp: start_strip(r0, r1, out), unit(), units(),
-// finish()). Strip by strip (see STRIP_X_FLOATS), each decoded during the first group's tile over the one
-// before it (two strips' buffers), so that the decode's integer and shuffle work goes in among the FMAs instead
-// of in bursts between them; else panels as tile_rows.
+// finish(), IN_TILE). Strip by strip (see STRIP_X_FLOATS), each decoded (where IN_TILE) during the first
+// group's tile over the one before it (two strips' buffers), so that the decode's integer and shuffle work goes
+// in among the FMAs instead of in bursts between them; else panels as tile_rows.
 template <class Strips>
 static void tile_rows_strips(Strips& strips, int64_t k, const float* x, int64_t m, float* y, int64_t ldy, int64_t n0,
                              int64_t n1) {
@@ -307,6 +307,14 @@ static void tile_rows_strips(Strips& strips, int64_t k, const float* x, int64_t 
     thread_local std::vector<float> buf;
     if ((int64_t)buf.size() < 2 * TILE_NR * k) buf.resize(2 * TILE_NR * k);
     float* const bufs[2] = {buf.data(), buf.data() + TILE_NR * k};
+    if constexpr (!Strips::IN_TILE) {  // one buffer, decoded then read, strip after strip
+        for (int64_t n = n0; n < n1; n += TILE_NR) {
+            strips.start_strip(n, std::min(n1, n + TILE_NR), bufs[0]);
+            strips.finish();
+            tile_strip(strips, bufs[0], std::min<int64_t>(TILE_NR, n1 - n), k, x, m, y + n, ldy, false);
+        }
+        return;
+    }
     strips.start_strip(n0, std::min(n1, n0 + TILE_NR), bufs[0]);
     strips.finish();
     for (int64_t n = n0, s = 0; n < n1; n += TILE_NR, ++s) {
