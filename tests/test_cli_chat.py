@@ -92,7 +92,13 @@ def test_ctrl_c_stops_the_reply_and_returns_to_the_prompt_where_ctrl_c_quits(tin
     cmd = [sys.executable, "-m", "tinyllm", "chat", "--model", tiny_gguf, "--ignore-eos", "--temperature", "0"]
     # a reply of 4000 tokens, each recomputing the whole context, takes far longer than the test waits
     cmd += ["--max-tokens", "4000", "--cache", "none"]
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    # the child's Ctrl-C as at a terminal: run from a shell's background job, this process ignores SIGINT,
+    # and an ignored signal stays ignored in its children (a handled one is reset to the default at exec)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         out = Output(proc)
         assert out.wait_for(lambda seen: seen == b"> "), out.seen
