@@ -95,7 +95,6 @@ template <int MR, int NR> __attribute__((noinline)) static void join_tile(const 
 // A tile's side job: none, or (16-lane tiles) the next strip's decode, a few units of it an iteration.
 struct NoSide {
     void unit() {}
-    int64_t units() const { return 0; }
 };
 template <class S> static inline S side_copy(S* s) { return *s; }
 static inline NoSide side_copy(NoSide*) { return {}; }
@@ -274,11 +273,12 @@ static void tile_strip(Strips& strips, const float* w, int64_t nr, int64_t k, co
     for (int64_t i = 0; i < m; i += TILE_MR) {
         const int64_t mr = std::min<int64_t>(TILE_MR, m - i);
         float* yi = y + i * ldy;
-        if (i == 0 && next && mr == TILE_MR && nr == TILE_NR) {  // m >= TILE_MR: every group but the last
-            const int64_t iters = k / 16;  // both passes
-            micro_tile<TILE_MR, TILE_NR, Strips>(x, w, k, yi, ldy, &strips, (int)((strips.units() + iters - 1) / iters));
-            continue;
-        }
+        if constexpr (Strips::IN_TILE)
+            if (i == 0 && next && mr == TILE_MR && nr == TILE_NR) {  // m >= TILE_MR: every group but the last
+                const int64_t iters = k / 16;  // both passes
+                micro_tile<TILE_MR, TILE_NR, Strips>(x, w, k, yi, ldy, &strips, (int)((strips.units() + iters - 1) / iters));
+                continue;
+            }
         switch (nr) {
             case 6: tile_group<6>(x + i * k, mr, w, k, yi, ldy); break;
             case 5: tile_group<5>(x + i * k, mr, w, k, yi, ldy); break;
