@@ -267,14 +267,18 @@ static inline __m256 high256(__m512 v) { return _mm256_castpd_ps(_mm512_extractf
 static inline __m512i bytes16(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)p)); }
 
 // decode32 sixteen lanes at a time: w01 holds w[0] and w[1] (elements 0-15), w23 w[2] and w[3] (16-31), each
-// lane the same operations as there, so the same values. ks: the block's k_scales.
-template <int F> static inline void decode16(const uint8_t* b, int sub, const float* ks, __m512& w01, __m512& w23) {
+// lane the same operations as there, so the same values. ks: the block's k_scales. STORED: a block of 32's d and
+// m are stored and broadcast from memory (from_memory), the cheaper for one row; else broadcast in registers,
+// for kernels that keep many accumulators in arrays: from_memory's asm had the compiler store every one of them
+// to the stack on each iteration.
+template <int F, bool STORED = true>
+static inline void decode16(const uint8_t* b, int sub, const float* ks, __m512& w01, __m512& w23) {
     const __m512i low4 = _mm512_set1_epi32(15);
     if constexpr (F == Q4_0 || F == Q4_1 || F == Q5_0 || F == Q5_1) {
         constexpr bool has_min = F == Q4_1 || F == Q5_1, five = F == Q5_0 || F == Q5_1;
-        alignas(16) float dm[4];  // d (and m) converted together, then broadcast from memory (from_memory)
+        alignas(16) float dm[4];  // d (and m) converted together
         _mm_store_ps(dm, _mm_cvtph_ps(_mm_cvtsi32_si128(has_min ? (int)u32(b) : (int)*(const uint16_t*)b)));
-        const float* dmp = from_memory<4>(dm);
+        const float* dmp = STORED ? from_memory<4>(dm) : dm;
         const __m512 d = _mm512_set1_ps(dmp[0]);
         const int qh_off = has_min ? 4 : 2, qs_off = qh_off + (five ? 4 : 0);
         const __m512i q = bytes16(b + qs_off);
@@ -344,7 +348,7 @@ template <int F> static inline void decode16(const uint8_t* b, int sub, const fl
 
 // Sub-blocks g * S .. g * S + S - 1 (S = group_subs) into w[2 S]: w[2 i], w[2 i + 1] as decode16 gives sub-block
 // g * S + i, the same values with each byte loaded once.
-template <int F> static inline void decode_group(const uint8_t* b, int g, const float* ks, __m512* w) {
+template <int F, bool STORED = true> static inline void decode_group(const uint8_t* b, int g, const float* ks, __m512* w) {
     const __m512i low4 = _mm512_set1_epi32(15);
     if constexpr (F == Q4_K || F == Q5_K) {
         const uint8_t* qs = b + (F == Q4_K ? 16 : 48) + g * 32;
@@ -379,7 +383,7 @@ template <int F> static inline void decode_group(const uint8_t* b, int g, const 
                 w[2 * j + half] = _mm512_mul_ps(_mm512_set1_ps(ks[2 * (4 * g + j) + half]), _mm512_cvtepi32_ps(q));
             }
     } else {
-        decode16<F>(b, g, ks, w[0], w[1]);
+        decode16<F, STORED>(b, g, ks, w[0], w[1]);
     }
 }
 #endif

@@ -1,10 +1,10 @@
 // y[M, N] = x[M, K] @ W[N, K]^T with W kept as GGUF blocks, dequantized on the fly with float32 activations.
-// M = 1: each 32-weight sub-block is decoded in registers and FMA'd with the activation row (four
-// accumulators). M = 2 up to tile_min_m: one decode serves a tile of up to six activation rows. From tile_min_m on,
-// rows are decoded once into a buffer and a register tile runs over it (tile.h). All three sum an output in one
-// order (four partial sums, joined the same way), so a row's result is the same bits at any M: rows are
-// batch-invariant, as the portable path's are. Threads take chunks of output rows. Large M on the module path
-// is the caller's BLAS on rows decoded by tl_dequantize.
+// Below tile_min_m activation rows: each 32-weight sub-block is decoded in registers and FMA'd with every
+// activation row (16-lane builds: two weight rows at a time, pair_rows; else one, dot_row and dot_row_m). From
+// tile_min_m on, rows are decoded once into a buffer and a register tile runs over it (tile.h). All of them
+// sum an output in one order (four partial sums, joined the same way), so a row's result is the same bits at
+// any M: rows are batch-invariant, as the portable path's are. Threads take chunks of output rows. Large M on
+// the module path is the caller's BLAS on rows decoded by tl_dequantize.
 #include "blocks.h"
 #include "pool.h"
 #include "tile.h"
@@ -23,6 +23,13 @@ struct Weight {
 // loads missed and waited for most of its time. Each line is fetched DECODE_AHEAD bytes before it is decoded
 // (8 and 32 KB measured the same; docs/benchmarks.md has the figures).
 constexpr int64_t DECODE_AHEAD = 16384;
+
+#ifdef TL_AVX2
+// The line DECODE_AHEAD bytes past p, fetched into L1, by an asm that reads no memory the compiler knows of:
+// _mm_prefetch (or any asm with a memory operand) in a loop had the compiler store a kernel's arrays of
+// accumulators to the stack on every iteration.
+static inline void prefetch_ahead(const char* p) { asm volatile("prefetcht0 %c1(%0)" : : "r"(p), "i"(DECODE_AHEAD)); }
+#endif
 
 #if defined(TL_AVX2) && defined(__AVX512F__)
 // Weight rows decoded to float32 a group of sub-blocks (decode_group) per unit(), as plain rows (start_rows) or as
@@ -248,52 +255,89 @@ static void dot_row_m(const uint8_t* row, int64_t num_blocks, const float* x, in
 #endif
 }
 
+
 #if defined(TL_AVX2) && defined(__AVX512F__)
-// dot_row_m sixteen lanes at a time (decode_group), as dot_row16 is dot_row's: each output's accumulators are
-// dot_row16's, so the same bits. Paired runs against dot_row_m, one thread, M = 2..6: Q8_0 1-23%, Q4_K 11-20%,
-// Q5_K 14-20%, Q6_K 12-40% less time; Q4_0, Q4_1, Q5_0 and Q5_1 27-84% more, so they keep dot_row_m.
-template <int F, int MT>
-static void dot_row_m16(const uint8_t* row, int64_t num_blocks, const float* x, int64_t k, float* y, int64_t ldy) {
+// NR (1 or 2) weight rows against MT activation rows (x leading dim k, y leading dim ldy), decoded in registers:
+// each output's accumulators are dot_row16's, so the same bits. Two weight rows at once: each activation vector
+// loaded feeds both rows' FMAs, and two independent chains of FMAs run where one row's wait on each other. The
+// activation vectors are held in registers (folded into every FMA, the loads outnumbered what the ports take);
+// nothing in the loop reads memory through an asm or a prefetch builtin, which had the compiler keep the
+// accumulators' array in memory, stored on every iteration (decode16's STORED, prefetch_ahead).
+template <int F, int NR, int MT>
+static void dot_rows_m16(const uint8_t* row, int64_t stride, int64_t num_blocks, const float* x, int64_t k, float* y,
+                         int64_t ldy) {
     using T = Traits<F>;
-    __m512 a01[MT], a23[MT];
-    for (int m = 0; m < MT; ++m) a01[m] = a23[m] = _mm512_setzero_ps();
+    constexpr int S = group_subs<F>();
+    __m512 acc[MT][NR][2];  // [activation row][weight row][partial sums 0-1 | 2-3]
+    for (int m = 0; m < MT; ++m)
+        for (int r = 0; r < NR; ++r) acc[m][r][0] = acc[m][r][1] = _mm512_setzero_ps();
     for (int64_t b = 0; b < num_blocks; ++b) {
-        const uint8_t* blk = row + b * T::bytes;
-        alignas(32) float ks[16];
-        k_scales<F>(blk, ks);
-        const float* scales = T::block > 32 ? from_memory<16>(ks) : ks;
-        constexpr int S = group_subs<F>();
+        alignas(64) float ks[NR][16];
+        const float* scales[NR];
+        for (int r = 0; r < NR; ++r) {
+            for (int64_t at = 0; at < T::bytes; at += 64)
+                prefetch_ahead((const char*)row + r * stride + b * T::bytes + at);
+            k_scales<F>(row + r * stride + b * T::bytes, ks[r]);
+            scales[r] = T::block > 32 && MT == 1 ? from_memory<16>(ks[r]) : ks[r];  // see from_memory
+        }
         for (int g = 0; g < T::block / 32 / S; ++g) {
-            __m512 w[2 * S];
-            decode_group<F>(blk, g, scales, w);
-            for (int i = 0; i < S; ++i, x += 32)
+            __m512 w[NR][2 * S];
+            for (int r = 0; r < NR; ++r) decode_group<F, false>(row + r * stride + b * T::bytes, g, scales[r], w[r]);
+            for (int i = 0; i < S; ++i, x += 32)  // sub-blocks in order
                 for (int m = 0; m < MT; ++m) {
-                    a01[m] = _mm512_fmadd_ps(w[2 * i], _mm512_loadu_ps(x + m * k), a01[m]);
-                    a23[m] = _mm512_fmadd_ps(w[2 * i + 1], _mm512_loadu_ps(x + m * k + 16), a23[m]);
+                    __m512 lo = _mm512_loadu_ps(x + m * k), hi = _mm512_loadu_ps(x + m * k + 16);
+                    asm("" : "+v"(lo), "+v"(hi));  // in registers, one load each
+                    for (int r = 0; r < NR; ++r) {
+                        acc[m][r][0] = _mm512_fmadd_ps(w[r][2 * i], lo, acc[m][r][0]);
+                        acc[m][r][1] = _mm512_fmadd_ps(w[r][2 * i + 1], hi, acc[m][r][1]);
+                    }
                 }
         }
     }
     for (int m = 0; m < MT; ++m)
-        y[m * ldy] = join4(_mm512_castps512_ps256(a01[m]), high256(a01[m]), _mm512_castps512_ps256(a23[m]), high256(a23[m]));
+        for (int r = 0; r < NR; ++r) {
+            const __m512 a = acc[m][r][0], c = acc[m][r][1];
+            y[m * ldy + r] = join4(_mm512_castps512_ps256(a), high256(a), _mm512_castps512_ps256(c), high256(c));
+        }
 }
-#endif
 
-// One weight row against MT activation rows, by the faster of the two kernels for the format.
+// The most activation rows dot_rows_m16 takes at once with two weight rows: its accumulators and decoded
+// sub-blocks (S vectors a weight row) fill the 32 registers; one row more spilled them and ran slower.
+template <int F> constexpr int pair_max_m() { return group_subs<F>() == 1 ? 6 : group_subs<F>() == 2 ? 5 : 3; }
+
+// dot_rows_m16 for mt <= MT activation rows and nr (1 or 2) weight rows.
 template <int F, int MT>
-static void dot_rows(const uint8_t* row, int64_t num_blocks, const float* x, int64_t k, float* y, int64_t ldy) {
-#if defined(TL_AVX2) && defined(__AVX512F__)
-    if constexpr (F == Q8_0 || F == Q4_K || F == Q5_K || F == Q6_K) return dot_row_m16<F, MT>(row, num_blocks, x, k, y, ldy);
-#endif
-    dot_row_m<F, MT>(row, num_blocks, x, k, y, ldy);
+static void rows_group(int64_t mt, int nr, const uint8_t* row, int64_t stride, int64_t num_blocks, const float* x,
+                       int64_t k, float* y, int64_t ldy) {
+    if (mt < MT) {
+        if constexpr (MT > 1) rows_group<F, MT - 1>(mt, nr, row, stride, num_blocks, x, k, y, ldy);
+    } else if (nr == 2) {
+        dot_rows_m16<F, 2, MT>(row, stride, num_blocks, x, k, y, ldy);
+    } else {
+        dot_rows_m16<F, 1, MT>(row, stride, num_blocks, x, k, y, ldy);
+    }
 }
 
-// The fewest activation rows the tile serves; fewer go through dot_rows. With 16-lane tiles, the decode's
-// prefetch and panels that stay in L1 at a few rows, the tile is the faster from 4 rows for every format but
-// Q8_0, whose decode in registers is the cheapest (paired runs per format and M, docs/benchmarks.md); the 8-lane
-// tiles from 8.
+// Weight rows n0..n1 against m activation rows, two weight rows at a time, the activation rows in groups of
+// at most pair_max_m as even as they go (8 as 4 + 4, not 6 + 2).
+template <int F> static void pair_rows(const Weight& w, const float* x, int64_t m, float* y, int64_t n0, int64_t n1) {
+    const int64_t num_blocks = w.k / Traits<F>::block, groups = (m + pair_max_m<F>() - 1) / pair_max_m<F>();
+    for (int64_t n = n0; n < n1; n += 2)
+        for (int64_t gi = 0, m0 = 0, m1; gi < groups; ++gi, m0 = m1) {
+            m1 = m * (gi + 1) / groups;
+            rows_group<F, pair_max_m<F>()>(m1 - m0, n + 1 < n1 ? 2 : 1, w.data + n * w.stride, w.stride, num_blocks,
+                                          x + m0 * w.k, w.k, y + m0 * w.n + n, w.n);
+        }
+}
+#endif
+
+// The fewest activation rows the tile serves; fewer go through dot_rows (8-lane builds) or pair_rows (16-lane).
+// pair_rows runs near the FMA rate at a few rows, but its decode is per weight row per group of activation
+// rows; from here on, the tile's decode once per weight row is the cheaper (paired runs per format and M,
+// docs/benchmarks.md).
 template <int F> constexpr int64_t tile_min_m() {
 #ifdef TL_TILE16
-    return F == Q8_0 ? 7 : 4;
+    return F == Q4_1 ? 8 : 7;
 #else
     return 8;
 #endif
@@ -303,6 +347,9 @@ template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t
     const int64_t num_blocks = w.k / Traits<F>::block;
     if (m == 1) {
 #if defined(TL_AVX2) && defined(__AVX512F__)
+        // two weight rows at once: less time for Q4_0, Q4_1, Q4_K and Q6_K, level for the others, but slower for
+        // Q5_1 (no table: FMAs in its decode), which keeps the one-row kernel (docs/benchmarks.md)
+        if constexpr (F != Q5_1) return pair_rows<F>(w, x, m, y, n0, n1);
         for (int64_t n = n0; n < n1; ++n) y[n] = dot_row16<F>(w.data + n * w.stride, num_blocks, x);
 #else
         for (int64_t n = n0; n < n1; ++n) y[n] = dot_row<F>(w.data + n * w.stride, num_blocks, x);
@@ -310,11 +357,9 @@ template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t
         return;
     }
 #ifdef TL_TILE16
-    if (m >= tile_min_m<F>()) {
-        RowDecode<F> strips(w);
-        tile_rows_strips(strips, w.k, x, m, y, w.n, n0, n1);  // x packed (matmul)
-        return;
-    }
+    if (m < tile_min_m<F>()) return pair_rows<F>(w, x, m, y, n0, n1);
+    RowDecode<F> strips(w);
+    return tile_rows_strips(strips, w.k, x, m, y, w.n, n0, n1);  // x packed (matmul)
 #elif defined(TL_SIMD)
     if (m >= tile_min_m<F>()) {
         auto decode = [&w](int64_t r0, int64_t r1, float* out) { decode_rows<F, true>(w, r0, r1, out, w.k); };
@@ -330,12 +375,12 @@ template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t
             const int64_t tile = std::min<int64_t>(ROW_TILE, m - m0);
             m0 += tile;
             switch (tile) {
-                case 6: dot_rows<F, ROW_TILE >= 6 ? 6 : 1>(row, num_blocks, xm, w.k, ym, w.n); break;
-                case 5: dot_rows<F, ROW_TILE >= 5 ? 5 : 1>(row, num_blocks, xm, w.k, ym, w.n); break;
-                case 4: dot_rows<F, ROW_TILE >= 4 ? 4 : 1>(row, num_blocks, xm, w.k, ym, w.n); break;
-                case 3: dot_rows<F, 3>(row, num_blocks, xm, w.k, ym, w.n); break;
-                case 2: dot_rows<F, 2>(row, num_blocks, xm, w.k, ym, w.n); break;
-                default: dot_rows<F, 1>(row, num_blocks, xm, w.k, ym, w.n); break;
+                case 6: dot_row_m<F, ROW_TILE >= 6 ? 6 : 1>(row, num_blocks, xm, w.k, ym, w.n); break;
+                case 5: dot_row_m<F, ROW_TILE >= 5 ? 5 : 1>(row, num_blocks, xm, w.k, ym, w.n); break;
+                case 4: dot_row_m<F, ROW_TILE >= 4 ? 4 : 1>(row, num_blocks, xm, w.k, ym, w.n); break;
+                case 3: dot_row_m<F, 3>(row, num_blocks, xm, w.k, ym, w.n); break;
+                case 2: dot_row_m<F, 2>(row, num_blocks, xm, w.k, ym, w.n); break;
+                default: dot_row_m<F, 1>(row, num_blocks, xm, w.k, ym, w.n); break;
             }
         }
     }
