@@ -337,7 +337,7 @@ template <int F> static void pair_rows(const Weight& w, const float* x, int64_t 
 // docs/benchmarks.md).
 template <int F> constexpr int64_t tile_min_m() {
 #ifdef TL_TILE16
-    return F == Q4_1 ? 8 : 7;
+    return F == Q4_1 ? 10 : 7;
 #else
     return 8;
 #endif
