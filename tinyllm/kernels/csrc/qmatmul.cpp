@@ -255,7 +255,6 @@ static void dot_row_m(const uint8_t* row, int64_t num_blocks, const float* x, in
 #endif
 }
 
-
 #if defined(TL_AVX2) && defined(__AVX512F__)
 // NR (1 or 2) weight rows against MT activation rows (x leading dim k, y leading dim ldy), decoded in registers:
 // each output's accumulators are dot_row16's, so the same bits. Two weight rows at once: each activation vector
@@ -302,7 +301,8 @@ static void dot_rows_m16(const uint8_t* row, int64_t stride, int64_t num_blocks,
 }
 
 // The most activation rows dot_rows_m16 takes at once with two weight rows: its accumulators and decoded
-// sub-blocks (S vectors a weight row) fill the 32 registers; one row more spilled them and ran slower.
+// sub-blocks (2 S vectors a weight row) fill the 32 registers (Q4_K and Q5_K at 5 spill a few, and still ran
+// faster than at 4); one row more ran slower.
 template <int F> constexpr int pair_max_m() { return group_subs<F>() == 1 ? 6 : group_subs<F>() == 2 ? 5 : 3; }
 
 // dot_rows_m16 for mt <= MT activation rows and nr (1 or 2) weight rows.
@@ -331,7 +331,7 @@ template <int F> static void pair_rows(const Weight& w, const float* x, int64_t 
 }
 #endif
 
-// The fewest activation rows the tile serves; fewer go through dot_rows (8-lane builds) or pair_rows (16-lane).
+// The fewest activation rows the tile serves; fewer go through dot_row_m (8-lane builds) or pair_rows (16-lane).
 // pair_rows runs near the FMA rate at a few rows, but its decode is per weight row per group of activation
 // rows; from here on, the tile's decode once per weight row is the cheaper (paired runs per format and M,
 // docs/benchmarks.md).
