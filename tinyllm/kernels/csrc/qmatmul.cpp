@@ -322,6 +322,11 @@ static void rows_group(int64_t mt, int nr, const uint8_t* row, int64_t stride, i
 // at most pair_max_m as even as they go (8 as 4 + 4, not 6 + 2).
 template <int F> static void pair_rows(const Weight& w, const float* x, int64_t m, float* y, int64_t n0, int64_t n1) {
     const int64_t num_blocks = w.k / Traits<F>::block, groups = (m + pair_max_m<F>() - 1) / pair_max_m<F>();
+    // the chunk's first DECODE_AHEAD bytes, which the loop's prefetches start past: a matmul of a small model's
+    // layer is a few chunks of tens of KB, each a new stream that the loop otherwise began by waiting on
+    const char* first = (const char*)(w.data + n0 * w.stride);
+    for (int64_t at = 0; at < std::min<int64_t>(DECODE_AHEAD, (n1 - n0) * w.stride); at += 64)
+        _mm_prefetch(first + at, _MM_HINT_T0);
     for (int64_t n = n0; n < n1; n += 2)
         for (int64_t gi = 0, m0 = 0, m1; gi < groups; ++gi, m0 = m1) {
             m1 = m * (gi + 1) / groups;
