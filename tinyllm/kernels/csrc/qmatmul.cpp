@@ -78,7 +78,7 @@ template <int F> struct RowDecode {
   private:
     void group(const uint8_t* blk) {  // group g of block blk
         if (g == 0) {
-            for (int64_t at = 0; at < T::bytes; at += 64) _mm_prefetch((const char*)blk + DECODE_AHEAD + at, _MM_HINT_T0);
+            for (int64_t at = 0; at < T::bytes; at += 64) prefetch_ahead((const char*)blk + at);
             k_scales<F>(blk, ks);
         }
         __m512 v[2 * S];
@@ -135,7 +135,7 @@ static void decode_rows(const Weight& w, int64_t n0, int64_t n1, float* out, int
         for (int64_t b = 0; b < num_blocks; ++b) {
             const uint8_t* blk = row + b * T::bytes;
 #ifdef TL_AVX2
-            for (int64_t at = 0; at < T::bytes; at += 64) _mm_prefetch((const char*)blk + DECODE_AHEAD + at, _MM_HINT_T0);
+            for (int64_t at = 0; at < T::bytes; at += 64) prefetch_ahead((const char*)blk + at);
 #endif
 #ifdef TL_SIMD
             alignas(32) float ks[16];
@@ -325,8 +325,8 @@ template <int F> static void pair_rows(const Weight& w, const float* x, int64_t 
     // the chunk's first DECODE_AHEAD bytes, which the loop's prefetches start past: a matmul of a small model's
     // layer is a few chunks of tens of KB, each a new stream that the loop otherwise began by waiting on
     const char* first = (const char*)(w.data + n0 * w.stride);
-    for (int64_t at = 0; at < std::min<int64_t>(DECODE_AHEAD, (n1 - n0) * w.stride); at += 64)
-        _mm_prefetch(first + at, _MM_HINT_T0);
+    const int64_t head = std::min<int64_t>(DECODE_AHEAD, (n1 - n0) * w.stride);
+    for (int64_t at = 0; at < head; at += 64) _mm_prefetch(first + at, _MM_HINT_T0);
     for (int64_t n = n0; n < n1; n += 2)
         for (int64_t gi = 0, m0 = 0, m1; gi < groups; ++gi, m0 = m1) {
             m1 = m * (gi + 1) / groups;
