@@ -49,7 +49,8 @@ def test_qmatmul_within_summation_bound(path, fmt, m):
 @pytest.mark.parametrize("fmt", ALL)
 def test_a_row_is_the_same_bits_at_any_number_of_rows(path, fmt):
     """The native kernels for one row, a few rows (groups of up to six rows, three with AVX2's registers; with
-    AVX-512 two weight rows at once, the odd last one alone: n = 37) and more (the decoded-buffer register tile,
+    AVX-512 two weight rows at once, the odd last one alone: n = 37; one row: four weight rows at once, then two
+    (n = 70) or one) and more (the decoded-buffer register tile,
     from 7 to 10 rows by format and build) sum every output in one order, so
     each row of a batch is the row computed alone, bit for bit, at any thread count: what the native step's
     batch invariance rests on (it calls the kernels at every M; the module path's BLAS above BLAS_MIN_M is not

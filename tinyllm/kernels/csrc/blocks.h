@@ -126,32 +126,49 @@ static inline __m256i high_bits(__m256i qh, int g) {
     return _mm256_and_si256(_mm256_cmpeq_epi32(_mm256_and_si256(qh, mask), mask), _mm256_set1_epi32(16));
 }
 
+// Q4_K / Q5_K: the eight 6-bit scales (sc) and mins (mn) of k_scale_min, a byte each, from the 12 packed bytes
+// s, four at a time in a 32-bit word (scalar integer ops, off the vector ports the decode keeps busy): with a, b,
+// c the words at s, s + 4, s + 8, t < 4: sc = a & 63, mn = b & 63; t >= 4: sc = c & 15 | (a >> 6) << 4, mn = c >> 4
+// | (b >> 6) << 4, per byte.
+static inline void k_scale_min8(const uint8_t* s, uint64_t* sc, uint64_t* mn) {
+    const uint32_t a = u32(s), b = u32(s + 4), c = u32(s + 8), six = 0x3F3F3F3Fu, four = 0x0F0F0F0Fu, top = 0x30303030u;
+    *sc = (a & six) | (uint64_t)((c & four) | ((a >> 2) & top)) << 32;
+    *mn = (b & six) | (uint64_t)(((c >> 4) & four) | ((b >> 2) & top)) << 32;
+}
+
 // A K block's sub-block scales as the reference computes them (an fp16 times a 6- or 8-bit integer, exact in
-// float32), eight at a time: Q4_K/Q5_K: ks[t] = d * sc_t, ks[8 + t] = dmin * mn_t for t = 0..7 (k_scale_min
-// in lanes); Q6_K: ks[i] = d * scale_i for its sixteen scales (sub-block t uses 2t and 2t + 1). Other formats
-// have none. One call per block instead of scalar unpacking per sub-block.
+// float32): Q4_K/Q5_K: ks[t] = d * sc_t, ks[8 + t] = dmin * mn_t for t = 0..7 (k_scale_min8); Q6_K: ks[i] = d *
+// scale_i for its sixteen scales (sub-block t uses 2t and 2t + 1). Other formats have none. One call per block
+// instead of unpacking per sub-block; on AVX-512 one 16-lane conversion and product.
 template <int F> static inline void k_scales(const uint8_t* b, float* ks) {
+#ifdef __AVX512F__
+    if constexpr (F == Q6_K) {
+        const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(b + 192))));
+        _mm512_storeu_ps(ks, _mm512_mul_ps(_mm512_set1_ps(f16(b + 208)), q));
+    } else if constexpr (F == Q4_K || F == Q5_K) {
+        uint64_t sc, mn;
+        k_scale_min8(b + 4, &sc, &mn);
+        const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x((int64_t)mn, (int64_t)sc)));
+        const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)u32(b)));  // d, dmin
+        const __m512 d = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                               _mm512_castps128_ps512(dm));
+        _mm512_storeu_ps(ks, _mm512_mul_ps(d, q));
+    }
+#else
     if constexpr (F == Q6_K) {
         const __m128i raw = _mm_loadu_si128((const __m128i*)(b + 192));
         const __m256 d = _mm256_set1_ps(f16(b + 208));
         _mm256_storeu_ps(ks, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw))));
         _mm256_storeu_ps(ks + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(raw, 8)))));
     } else if constexpr (F == Q4_K || F == Q5_K) {
-        // With s the 12 bytes: t < 4: sc = s[t] & 63, mn = s[t + 4] & 63; t >= 4: sc = (s[t + 4] & 15) |
-        // (s[t - 4] >> 6) << 4, mn = s[t + 4] >> 4 | (s[t] >> 6) << 4.
-        const __m128i raw = _mm_loadu_si128((const __m128i*)(b + 4));  // the 12 bytes and 4 of the codes
-        const __m256i A = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(raw, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 0, 0, 0, 0, 0, 0, 0, 0)));
-        const __m256i B = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(raw, _mm_setr_epi8(4, 5, 6, 7, 0, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0)));
-        const __m256i C = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(raw, _mm_setr_epi8(0, 0, 0, 0, 4, 5, 6, 7, 0, 0, 0, 0, 0, 0, 0, 0)));
-        const __m256i six = _mm256_set1_epi32(63), four = _mm256_set1_epi32(15);
-        const __m256i sc_hi = _mm256_or_si256(_mm256_and_si256(A, four), _mm256_slli_epi32(_mm256_srli_epi32(B, 6), 4));
-        const __m256i mn_hi = _mm256_or_si256(_mm256_srli_epi32(A, 4), _mm256_slli_epi32(_mm256_srli_epi32(C, 6), 4));
-        const __m256i upper = _mm256_setr_epi32(0, 0, 0, 0, -1, -1, -1, -1);
-        const __m256i sc = _mm256_blendv_epi8(_mm256_and_si256(A, six), sc_hi, upper);
-        const __m256i mn = _mm256_blendv_epi8(_mm256_and_si256(B, six), mn_hi, upper);
-        _mm256_storeu_ps(ks, _mm256_mul_ps(_mm256_set1_ps(f16(b)), _mm256_cvtepi32_ps(sc)));
-        _mm256_storeu_ps(ks + 8, _mm256_mul_ps(_mm256_set1_ps(f16(b + 2)), _mm256_cvtepi32_ps(mn)));
+        uint64_t sc, mn;
+        k_scale_min8(b + 4, &sc, &mn);
+        const __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((int64_t)sc)));
+        const __m256 q1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((int64_t)mn)));
+        _mm256_storeu_ps(ks, _mm256_mul_ps(_mm256_set1_ps(f16(b)), q0));
+        _mm256_storeu_ps(ks + 8, _mm256_mul_ps(_mm256_set1_ps(f16(b + 2)), q1));
     }
+#endif
 }
 
 // AVX2 decode of sub-block `sub` into w[0..3], w[i] holding elements 8i..8i+7; ks: the block's k_scales.

@@ -256,9 +256,10 @@ static void dot_row_m(const uint8_t* row, int64_t num_blocks, const float* x, in
 }
 
 #if defined(TL_AVX2) && defined(__AVX512F__)
-// NR (1 or 2) weight rows against MT activation rows (x leading dim k, y leading dim ldy), decoded in registers:
-// each output's accumulators are dot_row16's, so the same bits. Two weight rows at once: each activation vector
-// loaded feeds both rows' FMAs, and two independent chains of FMAs run where one row's wait on each other. The
+// NR (1, 2 or 4) weight rows against MT activation rows (x leading dim k, y leading dim ldy), decoded in
+// registers: each output's accumulators are dot_row16's, so the same bits. Several weight rows at once: each
+// activation vector loaded feeds every row's FMAs, and independent chains of FMAs run where one row's wait on
+// each other (4 rows only with one activation row: quad_rows). The
 // activation vectors are held in registers (folded into every FMA, the loads outnumbered what the ports take);
 // nothing in the loop reads memory through an asm or a prefetch builtin, which had the compiler keep the
 // accumulators' array in memory, stored on every iteration (decode16's STORED, prefetch_ahead).
@@ -334,6 +335,21 @@ template <int F> static void pair_rows(const Weight& w, const float* x, int64_t 
                                           x + m0 * w.k, w.k, y + m0 * w.n + n, w.n);
         }
 }
+
+// One activation row against weight rows n0..n1, four weight rows at a time (then two, one): each output is
+// one chain of FMAs per lane (the same bits as one row alone), so a row's chains wait on their FMAs' latency;
+// four rows' chains in flight keep the FMA ports busy where two left them waiting. Its chunk's first
+// DECODE_AHEAD bytes are fetched first, as pair_rows does.
+template <int F> static void quad_rows(const Weight& w, const float* x, float* y, int64_t n0, int64_t n1) {
+    const int64_t num_blocks = w.k / Traits<F>::block;
+    const char* first = (const char*)(w.data + n0 * w.stride);
+    const int64_t head = std::min<int64_t>(DECODE_AHEAD, (n1 - n0) * w.stride);
+    for (int64_t at = 0; at < head; at += 64) _mm_prefetch(first + at, _MM_HINT_T0);
+    int64_t n = n0;
+    for (; n + 4 <= n1; n += 4) dot_rows_m16<F, 4, 1>(w.data + n * w.stride, w.stride, num_blocks, x, w.k, y + n, w.n);
+    for (; n + 2 <= n1; n += 2) dot_rows_m16<F, 2, 1>(w.data + n * w.stride, w.stride, num_blocks, x, w.k, y + n, w.n);
+    if (n < n1) dot_rows_m16<F, 1, 1>(w.data + n * w.stride, w.stride, num_blocks, x, w.k, y + n, w.n);
+}
 #endif
 
 // The fewest activation rows the tile serves; fewer go through dot_row_m (8-lane builds) or pair_rows (16-lane).
@@ -352,9 +368,10 @@ template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t
     const int64_t num_blocks = w.k / Traits<F>::block;
     if (m == 1) {
 #if defined(TL_AVX2) && defined(__AVX512F__)
-        // two weight rows at once: less time for Q4_0, Q4_1, Q4_K and Q6_K, level for the others, but slower for
-        // Q5_1 (no table: FMAs in its decode), which keeps the one-row kernel (docs/benchmarks.md)
-        if constexpr (F != Q5_1) return pair_rows<F>(w, x, m, y, n0, n1);
+        // several weight rows at once (docs/benchmarks.md): four, two for Q6_K (four rows of its four decoded
+        // sub-blocks spill); Q5_1 keeps the one-row kernel (no table: FMAs in its decode, slower in pairs)
+        if constexpr (F == Q6_K) return pair_rows<F>(w, x, m, y, n0, n1);
+        if constexpr (F != Q5_1) return quad_rows<F>(w, x, y, n0, n1);
         for (int64_t n = n0; n < n1; ++n) y[n] = dot_row16<F>(w.data + n * w.stride, num_blocks, x);
 #else
         for (int64_t n = n0; n < n1; ++n) y[n] = dot_row<F>(w.data + n * w.stride, num_blocks, x);
