@@ -368,9 +368,10 @@ template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t
     const int64_t num_blocks = w.k / Traits<F>::block;
     if (m == 1) {
 #if defined(TL_AVX2) && defined(__AVX512F__)
-        // several weight rows at once (docs/benchmarks.md): four, two for Q6_K (four rows of its four decoded
-        // sub-blocks spill); Q5_1 keeps the one-row kernel (no table: FMAs in its decode, slower in pairs)
-        if constexpr (F == Q6_K) return pair_rows<F>(w, x, m, y, n0, n1);
+        // several weight rows at once (docs/benchmarks.md): four; two for Q6_K (four rows of its four decoded
+        // sub-blocks spill) and Q8_0 (from memory, its 34 bytes per 32 weights read slower as four streams a
+        // thread); Q5_1 keeps the one-row kernel (no table: FMAs in its decode, slower in pairs)
+        if constexpr (F == Q6_K || F == Q8_0) return pair_rows<F>(w, x, m, y, n0, n1);
         if constexpr (F != Q5_1) return quad_rows<F>(w, x, y, n0, n1);
         for (int64_t n = n0; n < n1; ++n) y[n] = dot_row16<F>(w.data + n * w.stride, num_blocks, x);
 #else
