@@ -319,15 +319,20 @@ static void rows_group(int64_t mt, int nr, const uint8_t* row, int64_t stride, i
     }
 }
 
+// The first DECODE_AHEAD bytes of weight rows n0..n1, which the kernels' own prefetches start past: a matmul of
+// a small model's layer is a few chunks of tens of KB, each a new stream that a kernel otherwise began by
+// waiting on.
+static void prefetch_head(const Weight& w, int64_t n0, int64_t n1) {
+    const char* first = (const char*)(w.data + n0 * w.stride);
+    const int64_t head = std::min<int64_t>(DECODE_AHEAD, (n1 - n0) * w.stride);
+    for (int64_t at = 0; at < head; at += 64) _mm_prefetch(first + at, _MM_HINT_T0);
+}
+
 // Weight rows n0..n1 against m activation rows, two weight rows at a time, the activation rows in groups of
 // at most pair_max_m as even as they go (8 as 4 + 4, not 6 + 2).
 template <int F> static void pair_rows(const Weight& w, const float* x, int64_t m, float* y, int64_t n0, int64_t n1) {
     const int64_t num_blocks = w.k / Traits<F>::block, groups = (m + pair_max_m<F>() - 1) / pair_max_m<F>();
-    // the chunk's first DECODE_AHEAD bytes, which the loop's prefetches start past: a matmul of a small model's
-    // layer is a few chunks of tens of KB, each a new stream that the loop otherwise began by waiting on
-    const char* first = (const char*)(w.data + n0 * w.stride);
-    const int64_t head = std::min<int64_t>(DECODE_AHEAD, (n1 - n0) * w.stride);
-    for (int64_t at = 0; at < head; at += 64) _mm_prefetch(first + at, _MM_HINT_T0);
+    prefetch_head(w, n0, n1);
     for (int64_t n = n0; n < n1; n += 2)
         for (int64_t gi = 0, m0 = 0, m1; gi < groups; ++gi, m0 = m1) {
             m1 = m * (gi + 1) / groups;
@@ -338,13 +343,10 @@ template <int F> static void pair_rows(const Weight& w, const float* x, int64_t 
 
 // One activation row against weight rows n0..n1, four weight rows at a time (then two, one): each output is
 // one chain of FMAs per lane (the same bits as one row alone), so a row's chains wait on their FMAs' latency;
-// four rows' chains in flight keep the FMA ports busy where two left them waiting. Its chunk's first
-// DECODE_AHEAD bytes are fetched first, as pair_rows does.
+// four rows' chains in flight keep the FMA ports busy where two left them waiting.
 template <int F> static void quad_rows(const Weight& w, const float* x, float* y, int64_t n0, int64_t n1) {
     const int64_t num_blocks = w.k / Traits<F>::block;
-    const char* first = (const char*)(w.data + n0 * w.stride);
-    const int64_t head = std::min<int64_t>(DECODE_AHEAD, (n1 - n0) * w.stride);
-    for (int64_t at = 0; at < head; at += 64) _mm_prefetch(first + at, _MM_HINT_T0);
+    prefetch_head(w, n0, n1);
     int64_t n = n0;
     for (; n + 4 <= n1; n += 4) dot_rows_m16<F, 4, 1>(w.data + n * w.stride, w.stride, num_blocks, x, w.k, y + n, w.n);
     for (; n + 2 <= n1; n += 2) dot_rows_m16<F, 2, 1>(w.data + n * w.stride, w.stride, num_blocks, x, w.k, y + n, w.n);
