@@ -1,10 +1,11 @@
 // y[M, N] = x[M, K] @ W[N, K]^T with W kept as GGUF blocks, dequantized on the fly with float32 activations.
 // Below tile_min_m activation rows: each 32-weight sub-block is decoded in registers and FMA'd with every
-// activation row (16-lane builds: two weight rows at a time, pair_rows; else one, dot_row and dot_row_m). From
-// tile_min_m on, rows are decoded once into a buffer and a register tile runs over it (tile.h). All of them
-// sum an output in one order (four partial sums, joined the same way), so a row's result is the same bits at
-// any M: rows are batch-invariant, as the portable path's are. Threads take chunks of output rows. Large M on
-// the module path is the caller's BLAS on rows decoded by tl_dequantize.
+// activation row (16-lane builds: two weight rows at a time, pair_rows, and four at one activation row,
+// quad_rows; else one, dot_row and dot_row_m). From tile_min_m on, rows are decoded once into a buffer and a
+// register tile runs over it (tile.h). All of them sum an output in one order (four partial sums, joined the
+// same way), so a row's result is the same bits at any M: rows are batch-invariant, as the portable path's
+// are. Threads take chunks of output rows. Large M on the module path is the caller's BLAS on rows decoded by
+// tl_dequantize.
 #include "blocks.h"
 #include "pool.h"
 #include "tile.h"
