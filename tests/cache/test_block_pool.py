@@ -95,3 +95,39 @@ def test_a_tail_that_fills_up_becomes_a_full_block():
     key = pool.register(a, None, [1, 2])
     assert not pool.tail_of and pool.lookup(None, [1, 2]) == (a, key)
     assert pool.longest_child(None, [1, 5]) == (a, 1)
+
+
+def test_open_blocks_stay_those_free_with_nothing_cached():
+    """Under a random mix of allocations (fresh and continuing), shares, registrations and releases, the pool's
+    open set is exactly its free blocks that cache nothing, and a fresh run never evicts a cached block while an
+    open one is left."""
+    import random
+
+    rng = random.Random(0)
+    pool = BlockPool(24, 2)
+    held: list[int] = []
+    for step in range(600):
+        op = rng.random()
+        if op < 0.45 and pool.num_free:
+            open_before = {b for b in pool.free if b not in pool.key_of and b not in pool.tail_of}
+            prefer = rng.choice(held) + 1 if held and rng.random() < 0.5 else None
+            b = pool.allocate(prefer=prefer if prefer is None or prefer < pool.num_blocks else None)
+            if open_before and b != prefer:
+                assert b in open_before  # a cached block is evicted only when no open block is left
+            held.append(b)
+        elif op < 0.6 and held:
+            b = rng.choice(held)
+            if b not in pool.key_of:
+                pool.register(b, None, [step, rng.randrange(1000)])
+        elif op < 0.7 and held:
+            b = rng.choice(held)
+            if b not in pool.key_of and b not in pool.tail_of:
+                pool.register_tail(b, None, [step])
+        elif op < 0.75 and held:
+            b = rng.choice(held)
+            pool.acquire(b)
+            held.append(b)
+        elif held:
+            pool.release(held.pop(rng.randrange(len(held))))
+        expect = [pool.ref[b] == 0 and b not in pool.key_of and b not in pool.tail_of for b in range(pool.num_blocks)]
+        assert pool.open.tolist() == expect

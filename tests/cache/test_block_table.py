@@ -50,12 +50,14 @@ def test_truncate_releases_whole_blocks_tail_first():
 def test_slot_range_only_for_consecutive_blocks():
     pool = BlockPool(8, 4)
     t = BlockTable(pool)
-    t.reserve(0, 10)  # a fresh pool hands out 0, 1, 2
+    t.reserve(0, 10)  # a fresh pool starts a sequence mid-pool and grows it block after block: 4, 5, 6
+    first = t.blocks[0]
+    assert t.blocks == [first, first + 1, first + 2]
     r = t.slot_range(10)
     assert isinstance(r, slice) and list(range(r.start, r.stop)) == t.slots(0, 10).tolist()
     t.blocks[1], t.blocks[2] = t.blocks[2], t.blocks[1]
-    assert t.slot_range(10) is None and t.slot_range(4) == slice(0, 4)
-    assert torch.equal(t.slots(0, 4), torch.arange(4))
+    assert t.slot_range(10) is None and t.slot_range(4) == slice(4 * first, 4 * first + 4)
+    assert torch.equal(t.slots(0, 4), torch.arange(4 * first, 4 * first + 4))
 
 
 def test_a_table_grows_into_the_block_after_its_last_when_free():
@@ -64,8 +66,22 @@ def test_a_table_grows_into_the_block_after_its_last_when_free():
     t.reserve(0, 4)
     y.reserve(0, 4)
     z.reserve(0, 4)
-    assert (t.blocks, y.blocks, z.blocks) == ([0], [1], [2])
+    # each first block in the middle of the longest run of open blocks: [0, 8) -> 4, [0, 4) -> 2, [5, 8) -> 6
+    assert (t.blocks, y.blocks, z.blocks) == ([4], [2], [6])
     y.release()
-    z.release()  # the free list now starts with block 2, then 1
-    t.reserve(4, 12)  # continues after block 0: 1, 2 rather than 2 first
-    assert t.blocks == [0, 1, 2] and t.slot_range(12) == slice(0, 12)
+    z.release()
+    t.reserve(4, 12)  # continues after block 4: 5, 6
+    assert t.blocks == [4, 5, 6] and t.slot_range(12) == slice(16, 28)
+
+
+def test_sequences_growing_together_stay_consecutive():
+    """Tables growing a block at a time in turn (decode steps of a batch) each keep one run of consecutive
+    blocks while the pool has room, where handing out the lowest free block would interleave them."""
+    pool = BlockPool(64, 4)
+    tables = [BlockTable(pool) for _ in range(4)]
+    for n in range(1, 9):
+        for t in tables:
+            t.reserve(4 * (n - 1), 4 * n)
+    for t in tables:
+        assert t.blocks == list(range(t.blocks[0], t.blocks[0] + 8)) and t.slot_range(32) is not None
+    assert len({b for t in tables for b in t.blocks}) == 32

@@ -12,6 +12,11 @@ Terms:
   that differs are valid KV for it, since a position's KV depends on the tokens up to it alone.
 - free list: ref-0 blocks in eviction order. Blocks with no key or tail go to the front (nothing to lose),
   the others to the back when released, so the least recently used cached prefix is evicted first.
+- open block: free with nothing cached. A sequence grows into the block after its last one where that is
+  open; a sequence that cannot (its first block, or the next one taken) starts a new run in the middle of the
+  longest run of open blocks, so that the sequences running at once each have room to grow block after block.
+  A CPU reads a sequence's keys and values fastest where its blocks are consecutive: each layer's part of a
+  run is one stream for the hardware prefetcher instead of one stream a block (docs/benchmarks.md).
 
     lookup(key, parent, tokens) --hit--> acquire(block)      release(block) --ref 0--> free list
                                                               allocate() <-- front of free list (evicts key)
@@ -25,6 +30,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import islice
+
+import numpy as np
 
 CHILDREN_SCANNED = 16  # blocks under one (parent, first token) compared by longest_child, the latest first
 
@@ -53,6 +60,7 @@ class BlockPool:
         self.num_blocks, self.block_size = num_blocks, block_size
         self.ref = [0] * num_blocks
         self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
+        self.open = np.ones(num_blocks, dtype=bool)  # free with nothing cached (see the module's docstring)
         self.key_of: dict[int, bytes] = {}
         self.meta: dict[bytes, tuple[int, bytes | None, tuple[int, ...]]] = {}  # key -> (block, parent, tokens)
         self.tail_of: dict[int, tuple[bytes | None, tuple[int, ...]]] = {}  # block -> (parent, its n < P tokens)
@@ -68,23 +76,34 @@ class BlockPool:
         return PoolStats(self.num_blocks, self.num_blocks - len(self.free), cached)
 
     def allocate(self, prefer: int | None = None) -> int:
-        """A fresh block (ref 1): `prefer` if it is free (it continues a sequence's run of consecutive blocks,
-        which attention reads in place instead of gathering), else the least recently used free one. A cached
-        prefix in the block handed out is evicted."""
+        """A fresh block (ref 1): `prefer` if it is free (it continues a sequence's run of consecutive blocks),
+        else the middle of the longest run of open blocks, else (every free block caches something) the least
+        recently used free one, whose cached prefix is evicted."""
         if not self.free:
             raise RuntimeError("no free KV blocks")  # callers check num_free first
-        if prefer is not None and prefer in self.free:
-            del self.free[prefer]
-            block = prefer
-        else:
+        block = prefer if prefer is not None and prefer in self.free else self._roomiest()
+        if block is None:
             block, _ = self.free.popitem(last=False)
+        else:
+            del self.free[block]
         self.forget(block)
         self.ref[block] = 1
+        self.open[block] = False
         return block
+
+    def _roomiest(self) -> int | None:
+        """The middle of the longest run of consecutive open blocks (the first such run), or None."""
+        edges = np.flatnonzero(np.diff(self.open, prepend=False, append=False))  # run i: [edges[2i], edges[2i+1])
+        if len(edges) == 0:
+            return None
+        starts, ends = edges[0::2], edges[1::2]
+        i = int(np.argmax(ends - starts))
+        return int(starts[i] + (ends[i] - starts[i]) // 2)
 
     def acquire(self, block: int) -> None:
         if self.ref[block] == 0:
             del self.free[block]
+            self.open[block] = False
         self.ref[block] += 1
 
     def release(self, block: int) -> None:
@@ -94,6 +113,7 @@ class BlockPool:
             self.free[block] = None
             if block not in self.key_of and block not in self.tail_of:
                 self.free.move_to_end(block, last=False)  # nothing cached in it: hand it out first
+                self.open[block] = True
 
     def lookup(self, parent: bytes | None, tokens: Sequence[int]) -> tuple[int, bytes] | None:
         """The block caching exactly (parent prefix, tokens), confirmed token by token, and its key."""
@@ -108,6 +128,7 @@ class BlockPool:
         the same prefix is kept (this block then stays unkeyed and is freed first)."""
         key = block_key(parent, tokens)
         if key not in self.meta and block not in self.key_of:
+            self.open[block] = False
             self.tail_of.pop(block, None)  # a tail that filled up is a full block now
             self.meta[key] = (block, parent, tuple(tokens))
             self.key_of[block] = key
@@ -120,6 +141,7 @@ class BlockPool:
         assert 0 < len(tokens) < self.block_size, f"a tail holds 1..{self.block_size - 1} tokens, got {len(tokens)}"
         if block in self.key_of or block in self.tail_of:
             return
+        self.open[block] = False
         self.tail_of[block] = (parent, tuple(tokens))
         self._link(block, parent, tokens)
 
@@ -164,3 +186,4 @@ class BlockPool:
         tail = self.tail_of.pop(block, None)
         if tail is not None:
             self._unlink(block, *tail)
+        self.open[block] = self.ref[block] == 0

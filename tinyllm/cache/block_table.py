@@ -69,8 +69,9 @@ class BlockTable:
         self.truncate(0)
 
     def slot_range(self, stop: int) -> slice | None:
-        """Slots of positions [0, stop) as one slice when their blocks are consecutive in the pool (a fresh
-        pool hands out blocks in order), so attention can read them in place instead of gathering; else None."""
+        """Slots of positions [0, stop) as one slice when their blocks are consecutive in the pool (the pool
+        grows a sequence block after block where it can), so attention can read them in place instead of
+        gathering; else None."""
         n = blocks_for(stop, self.block_size)
         first = self.blocks[0] if self.blocks else 0
         if self.blocks[:n] != list(range(first, first + n)):
