@@ -19,7 +19,8 @@ Terms:
   run is one stream for the hardware prefetcher instead of one stream a block (docs/benchmarks.md).
 
     lookup(key, parent, tokens) --hit--> acquire(block)      release(block) --ref 0--> free list
-                                                              allocate() <-- front of free list (evicts key)
+    allocate() <-- the block after the sequence's last, else the middle of the longest open run, else the
+                   front of the free list (evicts its key)
 A hit is confirmed by the stored parent key and token ids, so a digest collision never serves wrong KV.
 """
 
