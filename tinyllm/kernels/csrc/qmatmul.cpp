@@ -40,10 +40,10 @@ static inline void prefetch_ahead(const char* p) { asm volatile("prefetcht0 %c1(
 template <int F> struct RowDecode {
     using T = Traits<F>;
     static constexpr int S = group_subs<F>(), GROUPS = T::block / 32 / S;
-    // Whether the tile takes this format's decode in among its FMAs: the blocks of 32 decode with shuffles and
-    // integer operations; the K formats and Q8_0 convert and scale on the FMAs' own ports, and ran slower so
-    // (paired runs per format, docs/benchmarks.md).
-    static constexpr bool IN_TILE = F == Q4_0 || F == Q4_1 || F == Q5_0 || F == Q5_1;
+    // Whether the tile takes this format's decode in among its FMAs: the blocks of 32 and Q4_K decode with
+    // tables, shuffles and integer operations; Q5_K, Q6_K and Q8_0 convert and scale on the FMAs' own ports,
+    // and ran slower so (paired runs per format, docs/benchmarks.md).
+    static constexpr bool IN_TILE = F == Q4_0 || F == Q4_1 || F == Q5_0 || F == Q5_1 || F == Q4_K;
     Weight w;
     const uint8_t* row = nullptr;
     float *o = nullptr, *row_out = nullptr;
