@@ -26,10 +26,20 @@ struct Weight {
 constexpr int64_t DECODE_AHEAD = 16384;
 
 #ifdef TL_AVX2
-// The line DECODE_AHEAD bytes past p, fetched into L1, by an asm that reads no memory the compiler knows of:
-// _mm_prefetch (or any asm with a memory operand) in a loop had the compiler store a kernel's arrays of
-// accumulators to the stack on every iteration.
-static inline void prefetch_ahead(const char* p) { asm volatile("prefetcht0 %c1(%0)" : : "r"(p), "i"(DECODE_AHEAD)); }
+// Formats whose lines a kernel at one activation row fetches ahead into L2 (prefetcht1) rather than into L1:
+// from memory a Q8_0 row's decode ran 30-40% faster so and Q4_K's 20%, where Q4_0's ran slower and the rest
+// level; at 2-8 activation rows it was slower (docs/benchmarks.md).
+template <int F> constexpr bool ahead_into_l2() { return F == Q8_0 || F == Q4_K; }
+
+// The line DECODE_AHEAD bytes past p, fetched into L1 (L2 with L2), by an asm that reads no memory the compiler
+// knows of: _mm_prefetch (or any asm with a memory operand) in a loop had the compiler store a kernel's arrays
+// of accumulators to the stack on every iteration.
+template <bool L2 = false> static inline void prefetch_ahead(const char* p) {
+    if constexpr (L2)
+        asm volatile("prefetcht1 %c1(%0)" : : "r"(p), "i"(DECODE_AHEAD));
+    else
+        asm volatile("prefetcht0 %c1(%0)" : : "r"(p), "i"(DECODE_AHEAD));
+}
 #endif
 
 #if defined(TL_AVX2) && defined(__AVX512F__)
@@ -277,7 +287,7 @@ static void dot_rows_m16(const uint8_t* row, int64_t stride, int64_t num_blocks,
         const float* scales[NR];
         for (int r = 0; r < NR; ++r) {
             for (int64_t at = 0; at < T::bytes; at += 64)
-                prefetch_ahead((const char*)row + r * stride + b * T::bytes + at);
+                prefetch_ahead<MT == 1 && ahead_into_l2<F>()>((const char*)row + r * stride + b * T::bytes + at);
             k_scales<F>(row + r * stride + b * T::bytes, ks[r]);
             scales[r] = T::block > 32 && MT == 1 ? from_memory<16>(ks[r]) : ks[r];  // see from_memory
         }
