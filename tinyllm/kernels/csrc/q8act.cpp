@@ -140,12 +140,13 @@ template <int F> inline float scale1(const uint8_t* unit, const uint8_t* sub, in
 // before it is read (a unit's head line with its first sub-block, then each sub-block's lines) raises one thread
 // at 8192 x 2048 from 62 to 97 G weights/s (Q4_K), 38 to 56 (Q6_K), 73 to 101 (Q4_0) at M = 1 and from 12-27 to
 // 31-40 at M = 8 (the AVX2 build: 36 to 59 for Q4_K at M = 1). 8 KB ahead is 5-12% slower than 16 KB, and 24 or
-// 32 KB no faster.
+// 32 KB no faster. Into L2 (prefetcht1) rather than L1: the 24-bit mode's three rows ran faster so, the 8-bit
+// mode's level (docs/benchmarks.md).
 constexpr int64_t AHEAD = 16384;
 
 template <int F> inline void prefetch(const uint8_t* unit, const uint8_t* sub, int sb) {
-    if (sb == 0) _mm_prefetch((const char*)unit + AHEAD, _MM_HINT_T0);
-    for (int64_t at = 0; at < Packed<F>::sub_bytes; at += 64) _mm_prefetch((const char*)sub + AHEAD + at, _MM_HINT_T0);
+    if (sb == 0) _mm_prefetch((const char*)unit + AHEAD, _MM_HINT_T1);
+    for (int64_t at = 0; at < Packed<F>::sub_bytes; at += 64) _mm_prefetch((const char*)sub + AHEAD + at, _MM_HINT_T1);
 }
 #endif
 

@@ -27,8 +27,8 @@ constexpr int64_t DECODE_AHEAD = 16384;
 
 #ifdef TL_AVX2
 // Formats whose lines a kernel at one activation row fetches ahead into L2 (prefetcht1) rather than into L1:
-// from memory a Q8_0 row's decode ran 30-40% faster so and Q4_K's 20%, where Q4_0's ran slower and the rest
-// level; at 2-8 activation rows it was slower (docs/benchmarks.md).
+// from memory Q8_0's and Q4_K's ran faster so, Q4_0's slower and the rest level; at 2-8 activation rows it was
+// slower (docs/benchmarks.md).
 template <int F> constexpr bool ahead_into_l2() { return F == Q8_0 || F == Q4_K; }
 
 // The line DECODE_AHEAD bytes past p, fetched into L1 (L2 with L2), by an asm that reads no memory the compiler
