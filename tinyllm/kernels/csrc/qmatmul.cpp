@@ -341,12 +341,15 @@ static void prefetch_head(const Weight& w, int64_t n0, int64_t n1) {
 
 // Weight rows n0..n1 against m activation rows, two weight rows at a time, the activation rows in groups of
 // at most pair_max_m as even as they go (8 as 4 + 4, not 6 + 2).
-template <int F> static void pair_rows(const Weight& w, const float* x, int64_t m, float* y, int64_t n0, int64_t n1) {
+template <int F>
+static void pair_rows(const Weight& w, const float* x, int64_t m, float* y, int64_t n0, int64_t n1,
+                      AheadCursor* ahead = nullptr) {
     const int64_t num_blocks = w.k / Traits<F>::block, groups = (m + pair_max_m<F>() - 1) / pair_max_m<F>();
     prefetch_head(w, n0, n1);
     for (int64_t n = n0; n < n1; n += 2)
         for (int64_t gi = 0, m0 = 0, m1; gi < groups; ++gi, m0 = m1) {
             m1 = m * (gi + 1) / groups;
+            if (ahead) ahead->ask((m1 - m0) * std::min<int64_t>(2, n1 - n) * w.k);
             rows_group<F, pair_max_m<F>()>(m1 - m0, n + 1 < n1 ? 2 : 1, w.data + n * w.stride, w.stride, num_blocks,
                                           x + m0 * w.k, w.k, y + m0 * w.n + n, w.n);
         }
@@ -377,7 +380,10 @@ template <int F> constexpr int64_t tile_min_m() {
 #endif
 }
 
-template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t m, float* y, int64_t n0, int64_t n1) {
+// With `ahead`, the kernels of several activation rows ask for its lines as they go (ahead.h).
+template <int F>
+static void rows_chunk(const Weight& w, const float* x, int64_t m, float* y, int64_t n0, int64_t n1,
+                       AheadCursor* ahead = nullptr) {
     const int64_t num_blocks = w.k / Traits<F>::block;
     if (m == 1) {
 #if defined(TL_AVX2) && defined(__AVX512F__)
@@ -393,13 +399,13 @@ template <int F> static void rows_chunk(const Weight& w, const float* x, int64_t
         return;
     }
 #ifdef TL_TILE16
-    if (m < tile_min_m<F>()) return pair_rows<F>(w, x, m, y, n0, n1);
+    if (m < tile_min_m<F>()) return pair_rows<F>(w, x, m, y, n0, n1, ahead);
     RowDecode<F> strips(w);
-    return tile_rows_strips(strips, w.k, x, m, y, w.n, n0, n1);  // x packed (matmul)
+    return tile_rows_strips(strips, w.k, x, m, y, w.n, n0, n1, ahead);  // x packed (matmul)
 #elif defined(TL_SIMD)
     if (m >= tile_min_m<F>()) {
         auto decode = [&w](int64_t r0, int64_t r1, float* out) { decode_rows<F, true>(w, r0, r1, out, w.k); };
-        tile_rows(decode, w.k, x, m, y, w.n, n0, n1);  // x packed (matmul)
+        tile_rows(decode, w.k, x, m, y, w.n, n0, n1, ahead);  // x packed (matmul)
         return;
     }
 #endif
@@ -437,13 +443,15 @@ struct Job {
     int64_t m;
     float* y;
     Chunks chunks;  // of UNIT_ROWS rows
+    Ahead* ahead = nullptr;
 
     int64_t row(int64_t c) const { return std::min(w->n, chunks.start[c] * UNIT_ROWS); }
 };
 
 template <int F> static void matmul_chunk(void* ctx, int64_t c) {
     const Job& j = *static_cast<const Job*>(ctx);
-    rows_chunk<F>(*j.w, j.x, j.m, j.y, j.row(c), j.row(c + 1));
+    AheadCursor ahead(j.ahead);
+    rows_chunk<F>(*j.w, j.x, j.m, j.y, j.row(c), j.row(c + 1), &ahead);
 }
 
 template <int F> static void dequantize_chunk(void* ctx, int64_t c) {
@@ -472,7 +480,8 @@ static void pack_chunk(void* ctx, int64_t c) {
 }
 #endif
 
-template <int F> static void matmul(const Weight& w, const float* x, int64_t m, float* y, int threads) {
+template <int F>
+static void matmul(const Weight& w, const float* x, int64_t m, float* y, int threads, Ahead* ahead = nullptr) {
 #ifdef TL_SIMD
     if (m >= tile_min_m<F>()) {  // the tile kernel reads the activations packed (tile.h)
         static thread_local std::vector<float> xs;
@@ -483,6 +492,7 @@ template <int F> static void matmul(const Weight& w, const float* x, int64_t m, 
     }
 #endif
     Job job = job_of(w, x, m, y, threads);
+    job.ahead = ahead;
     pool().run(matmul_chunk<F>, &job, job.chunks.count, threads);
 }
 
@@ -509,13 +519,27 @@ template <int F> static void dequantize(const Weight& w, float* out, int threads
 
 extern "C" {
 
+// y[m, n] = x[m, k] @ W^T, asking for ahead's lines as it goes (ahead.h; null: none). Returns 0, or -1 for an
+// unknown format id.
+int tl_qmatmul_ahead(int fmt, const float* x, int64_t m, int64_t k, const uint8_t* data, int64_t n, int64_t stride,
+                     float* y, int threads, tl::Ahead* ahead) {
+    const tl::Weight w{data, n, k, stride};
+#define TL_CALL(F) tl::matmul<tl::F>(w, x, m, y, threads, ahead)
+    TL_DISPATCH(fmt, TL_CALL)
+#undef TL_CALL
+}
+
+// tl_qmatmul asking meanwhile for the lines of region [bytes], lines_per_mac a multiply-add (for tests).
+int tl_qmatmul_asking(int fmt, const float* x, int64_t m, int64_t k, const uint8_t* data, int64_t n, int64_t stride,
+                      float* y, int threads, const char* region, int64_t bytes, double lines_per_mac) {
+    tl::RegionAhead r(region, bytes, lines_per_mac);
+    return tl_qmatmul_ahead(fmt, x, m, k, data, n, stride, y, threads, &r.ahead);
+}
+
 // y[m, n] = x[m, k] @ W^T. Returns 0, or -1 for an unknown format id.
 int tl_qmatmul(int fmt, const float* x, int64_t m, int64_t k, const uint8_t* data, int64_t n, int64_t stride,
                float* y, int threads) {
-    const tl::Weight w{data, n, k, stride};
-#define TL_CALL(F) tl::matmul<tl::F>(w, x, m, y, threads)
-    TL_DISPATCH(fmt, TL_CALL)
-#undef TL_CALL
+    return tl_qmatmul_ahead(fmt, x, m, k, data, n, stride, y, threads, nullptr);
 }
 
 // out[n, k] = the weight dequantized to float32.

@@ -14,6 +14,7 @@
 // of r rows holds vector v of its rows side by side ([k / 8][r][8]). Against rows read apart: 2-6% less time
 // (medians of paired runs of a layer's four matmuls, 1 and 2 threads, M 32-256), the same bits.
 #pragma once
+#include "ahead.h"
 #include "blocks.h"
 #include "vmath.h"
 
@@ -92,7 +93,8 @@ template <int MR, int NR> __attribute__((noinline)) static void join_tile(const 
 #endif
 }
 
-// A tile's side job: none, or (16-lane tiles) the next strip's decode, a few units of it an iteration.
+// A tile's side job: none, or (16-lane tiles) the next strip's decode, a few units of it an iteration, or lines
+// of memory to ask for (LineSide, ahead.h), one or a few an iteration.
 struct NoSide {
     void unit() {}
 };
@@ -237,9 +239,10 @@ constexpr int64_t STRIP_X_FLOATS = 1 << 17;
 
 // y[:, n0:n1] for m activation rows (x [m, k] packed by pack_row, y [m, ldy]); decode(r0, r1, out) writes weight
 // rows r0..r1 as float32 into out, packed as one strip ([k / TILE_W][r1 - r0][TILE_W]).
+// With `ahead`, each group asks for its share of the Ahead's lines (ahead.h).
 template <class Decode>
 static void tile_rows(Decode decode, int64_t k, const float* x, int64_t m, float* y, int64_t ldy, int64_t n0,
-                      int64_t n1) {
+                      int64_t n1, AheadCursor* ahead = nullptr) {
     const int64_t strips = std::max<int64_t>(1, (m <= SMALL_M ? SMALL_PANEL_FLOATS : PANEL_FLOATS) / (TILE_NR * k));
     thread_local std::vector<float> buf;
     if ((int64_t)buf.size() < strips * TILE_NR * k) buf.resize(strips * TILE_NR * k);
@@ -248,6 +251,7 @@ static void tile_rows(Decode decode, int64_t k, const float* x, int64_t m, float
         for (int64_t n = p; n < p1; n += TILE_NR) decode(n, std::min<int64_t>(n + TILE_NR, p1), buf.data() + (n - p) * k);
         for (int64_t i = 0; i < m; i += TILE_MR) {
             const int64_t mr = std::min<int64_t>(TILE_MR, m - i);
+            if (ahead) ahead->ask(mr * (p1 - p) * k);
             for (int64_t n = p; n < p1; n += TILE_NR) {
                 const float* w = buf.data() + (n - p) * k;
                 float* yi = y + i * ldy + n;
@@ -269,16 +273,27 @@ static void tile_rows(Decode decode, int64_t k, const float* x, int64_t m, float
 // next strip (strips.unit() a few times an iteration).
 template <class Strips>
 static void tile_strip(Strips& strips, const float* w, int64_t nr, int64_t k, const float* x, int64_t m, float* y,
-                       int64_t ldy, bool next) {
+                       int64_t ldy, bool next, AheadCursor* ahead) {
     for (int64_t i = 0; i < m; i += TILE_MR) {
         const int64_t mr = std::min<int64_t>(TILE_MR, m - i);
         float* yi = y + i * ldy;
+        const int64_t iters = k / 16;  // of a micro tile, both passes
         if constexpr (Strips::IN_TILE)
             if (i == 0 && next && mr == TILE_MR && nr == TILE_NR) {  // m >= TILE_MR: every group but the last
-                const int64_t iters = k / 16;  // both passes
+                if (ahead) ahead->earn(mr * nr * k);  // its lines go with the next group's
                 micro_tile<TILE_MR, TILE_NR, Strips>(x, w, k, yi, ldy, &strips, (int)((strips.units() + iters - 1) / iters));
                 continue;
             }
+        if (ahead && mr == TILE_MR && nr == TILE_NR) {  // the lines asked for one an iteration, among the FMAs
+            LineSide lines{nullptr, 0};
+            if ((lines.n = ahead->take(mr * nr * k, &lines.p)) > 0) {
+                const int per = (int)((lines.n + iters - 1) / iters);
+                micro_tile<TILE_MR, TILE_NR, LineSide>(x + i * k, w, k, yi, ldy, &lines, per);
+                continue;
+            }
+        } else if (ahead) {
+            ahead->ask(mr * nr * k);
+        }
         switch (nr) {
             case 6: tile_group<6>(x + i * k, mr, w, k, yi, ldy); break;
             case 5: tile_group<5>(x + i * k, mr, w, k, yi, ldy); break;
@@ -296,13 +311,13 @@ static void tile_strip(Strips& strips, const float* w, int64_t nr, int64_t k, co
 // in among the FMAs instead of in bursts between them; else panels as tile_rows.
 template <class Strips>
 static void tile_rows_strips(Strips& strips, int64_t k, const float* x, int64_t m, float* y, int64_t ldy, int64_t n0,
-                             int64_t n1) {
+                             int64_t n1, AheadCursor* ahead = nullptr) {
     if (m > SMALL_M && m * k > STRIP_X_FLOATS) {
         auto decode = [&strips](int64_t r0, int64_t r1, float* out) {
             strips.start_strip(r0, r1, out);
             strips.finish();
         };
-        return tile_rows(decode, k, x, m, y, ldy, n0, n1);
+        return tile_rows(decode, k, x, m, y, ldy, n0, n1, ahead);
     }
     thread_local std::vector<float> buf;
     if ((int64_t)buf.size() < 2 * TILE_NR * k) buf.resize(2 * TILE_NR * k);
@@ -311,7 +326,7 @@ static void tile_rows_strips(Strips& strips, int64_t k, const float* x, int64_t 
         for (int64_t n = n0; n < n1; n += TILE_NR) {
             strips.start_strip(n, std::min(n1, n + TILE_NR), bufs[0]);
             strips.finish();
-            tile_strip(strips, bufs[0], std::min<int64_t>(TILE_NR, n1 - n), k, x, m, y + n, ldy, false);
+            tile_strip(strips, bufs[0], std::min<int64_t>(TILE_NR, n1 - n), k, x, m, y + n, ldy, false, ahead);
         }
         return;
     }
@@ -320,7 +335,7 @@ static void tile_rows_strips(Strips& strips, int64_t k, const float* x, int64_t 
     for (int64_t n = n0, s = 0; n < n1; n += TILE_NR, ++s) {
         const bool next = n + TILE_NR < n1;
         if (next) strips.start_strip(n + TILE_NR, std::min(n1, n + 2 * TILE_NR), bufs[(s + 1) & 1]);
-        tile_strip(strips, bufs[s & 1], std::min<int64_t>(TILE_NR, n1 - n), k, x, m, y + n, ldy, next);
+        tile_strip(strips, bufs[s & 1], std::min<int64_t>(TILE_NR, n1 - n), k, x, m, y + n, ldy, next, ahead);
         strips.finish();
     }
 }

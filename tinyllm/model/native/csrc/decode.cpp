@@ -73,9 +73,46 @@ static StepArgs keep_rows(const StepArgs& st, const int64_t* keep, int64_t m, in
     return out;
 }
 
+// The lines of the keys and values that layer `next` will read for st's tokens (whole blocks of the paged cache,
+// float types), to be asked for during layer L's o projection and MLP (ahead.h): at several tokens its float32
+// matmuls keep the cores busy while the attention after them waits on memory. Null for one token (the matmuls
+// wait on memory too), integer activations (their matmuls are short and read weights fast: the asks slowed
+// them as much as they sped attention up), key slots given directly, or a q8_0 cache.
+static Ahead* keys_ahead(const ModelArgs& md, const LayerArgs& L, const LayerArgs* next, const StepArgs& st,
+                         int64_t m) {
+    if (!next || m < 2 || !st.blocks || md.kv_type == KV_Q8 || (L.gate_up.part[0].fmt & INT8_ACTIVATIONS))
+        return nullptr;
+    thread_local Ahead ahead;
+    thread_local std::vector<const char*> starts;
+    thread_local std::vector<int64_t> len;  // keys per sequence row
+    len.assign(st.rows, 0);
+    for (int64_t i = 0; i < m; ++i) {
+        const int64_t r = st.key_rows ? st.key_rows[i] : i;
+        len[r] = std::max(len[r], st.positions[i] + 1);
+    }
+    const int64_t P = st.block_size, bytes = P * md.kv_heads * md.head_dim * (md.kv_type == KV_F32 ? 4 : 2);
+    starts.clear();
+    for (int64_t r = 0; r < st.rows; ++r) {
+        const int64_t first = next->window > 0 ? std::max<int64_t>(0, len[r] - next->window) : 0;
+        for (int64_t b = first / P; b * P < len[r]; ++b) {
+            const int64_t block = st.blocks[r * st.blocks_per_row + b];
+            starts.push_back(static_cast<const char*>(next->k_cache) + block * bytes);
+            starts.push_back(static_cast<const char*>(next->v_cache) + block * bytes);
+        }
+    }
+    const double macs = (double)m * md.hidden * (md.heads * md.head_dim + 3 * md.inter);  // o, gate/up and down
+    ahead.starts = starts.data();
+    ahead.num = (int64_t)starts.size();
+    ahead.lines = (bytes + 63) / 64;
+    ahead.lines_per_mac = 1.1 * ahead.num * ahead.lines / macs;  // done a little before the matmuls are
+    ahead.next.store(0, std::memory_order_relaxed);
+    return &ahead;
+}
+
 // keep != null: the layer's keys and values for all st.n tokens, the rest for keep[0..m) alone (keep_rows).
+// next: the layer after this one, whose keys and values are asked for during this one's matmuls (keys_ahead).
 static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& all, const float* trig, float* x,
-                       const int64_t* keep = nullptr, int64_t m = 0) {
+                       const int64_t* keep = nullptr, int64_t m = 0, const LayerArgs* next = nullptr) {
     const int64_t N = all.n, C = md.hidden, H = md.heads, D = md.head_dim, I = md.inter;
     const int64_t width = (H + 2 * md.kv_heads) * D;
     const int threads = (int)all.threads;
@@ -110,7 +147,8 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
     if (M == 0) return;
     attention(md, L, st, qkv, attn, partial);
     clock.mark(Clock::ATTENTION);
-    matmul(L.o, attn, M, tmp, threads);
+    Ahead* ahead = keys_ahead(md, L, next, st, M);
+    matmul(L.o, attn, M, tmp, threads, ahead);
     clock.mark(Clock::MATMUL);
     for_rows(M, threads, [&](int64_t r0, int64_t r1) {  // the residual, then the MLP's norm, row by row
         float *xr = x + r0 * C, *tr = tmp + r0 * C;
@@ -119,13 +157,13 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
         rms_norm(xr, L.mlp_norm, r1 - r0, C, md.eps, h + r0 * C);
     });
     clock.mark(Clock::OTHER);
-    matmul(L.gate_up, h, M, gu, part, threads);
+    matmul(L.gate_up, h, M, gu, part, threads, ahead);
     clock.mark(Clock::MATMUL);
     for_rows(M, threads, [&](int64_t r0, int64_t r1) {
         (L.activation == 1 ? gelu_mul : silu_mul)(gu + r0 * 2 * I, r1 - r0, I, act + r0 * I);
     });
     clock.mark(Clock::OTHER);
-    matmul(L.down, act, M, tmp, threads);
+    matmul(L.down, act, M, tmp, threads, ahead);
     clock.mark(Clock::MATMUL);
     for_rows(M, threads, [&](int64_t r0, int64_t r1) {
         float *xr = x + r0 * C, *tr = tmp + r0 * C;
@@ -189,7 +227,8 @@ int tl_decode_layers(const tl::ModelArgs* md, const tl::StepArgs* args, float* x
     const bool some = st.out_rows && st.num_out < st.n;
     for (int64_t l = 0; l < md->num_layers; ++l) {
         const bool last = l + 1 == md->num_layers;
-        tl::layer_step(*md, md->layers[l], st, trig, x, last && some ? st.out_rows : nullptr, st.num_out);
+        tl::layer_step(*md, md->layers[l], st, trig, x, last && some ? st.out_rows : nullptr, st.num_out,
+                       last ? nullptr : &md->layers[l + 1]);
     }
     return 0;
 }

@@ -3,6 +3,7 @@
 // activations (SiLU, tanh-GELU), residual adds and per-head q/k norms. Each row's result does not depend on how
 // rows are split over threads.
 #pragma once
+#include "ahead.h"
 #include "decode_args.h"
 #include "kv.h"
 #include "pool.h"
@@ -14,8 +15,8 @@
 #include <cstdint>
 #include <vector>
 
-extern "C" int tl_qmatmul(int fmt, const float* x, int64_t m, int64_t k, const uint8_t* data, int64_t n,
-                          int64_t stride, float* y, int threads);
+extern "C" int tl_qmatmul_ahead(int fmt, const float* x, int64_t m, int64_t k, const uint8_t* data, int64_t n,
+                                int64_t stride, float* y, int threads, tl::Ahead* ahead);
 extern "C" int tl_dequantize(int fmt, const uint8_t* data, int64_t n, int64_t k, int64_t stride, float* out,
                              int threads);
 
@@ -91,25 +92,28 @@ template <class F> static void for_rows(int64_t n, int threads, F&& f) {
 }
 
 // `a`: x quantized to 8 bits (a projection's parts share it), or null where no part takes 8-bit activations.
-static void matmul(const QW& w, const float* x, const Q8Act* a, int64_t m, float* y, int threads) {
+// `ahead`: lines for the float32 kernels to ask for as they go (ahead.h), or null.
+static void matmul(const QW& w, const float* x, const Q8Act* a, int64_t m, float* y, int threads,
+                   Ahead* ahead = nullptr) {
     if (w.fmt & INT8_ACTIVATIONS)
         q8_matmul((int)(w.fmt & 255), *a, w.data, w.n, y, threads);  // a's limbs: w's (one mode a model)
     else
-        tl_qmatmul((int)w.fmt, x, m, w.k, w.data, w.n, w.stride, y, threads);
+        tl_qmatmul_ahead((int)w.fmt, x, m, w.k, w.data, w.n, w.stride, y, threads, ahead);
 }
 
 // The 8-bit rows per activation row for w: 1, or 3 for 24-bit activations.
 static int64_t limbs(const QW& w) { return w.fmt & INT24_ACTIVATIONS ? 3 : 1; }
 
-static void matmul(const QW& w, const float* x, int64_t m, float* y, int threads) {
-    if (!(w.fmt & INT8_ACTIVATIONS)) return matmul(w, x, nullptr, m, y, threads);
+static void matmul(const QW& w, const float* x, int64_t m, float* y, int threads, Ahead* ahead = nullptr) {
+    if (!(w.fmt & INT8_ACTIVATIONS)) return matmul(w, x, nullptr, m, y, threads, ahead);
     const Q8Act a = q8_quantize(x, m, w.k, threads, limbs(w));
-    matmul(w, x, &a, m, y, threads);
+    matmul(w, x, &a, m, y, threads, ahead);
 }
 
 // y [m, sum of the parts' rows] = x @ [part 0; part 1; ...]^T; several parts go through `part` [m, rows].
-static void matmul(const Proj& p, const float* x, int64_t m, float* y, float* part, int threads) {
-    if (p.count == 1) return matmul(p.part[0], x, m, y, threads);
+static void matmul(const Proj& p, const float* x, int64_t m, float* y, float* part, int threads,
+                   Ahead* ahead = nullptr) {
+    if (p.count == 1) return matmul(p.part[0], x, m, y, threads, ahead);
     int64_t width = 0, at = 0;
     bool int8 = false;
     for (int64_t i = 0; i < p.count; ++i) width += p.part[i].n, int8 |= (p.part[i].fmt & INT8_ACTIVATIONS) != 0;
@@ -117,7 +121,7 @@ static void matmul(const Proj& p, const float* x, int64_t m, float* y, float* pa
     if (int8) a = q8_quantize(x, m, p.part[0].k, threads, limbs(p.part[0]));
     for (int64_t i = 0; i < p.count; ++i) {
         const QW& w = p.part[i];
-        matmul(w, x, &a, m, part, threads);
+        matmul(w, x, &a, m, part, threads, ahead);
         for_rows(m, threads, [&](int64_t r0, int64_t r1) {  // on the pool: see PackJob in qmatmul.cpp
             for (int64_t r = r0; r < r1; ++r) std::copy(part + r * w.n, part + (r + 1) * w.n, y + r * width + at);
         });
