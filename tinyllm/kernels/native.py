@@ -34,8 +34,7 @@ def load(path: Path) -> ctypes.CDLL:
     lib.tl_qmatmul.argtypes = [ctypes.c_int, _PTR, _I64, _I64, _PTR, _I64, _I64, _PTR, ctypes.c_int]
     lib.tl_dequantize.argtypes = [ctypes.c_int, _PTR, _I64, _I64, _I64, _PTR, ctypes.c_int]
     lib.tl_qmatmul_q8.argtypes = [ctypes.c_int, _PTR, _I64, _I64, _PTR, _I64, _PTR, ctypes.c_int, _I64]
-    lib.tl_qmatmul_asking.argtypes = [ctypes.c_int, _PTR, _I64, _I64, _PTR, _I64, _I64, _PTR, ctypes.c_int]
-    lib.tl_qmatmul_asking.argtypes += [_PTR, _I64, ctypes.c_double]
+    lib.tl_qmatmul_asking.argtypes = lib.tl_qmatmul.argtypes + [_PTR, _I64, ctypes.c_double]
     lib.tl_qmatmul_asking.restype = ctypes.c_int
     lib.tl_q8_packed_bytes.argtypes = [ctypes.c_int, _I64, _I64]
     lib.tl_q8_packed_bytes.restype = _I64

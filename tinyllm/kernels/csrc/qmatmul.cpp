@@ -451,7 +451,7 @@ struct Job {
 template <int F> static void matmul_chunk(void* ctx, int64_t c) {
     const Job& j = *static_cast<const Job*>(ctx);
     AheadCursor ahead(j.ahead);
-    rows_chunk<F>(*j.w, j.x, j.m, j.y, j.row(c), j.row(c + 1), &ahead);
+    rows_chunk<F>(*j.w, j.x, j.m, j.y, j.row(c), j.row(c + 1), j.ahead ? &ahead : nullptr);
 }
 
 template <int F> static void dequantize_chunk(void* ctx, int64_t c) {
