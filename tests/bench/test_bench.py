@@ -290,6 +290,20 @@ def test_prefix(folder, tmp_path):
     assert positive(on["all_prefilled_s"]) and on["output_tokens"] == off["output_tokens"] == 4 * 3
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("max_num_seqs", [None, 1])
+def test_serve(folder, tmp_path, max_num_seqs):
+    extra = [] if max_num_seqs is None else ["--max-num-seqs", str(max_num_seqs)]
+    r = bench("serve", folder, tmp_path, "--threads", "1", *extra)
+    assert r["options"]["max_num_seqs"] == max_num_seqs and [c["concurrency"] for c in r["http"]] == [1, 2]
+    for http, row in zip(r["http"], r["comparison"]):
+        assert row["texts_identical"] == f"{http['requests']}/{http['requests']}"  # the server's text is the engine's
+        assert 4 * http["requests"] <= http["output_tokens"] <= 8 * http["requests"]
+        assert 1 <= http["peak_streaming"] <= http["requests"] and row["http_streams_at_once"] == http["peak_streaming"]
+    # the in-process engine runs with the server's settings: both clients at once, or one at a time
+    assert [e["peak_running"] for e in r["engine"]] == [1, 2 if max_num_seqs is None else 1]
+
+
 def test_bench_help_lists_every_kind(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "--help"])

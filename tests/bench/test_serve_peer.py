@@ -1,6 +1,6 @@
 """`bench serve --llamacpp-server`'s pieces that run without llama.cpp: the peer's request body (text prompt,
-EOS banned, as its server takes no token ids or ignore_eos), the ratios of ours over the peer, and the one-line
-refusal when the peer cannot run."""
+EOS banned, as its server takes no token ids or ignore_eos), the ratios of ours over the peer, the streams
+each side ran at once, and the one-line refusal when the peer cannot run."""
 
 from __future__ import annotations
 
@@ -31,8 +31,10 @@ def side(rate, ttft, itl):
         "concurrency": 4,
         "requests": 4,
         "output_tokens_per_s": rate,
+        "output_tokens": 256,
         "ttft_s": {"p50": ttft, "p99": 2 * ttft},
         "itl_s": {"p50": itl, "p99": 3 * itl},
+        "peak_streaming": 4,
         "texts": ["a"] * 4,
     }
 
@@ -41,7 +43,8 @@ def test_ratios_are_ours_over_the_peer_for_rates_and_theirs_over_ours_for_latenc
     (row,) = serve.compare([side(100.0, 0.1, 0.01)], [side(120.0, 0.08, 0.01)], [{**side(50.0, 0.4, 0.02)}])
     assert row["http_over_llamacpp_tokens_per_s"] == 2.0
     assert row["llamacpp_over_http_ttft_p50"] == 4.0 and row["llamacpp_over_http_itl_p99"] == 2.0
-    assert row["texts_identical"] == "4/4"
+    assert row["texts_identical"] == "4/4" and row["http_streams_at_once"] == row["llamacpp_streams_at_once"] == 4
+    assert row["llamacpp_output_tokens"] == "256/256"
     (alone,) = serve.compare([side(100.0, 0.1, 0.01)], [side(120.0, 0.08, 0.01)], [])
     assert "http_over_llamacpp_tokens_per_s" not in alone
 
@@ -50,3 +53,18 @@ def test_the_peer_is_refused_in_one_line_without_its_package_or_a_gguf_file(tmp_
     args = SimpleNamespace(model=str(tmp_path / "model.safetensors"), threads=2, max_batched_tokens=256)
     with pytest.raises(TinyLLMError, match="^--llamacpp-server (needs llama-cpp-python|runs GGUF files)"):
         serve.start_llamacpp_server(args, 8000, 2048)
+
+
+@pytest.mark.parametrize(
+    "spans, most",
+    [
+        ([], 0),
+        ([(1.0, 1.0)], 1),  # one token: first and last at once
+        ([(0.0, 1.0), (2.0, 3.0)], 1),  # one after the other, as a server that runs one request at a time
+        ([(0.0, 2.0), (1.0, 3.0)], 2),
+        ([(0.0, 1.0), (1.0, 2.0)], 2),  # one's last token and another's first at the same moment: together
+        ([(0.0, 5.0), (1.0, 2.0), (3.0, 4.0), (3.5, 6.0)], 3),
+    ],
+)
+def test_streams_at_once_counts_overlapping_first_to_last_token_spans(spans, most):
+    assert serve.peak_overlap(spans) == most

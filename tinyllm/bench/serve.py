@@ -36,6 +36,13 @@ def add_serve_bench_args(p) -> None:
     p.add_argument("--prompt-range", type=POSITIVE, nargs=2, default=[16, 256], help="prompt tokens, min max")
     p.add_argument("--output-range", type=POSITIVE, nargs=2, default=[64, 64], help="output tokens, min max")
     p.add_argument("--max-batched-tokens", type=POSITIVE, default=256, help="engine token budget per step")
+    p.add_argument(
+        "--max-num-seqs",
+        type=POSITIVE,
+        default=None,
+        help="sequences our server batches together (default: the largest --concurrency; 1 serves one request "
+        "at a time, as llama.cpp's server here does)",
+    )
     p.add_argument("--kv-memory-mb", type=POSITIVE, default=1024, help="engine KV pool size (default 1024 MiB)")
     p.add_argument("--startup-timeout", type=float, default=300.0, help="seconds to wait for the server")
     p.add_argument(
@@ -50,6 +57,10 @@ add_args = add_serve_bench_args  # the interface `tinyllm bench` expects of a ki
 
 
 # ---- the server side
+
+
+def max_num_seqs(args) -> int:
+    return getattr(args, "max_num_seqs", None) or max(args.concurrency)
 
 
 def start_server(args, port: int) -> subprocess.Popen:
@@ -67,7 +78,7 @@ def start_server(args, port: int) -> subprocess.Popen:
         "--log-level",
         "warning",
         "--max-num-seqs",
-        str(max(args.concurrency)),
+        str(max_num_seqs(args)),
         "--max-num-batched-tokens",
         str(args.max_batched_tokens),
         "--kv-memory-gb",
@@ -84,7 +95,8 @@ def start_llamacpp_server(args, port: int, n_ctx: int) -> subprocess.Popen:
 
     from ..errors import TinyLLMError
 
-    if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llama_cpp.server") is None:
+    server_modules = ("llama_cpp", "llama_cpp.server", "sse_starlette", "starlette_context", "pydantic_settings")
+    if any(importlib.util.find_spec(name) is None for name in server_modules):
         raise TinyLLMError(
             "--llamacpp-server needs llama-cpp-python with its server: pip install 'llama-cpp-python[server]'"
         )
@@ -95,6 +107,8 @@ def start_llamacpp_server(args, port: int, n_ctx: int) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", path]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--n_threads", threads, "--n_threads_batch", threads]
     cmd += ["--n_ctx", str(n_ctx), "--n_batch", str(args.max_batched_tokens), "--verbose", "False"]
+    # Its default ends the running stream whenever another request arrives: each request is served whole.
+    cmd += ["--interrupt_requests", "False"]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -130,6 +144,7 @@ async def _one(client, work, t0: float, body_of) -> dict:
                 times.append(time.perf_counter())
                 pieces.append(chunk["choices"][0]["text"])
     return {
+        "span": (times[0], times[-1]) if times else None,
         "ttft": times[0] - t0 if times else None,
         "itl": [b - a for a, b in zip(times, times[1:])],
         "text": "".join(pieces),
@@ -179,8 +194,19 @@ async def _drive_http(url: str, work: list, body_of=our_body) -> dict:
         "output_tokens_per_s": common.per_second(tokens, wall),
         "ttft_s": common.summary([r["ttft"] for r in results if r["ttft"] is not None]),
         "itl_s": common.summary([x for r in results for x in r["itl"]]),
+        "peak_streaming": peak_overlap([r["span"] for r in results if r["span"]]),
         "texts": [r["text"] for r in results],
     }
+
+
+def peak_overlap(spans: list[tuple[float, float]]) -> int:
+    """The most streams between their first and last token (both included) at one moment."""
+    events = sorted([(a, 0, 1) for a, _ in spans] + [(b, 1, -1) for _, b in spans])
+    most = now = 0
+    for _, _, step in events:
+        now += step
+        most = max(most, now)
+    return most
 
 
 def measure(llm, args, work: list) -> tuple[list[dict], list[dict], list[dict]]:
@@ -204,7 +230,7 @@ def measure(llm, args, work: list) -> tuple[list[dict], list[dict], list[dict]]:
             wait_healthy(peer_url, procs[-1], args.startup_timeout, path="/v1/models")
         wait_healthy(url, procs[0], args.startup_timeout)
         engine = llm.engine(
-            max_num_seqs=max(args.concurrency),
+            max_num_seqs=max_num_seqs(args),
             max_num_batched_tokens=args.max_batched_tokens,
             kv_memory_bytes=args.kv_memory_mb << 20,
         )
@@ -224,6 +250,12 @@ def measure(llm, args, work: list) -> tuple[list[dict], list[dict], list[dict]]:
                 peer.append({"concurrency": n, **asyncio.run(_drive_http(peer_url, work[:n], peer_body))})
                 peer[-1].pop("texts")
                 _progress("llama.cpp server", peer[-1])
+                if peer[-1]["output_tokens"] != http[-1]["output_tokens"]:
+                    print(
+                        f"  llama.cpp's server returned {peer[-1]['output_tokens']} tokens where ours returned "
+                        f"{http[-1]['output_tokens']}: its figures are not of the same work",
+                        flush=True,
+                    )
         return http, local, peer
     finally:
         for proc in procs:
@@ -237,7 +269,8 @@ def measure(llm, args, work: list) -> tuple[list[dict], list[dict], list[dict]]:
 def _progress(what: str, r: dict) -> None:
     print(
         f"  {what} N={r['concurrency']}: {r['output_tokens_per_s']:.1f} output tok/s, "
-        f"ttft p50 {r['ttft_s']['p50']:.3f} s, itl p50 {r['itl_s']['p50']:.4f} s",
+        f"ttft p50 {r['ttft_s']['p50']:.3f} s, itl p50 {r['itl_s']['p50']:.4f} s p99 {r['itl_s']['p99']:.4f} s, "
+        f"at most {r.get('peak_streaming', r.get('peak_running'))} streaming at once",
         flush=True,
     )
 
@@ -249,12 +282,15 @@ def compare(http: list[dict], engine: list[dict], peer: list[dict]) -> list[dict
         row = {
             "concurrency": h["concurrency"],
             "texts_identical": f"{same}/{h['requests']}",
+            "http_streams_at_once": h["peak_streaming"],
             "engine_over_http_tokens_per_s": common.ratio(e["output_tokens_per_s"], h["output_tokens_per_s"]),
             "http_over_engine_ttft_p50": common.ratio(h["ttft_s"]["p50"], e["ttft_s"]["p50"]),
             "http_over_engine_itl_p50": common.ratio(h["itl_s"]["p50"], e["itl_s"]["p50"]),
         }
         if peer:  # ours over llama.cpp's server: tokens/s (higher is better), latencies theirs over ours
             p = peer[i]
+            row["llamacpp_streams_at_once"] = p["peak_streaming"]
+            row["llamacpp_output_tokens"] = f"{p['output_tokens']}/{h['output_tokens']}"
             row["http_over_llamacpp_tokens_per_s"] = common.ratio(h["output_tokens_per_s"], p["output_tokens_per_s"])
             for key in ("ttft_s", "itl_s"):
                 for q in ("p50", "p99"):

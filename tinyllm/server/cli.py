@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..cli_flags import PORT, add_kv_dtype_arg, add_model_args, add_speculative_args, add_threads_arg
+from ..cli_flags import PORT, POSITIVE, add_kv_dtype_arg, add_model_args, add_speculative_args, add_threads_arg
 from ..distributed.cli_args import add_parallel_args, parallel_from_args
 from ..errors import TinyLLMError
 
@@ -63,8 +63,13 @@ def add_serve_command(subparsers) -> None:
         default=256,
         help="open connections (and running requests) before new ones get 503 (default 256)",
     )
-    p.add_argument("--max-num-seqs", type=int, default=32, help="sequences batched together (default 32)")
-    p.add_argument("--max-num-batched-tokens", type=int, default=256, help="tokens per engine step (default 256)")
+    p.add_argument(
+        "--max-num-seqs",
+        type=POSITIVE,
+        default=32,
+        help="sequences batched together (default 32; 1 serves one request at a time)",
+    )
+    p.add_argument("--max-num-batched-tokens", type=POSITIVE, default=256, help="tokens per engine step (default 256)")
     p.add_argument("--kv-memory-gb", type=float, default=1.0, help="KV cache pool size in GiB (default 1)")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16)")
     add_kv_dtype_arg(p)
