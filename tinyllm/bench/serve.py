@@ -2,7 +2,9 @@
 aggregate output tokens/s), beside the same workload run through the in-process Engine; their ratio is
 what HTTP, JSON and server-sent events cost. With --llamacpp-server, llama.cpp's own OpenAI server
 (`python -m llama_cpp.server`, the `bench` extra) on the same GGUF file, threads and context serves the same
-clients too (it runs one request at a time: llama-cpp-python's server has no parallel slots).
+clients too (it runs one request at a time: llama-cpp-python's server has no parallel slots; it is told to
+serve each to its end, where by default it cuts the running stream short when another request arrives).
+`--max-num-seqs 1` runs ours one request at a time too.
 
 The server runs in a subprocess (`tinyllm serve` on 127.0.0.1), so the clients' own work does not share
 the server's interpreter. Requests are greedy with EOS ignored, so both sides produce the same tokens,
