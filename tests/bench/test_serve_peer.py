@@ -68,3 +68,25 @@ def test_the_peer_is_refused_in_one_line_without_its_package_or_a_gguf_file(tmp_
 )
 def test_streams_at_once_counts_overlapping_first_to_last_token_spans(spans, most):
     assert serve.peak_overlap(spans) == most
+
+
+def flag(cmd: list[str], name: str) -> str:
+    return cmd[cmd.index(name) + 1]
+
+
+def test_our_server_batches_the_largest_concurrency_or_max_num_seqs():
+    from tinyllm.cli import build_parser
+
+    for argv, most in (([], 32), (["--concurrency", "1", "8"], 8), (["--max-num-seqs", "1"], 1)):
+        args = build_parser().parse_args(["bench", "serve", *argv])
+        cmd = serve.server_command(args, 8123)
+        assert flag(cmd, "--max-num-seqs") == str(most) and flag(cmd, "--host") == "127.0.0.1"
+
+
+def test_the_peer_serves_each_request_to_its_end():
+    args = SimpleNamespace(threads=2, max_batched_tokens=256)
+    cmd = serve.llamacpp_command(args, "m.gguf", 8124, 2048)
+    assert flag(cmd, "--interrupt_requests") == "False"  # its default cuts the running stream at each arrival
+    assert flag(cmd, "--n_threads") == flag(cmd, "--n_threads_batch") == "2" and flag(cmd, "--host") == "127.0.0.1"
+    settings = pytest.importorskip("llama_cpp.server.settings")  # the flag is one of its server's settings
+    assert "interrupt_requests" in settings.ServerSettings.model_fields

@@ -65,7 +65,8 @@ def max_num_seqs(args) -> int:
     return getattr(args, "max_num_seqs", None) or max(args.concurrency)
 
 
-def start_server(args, port: int) -> subprocess.Popen:
+def server_command(args, port: int) -> list[str]:
+    """`tinyllm serve` on 127.0.0.1 with the bench's engine settings."""
     cmd = [
         sys.executable,
         "-m",
@@ -88,7 +89,21 @@ def start_server(args, port: int) -> subprocess.Popen:
     ]
     if getattr(args, "threads", None):
         cmd += ["--threads", str(args.threads)]
-    return subprocess.Popen(cmd)
+    return cmd
+
+
+def start_server(args, port: int) -> subprocess.Popen:
+    return subprocess.Popen(server_command(args, port))
+
+
+def llamacpp_command(args, path: str, port: int, n_ctx: int) -> list[str]:
+    """llama-cpp-python's OpenAI server on 127.0.0.1 for the GGUF file at path, the same threads."""
+    threads = str(getattr(args, "threads", None) or common.torch_threads())
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", path]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--n_threads", threads, "--n_threads_batch", threads]
+    cmd += ["--n_ctx", str(n_ctx), "--n_batch", str(args.max_batched_tokens), "--verbose", "False"]
+    # Its default ends the running stream whenever another request arrives: each request is served whole.
+    return cmd + ["--interrupt_requests", "False"]
 
 
 def start_llamacpp_server(args, port: int, n_ctx: int) -> subprocess.Popen:
@@ -105,12 +120,7 @@ def start_llamacpp_server(args, port: int, n_ctx: int) -> subprocess.Popen:
     path = common.model_path(getattr(args, "model", None))
     if not path.endswith(".gguf"):
         raise TinyLLMError(f"--llamacpp-server runs GGUF files, got model {path!r}")
-    threads = str(getattr(args, "threads", None) or common.torch_threads())
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", path]
-    cmd += ["--host", "127.0.0.1", "--port", str(port), "--n_threads", threads, "--n_threads_batch", threads]
-    cmd += ["--n_ctx", str(n_ctx), "--n_batch", str(args.max_batched_tokens), "--verbose", "False"]
-    # Its default ends the running stream whenever another request arrives: each request is served whole.
-    cmd += ["--interrupt_requests", "False"]
+    cmd = llamacpp_command(args, path, port, n_ctx)
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
