@@ -71,7 +71,7 @@ def add_serve_command(subparsers) -> None:
     )
     p.add_argument("--max-num-batched-tokens", type=POSITIVE, default=256, help="tokens per engine step (default 256)")
     p.add_argument("--kv-memory-gb", type=float, default=1.0, help="KV cache pool size in GiB (default 1)")
-    p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16)")
+    p.add_argument("--block-size", type=POSITIVE, default=16, help="tokens per KV block (default 16)")
     add_kv_dtype_arg(p)
     add_threads_arg(p)
     add_speculative_args(p)
