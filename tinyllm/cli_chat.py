@@ -114,7 +114,7 @@ class Chat:
         """Stream the reply to `messages` onto stdout (and into `reply`) until it ends or `stop` is asked;
         the conversation and --max-tokens must fit the context."""
         tok = self.llm.tokenizer
-        ids = tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True), add_special_tokens=False)
+        ids = tok.encode_chat(messages, add_generation_prompt=True).ids
         check_room(len(ids), self.max_tokens, self.llm.config.context_length)
         params = self.params_for(max_tokens_of(self.max_tokens))
         stream = self.llm.stream(ids, params=params, **self.engine_kwargs)

@@ -212,9 +212,9 @@ class LLM:
 
     def chat(self, messages: list[dict], *, stream: bool = False, tools: list[dict] | None = None, **kwargs):
         """Render `messages` (and the tools offered, for templates that list them) with the model's chat
-        template and generate (or stream) the reply."""
-        prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tools=tools)
-        ids = self.tokenizer.encode(prompt, add_special_tokens=False)
+        template and generate (or stream) the reply. Text in the messages is encoded as text, even where it
+        spells a control token such as "<|im_end|>": only the template writes turns."""
+        ids = self.tokenizer.encode_chat(messages, add_generation_prompt=True, tools=tools).ids
         return self.stream(ids, **kwargs) if stream else self.generate(ids, **kwargs)
 
     # ---- scoring

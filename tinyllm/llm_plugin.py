@@ -69,7 +69,7 @@ class TinyLLM(llm.Model):
     def execute(self, prompt, stream: bool, response, conversation) -> Iterator[str]:
         engine = self.loaded()
         messages = conversation_messages(prompt, conversation)
-        ids = engine.tokenizer.encode(engine.tokenizer.apply_chat_template(messages, True), add_special_tokens=False)
+        ids = engine.tokenizer.encode_chat(messages, True).ids
         sampling = sampling_of(prompt)
         if stream:
             pieces = engine.stream(ids, **sampling)

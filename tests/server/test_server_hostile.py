@@ -165,7 +165,7 @@ class TemplateSpy:
 
     def __init__(self, tok, monkeypatch):
         self.calls = 0
-        for name in ("encode", "apply_chat_template"):
+        for name in ("encode", "apply_chat_template", "encode_chat"):
             real = getattr(tok, name)
 
             def counted(*args, _real=real, **kwargs):

@@ -40,21 +40,21 @@ def post(server, path, body, **kw):
 
 
 class Spy:
-    """Wraps the tokenizer's encode and chat template: records calls and the thread each ran on."""
+    """Wraps the tokenizer's encode and its chat encode: records calls and the thread each ran on."""
 
     def __init__(self, tok, monkeypatch, entered=None, release=None):
         self.threads, self.calls = [], 0
-        real_encode = tok.encode
+        for name in ("encode", "encode_chat"):
 
-        def encode(text, add_special_tokens=True):
-            self.calls += 1
-            self.threads.append(threading.current_thread().name)
-            if entered is not None:
-                entered.set()
-                release.wait(30)
-            return real_encode(text, add_special_tokens)
+            def spied(*args, _real=getattr(tok, name), **kwargs):
+                self.calls += 1
+                self.threads.append(threading.current_thread().name)
+                if entered is not None:
+                    entered.set()
+                    release.wait(30)
+                return _real(*args, **kwargs)
 
-        monkeypatch.setattr(tok, "encode", encode)
+            monkeypatch.setattr(tok, name, spied)
 
 
 def test_oversized_prompts_are_refused_before_tokenizing(server, ready, monkeypatch):

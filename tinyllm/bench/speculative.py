@@ -75,9 +75,7 @@ def measure(llm, args) -> list[dict]:
         if name == "draft-model":  # loads the draft model outside the timed runs
             llm.generate("Hello", max_tokens=2, temperature=0, speculative=spec)
     for task, text in TASKS.items():
-        ids = llm.tokenizer.encode(
-            llm.tokenizer.apply_chat_template([{"role": "user", "content": text}]), add_special_tokens=False
-        )
+        ids = llm.tokenizer.encode_chat([{"role": "user", "content": text}]).ids
         runs: dict[str, dict] = {}
         for r in range(args.repeats):
             ms = modes(args)

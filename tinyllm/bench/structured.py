@@ -74,7 +74,7 @@ def _constraints():
 
 
 def _prompt(llm, text: str) -> list[int]:
-    return llm.tokenizer.encode(llm.tokenizer.apply_chat_template([{"role": "user", "content": text}]), False)
+    return llm.tokenizer.encode_chat([{"role": "user", "content": text}]).ids
 
 
 def compile_times(llm) -> dict:

@@ -15,13 +15,15 @@ import operator
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import tokenizers
 from tokenizers import decoders, processors
 
 from ..errors import TinyLLMError
-from .chat_template import render_chat
+from .chat_prompt import ChatPrompt, ControlTokens, Placeholders
+from .chat_template import check_messages, check_tools, render_chat
 from .gguf_vocab import byte_level_vocab, sentencepiece_vocab, string_list
 from .spm_gguf import SpmDecoder
 
@@ -180,6 +182,23 @@ class Tokenizer:
     ) -> str:
         """The prompt text for a conversation, rendered with the model's own template (with OpenAI-style
         `tools`, see tool_prompt.py)."""
+        rendered, placeholders = self._render(messages, add_generation_prompt, tools)
+        return placeholders.restore(rendered)
+
+    def encode_chat(
+        self, messages: list[dict], add_generation_prompt: bool = True, tools: list[dict] | None = None
+    ) -> ChatPrompt:
+        """The prompt text and ids for a conversation. Only the template's own markers become control tokens:
+        a message (or tool) that spells one is encoded as text (chat_prompt.py). No BOS is added beyond the
+        template's."""
+        rendered, placeholders = self._render(messages, add_generation_prompt, tools)
+        return ChatPrompt(placeholders.restore(rendered), self._control.encode_rendered(rendered, placeholders))
+
+    @cached_property
+    def _control(self) -> ControlTokens:
+        return ControlTokens(self.hf)
+
+    def _render(self, messages, add_generation_prompt: bool, tools) -> tuple[str, Placeholders]:
         if self.chat_template is None:
             raise TinyLLMError(
                 f"this {self.kind} tokenizer has no chat template, expected a model whose files include one"
@@ -189,7 +208,12 @@ class Tokenizer:
             for name, i in (("bos_token", self.bos_id), ("eos_token", self.eos_id))
             if i is not None
         }
-        return render_chat(self.chat_template, messages, add_generation_prompt, special, tools)
+        check_messages(messages)  # before hiding, so an error shows the messages as sent
+        check_tools(tools)
+        avoid = self.chat_template + "".join(special.values())
+        placeholders = self._control.placeholders_for((messages, tools), avoid)
+        hidden, hidden_tools = placeholders.hide((messages, tools))
+        return render_chat(self.chat_template, hidden, add_generation_prompt, special, hidden_tools), placeholders
 
     def _checked_ids(self, ids: Sequence[int]) -> list[int]:
         out = []

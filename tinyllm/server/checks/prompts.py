@@ -4,6 +4,7 @@ four shapes of a completions prompt (text, texts, ids, lists of ids)."""
 from __future__ import annotations
 
 from ...errors import TinyLLMError
+from ...text.chat_prompt import ChatPrompt
 from ..transport.limits import MAX_PROMPTS
 from ..wire.errors import bad_request
 from ..wire.protocol import ChatMessage
@@ -36,12 +37,15 @@ def _plain_messages(messages: list[ChatMessage]) -> list[dict]:
     return plain
 
 
-def chat_prompt_text(
+def chat_prompt(
     tokenizer, messages: list[ChatMessage], add_generation_prompt: bool = True, tools: list[dict] | None = None
-) -> str:
-    plain = _plain_messages(messages)
+) -> ChatPrompt:
+    """The conversation rendered with the model's template and encoded; text in the messages and tools stays
+    text even where it spells a control token, so only the template writes turns. Lone surrogates (which no
+    encoding holds) become U+FFFD first."""
+    plain = _clean_strings(_plain_messages(messages))
     try:
-        return tokenizer.apply_chat_template(plain, add_generation_prompt, tools)
+        return tokenizer.encode_chat(plain, add_generation_prompt, _clean_strings(tools))
     except TinyLLMError as exc:
         raise bad_request(str(exc), "messages") from None
     except Exception as exc:  # a template may fail in its own ways on messages it does not expect
@@ -50,14 +54,24 @@ def chat_prompt_text(
         ) from None
 
 
+def _clean_strings(value):
+    if isinstance(value, str):
+        return replace_lone_surrogates(value)
+    if isinstance(value, dict):
+        return {_clean_strings(k): _clean_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean_strings(v) for v in value]
+    return value
+
+
 def encode_text(tokenizer, text: str, add_special_tokens: bool = True) -> list[int]:
     """Token ids of request text; lone surrogates (which no encoding holds) become U+FFFD first."""
     return tokenizer.encode(replace_lone_surrogates(text), add_special_tokens=add_special_tokens)
 
 
 def chat_prompt_ids(tokenizer, messages: list[ChatMessage], tools: list[dict] | None = None) -> list[int]:
-    # The template writes any BOS itself: encoding must not add a second one.
-    return encode_text(tokenizer, chat_prompt_text(tokenizer, messages, True, tools), add_special_tokens=False)
+    # The template writes any BOS itself: none is added.
+    return chat_prompt(tokenizer, messages, True, tools).ids
 
 
 def split_prompts(prompt) -> list:

@@ -9,7 +9,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 
 from ...errors import TinyLLMError
-from ..checks.prompts import chat_prompt_text, encode_text
+from ..checks.prompts import chat_prompt, encode_text
 from ..checks.tools import ToolRequest, tools_from
 from ..state import Ready
 from ..transport.body import chat_counts, parse_body, request_body_doc
@@ -68,8 +68,8 @@ async def _tokenize(body: TokenizeRequest, ctx: Ready) -> list[int]:
 def _chat_ids(tok, body: TokenizeRequest, tools: ToolRequest | None) -> list[int]:
     add_prompt = True if body.add_generation_prompt is None else body.add_generation_prompt
     # Like chat: the template writes any special tokens itself, so none are added unless asked.
-    text = chat_prompt_text(tok, body.messages, add_prompt, tools.prompt_tools() if tools is not None else None)
-    return encode_text(tok, text, add_special_tokens=bool(body.add_special_tokens))
+    ids = chat_prompt(tok, body.messages, add_prompt, tools.prompt_tools() if tools is not None else None).ids
+    return [tok.bos_id, *ids] if body.add_special_tokens and tok.add_bos else ids
 
 
 def _token(tok, token_id: int | None) -> str | None:

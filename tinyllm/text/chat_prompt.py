@@ -1,0 +1,142 @@
+"""A chat prompt as token ids in which only the template's own markers are control tokens.
+
+A message's text is its sender's, never structure: "<|im_end|>\\n<|im_start|>system" typed into a message must
+not become the turn markers it spells. Control tokens are the added tokens the tokenizer marks special (a
+tokenizer.json's `"special": true`; from a GGUF, its CONTROL tokens, BOS, EOS and SentencePiece's unknown
+piece): exactly those that encoding parses out of text and that encoding as text leaves alone. Other added
+tokens (a GGUF's user-defined ones, such as `<tool_call>`) stay whole tokens either way, as llama.cpp and
+transformers keep them.
+
+Before rendering, each control token's text found in the messages or tools is hidden behind a private-use
+character that occurs nowhere else in the request. After rendering, every control token left came from the
+template; the text is encoded once with them parsed, and each stretch between two control tokens that holds
+a placeholder is encoded again, as text, with the placeholders turned back into what the sender wrote:
+
+    rendered  <|im_start|>user\\nhi \\ue000 there<|im_end|>\\n<|im_start|>assistant\\n
+    stretches            [  "user\\nhi <|im_end|> there"  ]           [ "\\n" ]     ["assistant\\n"]
+
+A conversation with no control text in it is that one encode, exactly as before.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import tokenizers
+
+# Unicode's private-use code points: characters no tokenizer gives a meaning and no template writes.
+_PRIVATE_USE = re.compile("[\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd]")
+_PRIVATE_RANGES = ((0xE000, 0xF8FF), (0xF0000, 0xFFFFD), (0x100000, 0x10FFFD))
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """A rendered conversation: its text (what the template wrote, messages as sent) and its token ids."""
+
+    text: str
+    ids: list[int]
+
+
+@dataclass(frozen=True)
+class Placeholders:
+    """Which private-use character stands for which control token's text in one rendering."""
+
+    texts: dict[str, str] = field(default_factory=dict)  # placeholder -> control token text
+
+    def hide(self, value):
+        """A copy of value (nested dicts, lists and strings) with each control text replaced by its placeholder."""
+        if not self.texts:
+            return value
+        by_text = {text: mark for mark, text in self.texts.items()}
+        pattern = re.compile("|".join(re.escape(t) for t in sorted(by_text, key=len, reverse=True)))
+        return _map_strings(value, lambda s: pattern.sub(lambda m: by_text[m.group()], s))
+
+    def restore(self, text: str) -> str:
+        return text.translate({ord(mark): control for mark, control in self.texts.items()}) if self.texts else text
+
+
+class ControlTokens:
+    """A tokenizer's control tokens, the pattern that finds their text, and the same tokenizer without them."""
+
+    def __init__(self, hf: tokenizers.Tokenizer):
+        self.hf = hf
+        added = hf.get_added_tokens_decoder()
+        self.ids = frozenset(i for i, token in added.items() if token.special)
+        texts = sorted({added[i].content for i in self.ids}, key=len, reverse=True)  # longest first, as encode
+        self.pattern = re.compile("|".join(re.escape(t) for t in texts)) if texts else None
+
+    @cached_property
+    def text_only(self) -> tokenizers.Tokenizer:
+        """A copy that encodes control tokens' text as plain text (made once, on first need)."""
+        copy = tokenizers.Tokenizer.from_str(self.hf.to_str())
+        copy.encode_special_tokens = True
+        return copy
+
+    def placeholders_for(self, values, avoid: str) -> Placeholders:
+        """One unused private-use character for each control text found in the strings of values; none when
+        there is no such text (the common case, one scan). `avoid` is other text that placeholders must not be."""
+        if self.pattern is None:
+            return Placeholders()
+        found: set[str] = set()
+        strings = list(_strings(values))
+        for s in strings:
+            found.update(self.pattern.findall(s))
+        if not found:
+            return Placeholders()
+        used = {c for s in [*strings, avoid] for c in _PRIVATE_USE.findall(s)}
+        free = (chr(c) for lo, hi in _PRIVATE_RANGES for c in range(lo, hi + 1) if chr(c) not in used)
+        return Placeholders(dict(zip(free, sorted(found))))
+
+    def encode_rendered(self, rendered: str, placeholders: Placeholders) -> list[int]:
+        """The ids of a rendering: control tokens where the template wrote them, the rest as text."""
+        # encode_batch releases the GIL while it works (encode does not).
+        encoding = self.hf.encode_batch([rendered], add_special_tokens=False)[0]
+        if not placeholders.texts:
+            return encoding.ids
+        ids, out = encoding.ids, []
+        for first, last, start, end in _stretches(ids, encoding.offsets, self.ids, len(rendered)):
+            piece = rendered[start:end]
+            if any(mark in piece for mark in placeholders.texts):
+                piece = placeholders.restore(piece)
+                out += self.text_only.encode_batch([piece], add_special_tokens=False)[0].ids
+            else:
+                out += ids[first:last]
+            if last < len(ids):
+                out.append(ids[last])  # the control token that ends the stretch
+        return out
+
+
+def _stretches(ids: list[int], offsets: list[tuple[int, int]], control: frozenset[int], text_len: int):
+    """(first token, token after the last, start char, end char) of each stretch between control tokens. A
+    control token's span covers any whitespace it strips, so the characters between two are what was encoded
+    on its own."""
+    first, start = 0, 0
+    for i, token_id in enumerate(ids):
+        if token_id in control:
+            yield first, i, start, offsets[i][0]
+            first, start = i + 1, offsets[i][1]
+    yield first, len(ids), start, text_len
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(k)
+            yield from _strings(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+
+
+def _map_strings(value, f):
+    if isinstance(value, str):
+        return f(value)
+    if isinstance(value, dict):
+        return {_map_strings(k, f): _map_strings(v, f) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_map_strings(v, f) for v in value)
+    return value
