@@ -1,5 +1,5 @@
 """Chat templates of the families, as their model folders ship them (string content only), for the
-render-equals-transformers test. Special tokens each template needs: (bos, eos)."""
+render-equals-transformers test. Special tokens each template needs: (bos, eos), and its turn markers."""
 
 CHATML_WITH_TOOLS = """{%- if tools %}
     {{- '<|im_start|>system\\n' }}
@@ -133,4 +133,13 @@ TEMPLATES = {
     "gemma": (GEMMA, "<bos>", "<eos>"),
     "phi3": (PHI3, "<s>", "<|endoftext|>"),
     "mistral": (MISTRAL, "<s>", "</s>"),
+}
+
+# family -> the turn markers its template writes, which its tokenizer holds as special (control) tokens
+MARKERS = {
+    "qwen2": ("<|im_start|>", "<|im_end|>"),
+    "llama": ("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"),
+    "gemma": ("<bos>", "<start_of_turn>", "<end_of_turn>", "<eos>"),
+    "phi3": ("<s>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>", "<|endoftext|>"),
+    "mistral": ("<s>", "</s>", "[INST]", "[/INST]"),
 }

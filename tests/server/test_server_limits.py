@@ -45,8 +45,9 @@ class Spy:
     def __init__(self, tok, monkeypatch, entered=None, release=None):
         self.threads, self.calls = [], 0
         for name in ("encode", "encode_chat"):
+            real = getattr(tok, name)
 
-            def spied(*args, _real=getattr(tok, name), **kwargs):
+            def spied(*args, _real=real, **kwargs):
                 self.calls += 1
                 self.threads.append(threading.current_thread().name)
                 if entered is not None:
