@@ -7,7 +7,7 @@ import json
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from tokenizers import AddedToken
 from tokenizers import Tokenizer as HFTokenizer
@@ -117,6 +117,15 @@ def test_default_model_ordinary_conversations_and_tools_encode_as_before(smollm_
     ]
     for m, t in ((messages[:2], None), (messages, tools)):
         assert tok.encode_chat(m, tools=t).ids == old_ids(tok, m, t)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.text(max_size=30), min_size=1, max_size=4))
+def test_default_model_any_text_without_control_text_encodes_as_before(smollm_tokenizer, contents):
+    tok = smollm_tokenizer
+    assume(not any(m in c for c in contents for m in SMOLLM_MARKERS[:3]))
+    messages = [{"role": ("user", "assistant")[i % 2], "content": c} for i, c in enumerate(contents)]
+    assert tok.encode_chat(messages).ids == old_ids(tok, messages)
 
 
 def test_default_model_forged_turns_are_text_in_messages_tools_and_calls(smollm_tokenizer):

@@ -26,6 +26,8 @@ from functools import cached_property
 
 import tokenizers
 
+from .chat_template import check_messages, check_tools, render_chat
+
 # Unicode's private-use code points: characters no tokenizer gives a meaning and no template writes.
 _PRIVATE_USE = re.compile("[\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd]")
 _PRIVATE_RANGES = ((0xE000, 0xF8FF), (0xF0000, 0xFFFFD), (0x100000, 0x10FFFD))
@@ -106,6 +108,23 @@ class ControlTokens:
             if last < len(ids):
                 out.append(ids[last])  # the control token that ends the stretch
         return out
+
+
+def render_hiding(
+    control: ControlTokens,
+    source: str,
+    messages: list[dict],
+    add_generation_prompt: bool,
+    special_tokens: dict[str, str],
+    tools: list[dict] | None,
+) -> tuple[str, Placeholders]:
+    """The template's rendering with control text in the messages and tools hidden, and the placeholders."""
+    check_messages(messages)  # before hiding, so that an error shows the messages as sent
+    check_tools(tools)
+    avoid = source + "".join(special_tokens.values())
+    placeholders = control.placeholders_for((messages, tools), avoid)
+    messages, tools = placeholders.hide((messages, tools))
+    return render_chat(source, messages, add_generation_prompt, special_tokens, tools), placeholders
 
 
 def _stretches(ids: list[int], offsets: list[tuple[int, int]], control: frozenset[int], text_len: int):

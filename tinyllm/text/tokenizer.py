@@ -22,8 +22,7 @@ import tokenizers
 from tokenizers import decoders, processors
 
 from ..errors import TinyLLMError
-from .chat_prompt import ChatPrompt, ControlTokens, Placeholders
-from .chat_template import check_messages, check_tools, render_chat
+from .chat_prompt import ChatPrompt, ControlTokens, Placeholders, render_hiding
 from .gguf_vocab import byte_level_vocab, sentencepiece_vocab, string_list
 from .spm_gguf import SpmDecoder
 
@@ -208,12 +207,7 @@ class Tokenizer:
             for name, i in (("bos_token", self.bos_id), ("eos_token", self.eos_id))
             if i is not None
         }
-        check_messages(messages)  # before hiding, so an error shows the messages as sent
-        check_tools(tools)
-        avoid = self.chat_template + "".join(special.values())
-        placeholders = self._control.placeholders_for((messages, tools), avoid)
-        hidden, hidden_tools = placeholders.hide((messages, tools))
-        return render_chat(self.chat_template, hidden, add_generation_prompt, special, hidden_tools), placeholders
+        return render_hiding(self._control, self.chat_template, messages, add_generation_prompt, special, tools)
 
     def _checked_ids(self, ids: Sequence[int]) -> list[int]:
         out = []
