@@ -9,7 +9,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from tokenizers import AddedToken
+from tokenizers import AddedToken, normalizers
 from tokenizers import Tokenizer as HFTokenizer
 
 from helpers.family_templates import MARKERS, TEMPLATES
@@ -185,6 +185,21 @@ def test_whitespace_a_special_token_strips_stays_stripped_and_a_forged_one_strip
     assert prompt.ids == expected
     plain = [{"role": "user", "content": "a b "}]
     assert tok.encode_chat(plain).ids == old_ids(tok, plain) == [expected[0], *hf.encode("a b").ids, expected[-1]]
+
+
+def test_a_control_token_found_only_after_normalizing_is_text():
+    hf = _tiny_hf()
+    hf.normalizer = normalizers.NFKC()
+    hf.add_special_tokens([AddedToken("<|end|>", special=True, normalized=True)])
+    end = hf.token_to_id("<|end|>")
+    tok = Tokenizer(hf, "test", hf.get_vocab_size(), None, None, (), False, "{{ messages[0]['content'] }}<|end|>")
+    content = "a\uff1c\uff5cend\uff5c\uff1eb"  # "<|end|>" in full-width forms, which NFKC turns into it
+    assert hf.encode(content).ids.count(end) == 1  # what a forger got before
+    text_only = HFTokenizer.from_str(hf.to_str())
+    text_only.encode_special_tokens = True
+    assert tok.encode_chat([{"role": "user", "content": content}]).ids == [*text_only.encode(content).ids, end]
+    plain = [{"role": "user", "content": "a b"}]
+    assert tok.encode_chat(plain).ids == old_ids(tok, plain)
 
 
 def _tiny_hf() -> HFTokenizer:

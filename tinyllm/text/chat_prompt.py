@@ -15,7 +15,9 @@ a placeholder is encoded again, as text, with the placeholders turned back into 
     rendered  <|im_start|>user\\nhi \\ue000 there<|im_end|>\\n<|im_start|>assistant\\n
     stretches            [  "user\\nhi <|im_end|> there"  ]           [ "\\n" ]     ["assistant\\n"]
 
-A conversation with no control text in it is that one encode, exactly as before.
+A conversation with no control text in it is that one encode, exactly as before. A tokenizer whose control
+tokens are also matched after normalizing (NFKC makes "＜｜end｜＞" one) is checked token by token: a control
+token not spelled as itself in the rendering came from a sender, and its stretch is encoded as text too.
 """
 
 from __future__ import annotations
@@ -66,8 +68,11 @@ class ControlTokens:
         self.hf = hf
         added = hf.get_added_tokens_decoder()
         self.ids = frozenset(i for i, token in added.items() if token.special)
-        texts = sorted({added[i].content for i in self.ids}, key=len, reverse=True)  # longest first, as encode
-        self.pattern = re.compile("|".join(re.escape(t) for t in texts)) if texts else None
+        self.texts = {i: added[i].content for i in self.ids}
+        longest_first = sorted(set(self.texts.values()), key=len, reverse=True)  # as encode matches them
+        self.pattern = re.compile("|".join(re.escape(t) for t in longest_first)) if longest_first else None
+        # Such a token is also found in text that normalizes to its spelling.
+        self.matches_normalized = hf.normalizer is not None and any(added[i].normalized for i in self.ids)
 
     @cached_property
     def text_only(self) -> tokenizers.Tokenizer:
@@ -95,19 +100,26 @@ class ControlTokens:
         """The ids of a rendering: control tokens where the template wrote them, the rest as text."""
         # encode_batch releases the GIL while it works (encode does not).
         encoding = self.hf.encode_batch([rendered], add_special_tokens=False)[0]
-        if not placeholders.texts:
-            return encoding.ids
-        ids, out = encoding.ids, []
-        for first, last, start, end in _stretches(ids, encoding.offsets, self.ids, len(rendered)):
+        ids = encoding.ids
+        if not placeholders.texts and not self.matches_normalized:
+            return ids
+        marks = [i for i, t in enumerate(ids) if t in self.ids and self._is_literal(t, rendered, encoding.offsets[i])]
+        out = []
+        for first, last, start, end in _stretches(marks, encoding.offsets, len(ids), len(rendered)):
             piece = rendered[start:end]
-            if any(mark in piece for mark in placeholders.texts):
+            if any(mark in piece for mark in placeholders.texts) or not self.ids.isdisjoint(ids[first:last]):
                 piece = placeholders.restore(piece)
                 out += self.text_only.encode_batch([piece], add_special_tokens=False)[0].ids
             else:
                 out += ids[first:last]
             if last < len(ids):
-                out.append(ids[last])  # the control token that ends the stretch
+                out.append(ids[last])  # the template's control token that ends the stretch
         return out
+
+    def _is_literal(self, token_id: int, text: str, span: tuple[int, int]) -> bool:
+        """Whether the control token was written as itself, not matched after normalizing other text (a
+        full-width "＜｜end｜＞" under NFKC), which only a sender writes."""
+        return not self.matches_normalized or self.texts[token_id] in text[span[0] : span[1]]
 
 
 def render_hiding(
@@ -127,16 +139,15 @@ def render_hiding(
     return render_chat(source, messages, add_generation_prompt, special_tokens, tools), placeholders
 
 
-def _stretches(ids: list[int], offsets: list[tuple[int, int]], control: frozenset[int], text_len: int):
-    """(first token, token after the last, start char, end char) of each stretch between control tokens. A
-    control token's span covers any whitespace it strips, so the characters between two are what was encoded
-    on its own."""
+def _stretches(marks: list[int], offsets: list[tuple[int, int]], num_ids: int, text_len: int):
+    """(first token, token after the last, start char, end char) of each stretch around the marked control
+    tokens. A control token's span covers any whitespace it strips, so the characters between two are what
+    was encoded on its own."""
     first, start = 0, 0
-    for i, token_id in enumerate(ids):
-        if token_id in control:
-            yield first, i, start, offsets[i][0]
-            first, start = i + 1, offsets[i][1]
-    yield first, len(ids), start, text_len
+    for i in marks:
+        yield first, i, start, offsets[i][0]
+        first, start = i + 1, offsets[i][1]
+    yield first, num_ids, start, text_len
 
 
 def _strings(value):
