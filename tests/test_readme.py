@@ -244,9 +244,12 @@ def test_docs_shell_lines_run_as_shown(request, checkout_view, page, line):
         run([*words, "--quick", "--out", str(out_dir)], cwd=checkout_view)  # the line less its comment
         assert (out_dir / f"{words[2]}.json").exists(), line
         return
-    if f"127.0.0.1:{README_PORT}" in line or f"localhost:{README_PORT}" in line:
+    to_server = f"127.0.0.1:{README_PORT}" in line or f"localhost:{README_PORT}" in line
+    if to_server:
         line = line.replace(f":{README_PORT}", f":{request.getfixturevalue('live_server')}")
     out = run(["bash", "-c", line], timeout=300, stdin="", cwd=checkout_view)
+    if to_server:
+        assert '"error"' not in out, f"{line}:\n{out}"
     if words[:2] == ["tinyllm", "generate"]:
         assert out.strip(), line
     if "--json" in words and "--json-schema" not in words and words[1] == "generate":
