@@ -108,6 +108,7 @@ class TensorParallel:
                     storage.num_blocks,
                     storage.block_size,
                     storage.dtype,
+                    storage.resident,
                 )
             ]
         )

@@ -45,6 +45,9 @@ class EngineConfig:
     # False: a grammar not compiled yet compiles on a grammar thread while its request waits (and fails
     # alone if it cannot), so add_request never compiles on the thread that steps the engine (the server)
     compile_grammars_on_add: bool = True
+    # True: every page of the KV pool is written when the engine is built (a server's start-up), so a
+    # sequence's first write into fresh pages never stalls the step; False: pages map as they fill
+    resident_kv: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "kv_memory_bytes"):
@@ -72,9 +75,18 @@ class Engine:
         num_kv_heads = c.num_kv_heads if tp is None else tp.num_local_kv_heads
         block_bytes = int(2 * c.num_layers * num_kv_heads * c.head_dim * cfg.block_size * bytes_per_value(dtype))
         num_blocks = cfg.num_blocks or max(1, cfg.kv_memory_bytes // block_bytes)
+        start = time.perf_counter()
         self.storage = PagedStorage(
-            c.num_layers, num_kv_heads, c.head_dim, num_blocks, cfg.block_size, dtype, parts.model.device
+            c.num_layers,
+            num_kv_heads,
+            c.head_dim,
+            num_blocks,
+            cfg.block_size,
+            dtype,
+            parts.model.device,
+            cfg.resident_kv,
         )
+        self.kv_setup_s = time.perf_counter() - start  # making the pool (writing it, when resident_kv)
         self.pool = BlockPool(num_blocks, cfg.block_size)
         self.kv = KVManager(self.pool, cfg.enable_prefix_caching)
         self.scheduler = Scheduler(self.kv, cfg.max_num_seqs, cfg.max_num_batched_tokens)

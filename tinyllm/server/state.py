@@ -83,7 +83,8 @@ class ServerState:
             # The engine thread never compiles a grammar (one the handlers did not compile ahead compiles on a
             # grammar thread while its request waits), and the grammar engine's token table is built now, in
             # the background, not inside the first structured request.
-            options = {"compile_grammars_on_add": False, **self._options}
+            # The KV pool is written now, so no stream stalls while the first sequences fault its pages in.
+            options = {"compile_grammars_on_add": False, "resident_kv": True, **self._options}
             engine = AsyncEngine(Engine(llm.parts, **options), self.metrics)
             llm.grammars.warm_up()
             name = self.served_model_name or default_model_name(llm)
@@ -93,7 +94,15 @@ class ServerState:
             aliases = model_aliases(llm) if self.served_model_name is None else frozenset()
             self.ready = Ready(llm, engine.start(), TokenTexts(llm.tokenizer), name, limits, aliases)
             self.status = "ready"
-            log.info("model %s is ready", name)
+            storage = engine.engine.storage
+            log.info(
+                "model %s is ready; its KV pool (%.2f GiB, %d blocks of %d tokens) was written in %.2f s",
+                name,
+                storage.nbytes() / (1 << 30),
+                storage.num_blocks,
+                storage.block_size,
+                engine.engine.kv_setup_s,
+            )
         except TinyLLMError as exc:  # the server's own options (e.g. a KV format the model cannot take): one line
             log.error("loading the model failed: %s", exc)
             self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
