@@ -204,8 +204,11 @@ def _add_model_routes(app: FastAPI, auth: list, ready) -> None:
 def _add_ops_routes(app: FastAPI, state: ServerState, metrics: ServerMetrics) -> None:
     @app.get("/health")
     async def health() -> JSONResponse:
-        """503 while the model loads (or if it failed to), 200 with the engine's state once ready."""
+        """503 while the model loads (or if it failed to) and while the server shuts down, 200 with the engine's
+        state once ready."""
         ready = state.ready
+        if state.draining:  # a balancer stops sending here; running requests go on (transport/drain.py)
+            return JSONResponse({"status": "shutting_down", "error": None}, status_code=503)
         if ready is None or not ready.engine.alive:
             status = state.status if ready is None else "engine_stopped"
             # Only the kind of failure: its message may name files; the server log has the whole of it.

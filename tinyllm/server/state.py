@@ -17,6 +17,7 @@ from .wire.errors import APIError
 from .wire.logprobs import TokenTexts
 
 log = logging.getLogger("tinyllm.server")
+SHUTTING_DOWN = "the server is shutting down"
 
 
 @dataclass
@@ -71,6 +72,7 @@ class ServerState:
         self.ready: Ready | None = None
         self._thread: threading.Thread | None = None
         self._stopped = False
+        self.draining = False  # shutting down: running requests finish, new ones get 503
 
     def start_loading(self) -> None:
         self._thread = threading.Thread(target=self._load, name="tinyllm-loader", daemon=True)
@@ -114,12 +116,20 @@ class ServerState:
 
     def require(self) -> Ready:
         """The ready model, or a 503 that says why not."""
+        if self.draining:
+            raise APIError(503, SHUTTING_DOWN, code="server_shutting_down")
         if self.ready is None:
             why = f"the model failed to load ({self.error_kind})" if self.status == "failed" else "the model is loading"
             raise APIError(503, why, code="model_not_ready")
         if not self.ready.engine.alive:
             raise APIError(503, "the engine is not running", code="engine_stopped")
         return self.ready
+
+    def end_requests(self) -> None:
+        """Stop the engine: every request still running ends with EngineStopped("the server is shutting
+        down"), which its handler answers with its final event (a stream) or a 503. Blocks up to one step."""
+        if self.ready is not None:
+            self.ready.engine.shutdown()
 
     def shutdown(self) -> None:
         self._stopped = True

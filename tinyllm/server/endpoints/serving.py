@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from ...engine.async_engine import EngineFault, EngineStopped
 from ...errors import TinyLLMError
+from ...outputs import FinishReason, RequestOutput
 from ..wire.errors import APIError, bad_request
 from ..wire.protocol import PromptTokensDetails, Usage
 from .request_group import RequestGroup
@@ -77,6 +78,18 @@ def own_fault_error(output) -> APIError | None:
     if output.finish_reason != "error":
         return None
     return bad_request(output.error or "the request's constraint failed while generating")
+
+
+# A choice the server ends while shutting down finishes with OpenAI's reason for an answer cut short, which every
+# client parses; the error event after it says why.
+SHUTDOWN_FINISH_REASON = FinishReason.LENGTH.value
+
+
+def cut_short(choice: Choice) -> RequestOutput:
+    """The last output of a choice the server ends (shutting down): no text, its finish reason."""
+    return RequestOutput(
+        "", "", [], [], finished=True, finish_reason=SHUTDOWN_FINISH_REASON, completion_tokens=choice.completion_tokens
+    )
 
 
 def engine_error(exc: Exception, prompt_param: str) -> APIError:
@@ -208,6 +221,12 @@ async def _events(
         for chunk in shaper.finish(choices):
             yield _sse(chunk)
     except Exception as exc:  # headers are sent: the error travels as an event, as OpenAI's does
+        if isinstance(exc, EngineStopped):  # the server ends the answer: each open choice gets its finish first
+            for choice in (c for c in choices if c.finish_reason is None):
+                output = cut_short(choice)
+                choice.update(output)
+                for chunk in shaper.on_output(choice, output):
+                    yield _sse(chunk)
         yield _sse(engine_error(exc, prompt_param).body())
     finally:
         group.close()
