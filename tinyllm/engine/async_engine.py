@@ -97,6 +97,7 @@ class AsyncEngine:
     def __init__(self, engine, observer: Observer | None = None):
         self.engine, self.observer = engine, observer or Observer()
         self.state = EngineState()
+        self.error: str | None = None  # why the engine stopped by itself (None while it runs, or when shut down)
         self._cond = threading.Condition()
         self._inbox: list = []
         self._stopping = False
@@ -146,7 +147,8 @@ class AsyncEngine:
                 if commands or self.engine.has_unfinished():
                     self._step()
                 self._publish(force=not self.engine.has_unfinished())
-        except BaseException:  # a bug in this loop itself: say so; the finally still fails every request
+        except BaseException as exc:  # a bug in this loop itself: say so; the finally still fails every request
+            self.error = f"the engine thread stopped ({type(exc).__name__}: {exc})"
             log.exception("the engine thread stopped")
         finally:
             self._stopping = True
@@ -183,10 +185,11 @@ class AsyncEngine:
         try:
             outputs = self.engine.step()
         except EngineDown as exc:  # nothing can run any more: fail what is in flight, then stop (503 after)
+            self.error = str(exc)  # e.g. which tensor-parallel rank stopped, how, and its last output
             log.error("the engine is down: %s", exc)
-            self._fail_all(EngineFault(str(exc)))
-            with self._cond:
+            with self._cond:  # before the requests hear of it: /health says so once a stream has ended
                 self._stopping = True
+            self._fail_all(EngineFault(str(exc)))
             return
         except Exception as exc:
             # One step serves the whole batch and may have half-updated any request in it, so none of
