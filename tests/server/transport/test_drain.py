@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -35,13 +36,15 @@ def tiny_gguf(tmp_path_factory):
 class Server:
     """`tinyllm serve` on the tiny file with a shutdown timeout, in a child process."""
 
-    def __init__(self, model: str, shutdown_timeout: str):
+    def __init__(self, model: str, shutdown_timeout: str, log_path):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path  # its log (a file: a pipe nobody reads could fill and block it)
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
         cmd = [sys.executable, "-m", "tinyllm", "serve", "--model", model, "--port", str(self.port), "--threads", "1"]
         cmd += ["--shutdown-timeout", shutdown_timeout, "--kv-memory-gb", "0.05"]
-        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        with open(log_path, "w") as log:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
         with httpx.Client(timeout=5) as c:
             for _ in range(900):
                 try:
@@ -49,9 +52,13 @@ class Server:
                         return
                 except httpx.TransportError:
                     pass
-                assert self.proc.poll() is None, self.proc.stderr.read()
+                assert self.proc.poll() is None, self.log()
                 threading.Event().wait(0.2)
         pytest.fail("tinyllm serve did not become ready")
+
+    def log(self) -> str:
+        with open(self.log_path) as f:
+            return f.read()
 
     def stop(self) -> None:
         self.proc.kill()
@@ -81,24 +88,28 @@ def start_stream(url: str, path: str, body: dict) -> tuple[threading.Thread, lis
     return thread, out
 
 
-def test_a_stream_finishes_within_the_shutdown_timeout_and_the_server_exits_0(tiny_gguf):
-    server = Server(tiny_gguf, "120")
+def test_a_stream_finishes_within_the_shutdown_timeout_and_the_server_exits_0(tiny_gguf, tmp_path):
+    server = Server(tiny_gguf, "120", tmp_path / "serve.log")
     try:
-        body = {"prompt": "the tin", "max_tokens": 400, "ignore_eos": True, "stream": True}
+        body = {"prompt": "the tin", "max_tokens": 1000, "ignore_eos": True, "stream": True}
         thread, lines = start_stream(server.url, "/v1/completions", {**body, "stream_options": {"include_usage": True}})
         server.proc.send_signal(signal.SIGTERM)
         thread.join(120)
-        assert server.proc.wait(60) == 0, server.proc.stderr.read()
+        assert server.proc.wait(60) == 0, server.log()
         events = openai_events(lines)
         assert not any("error" in e for e in events)
         assert [c["finish_reason"] for e in events for c in e["choices"] if c["finish_reason"]] == ["length"]
-        assert events[-1]["usage"]["completion_tokens"] == 400  # all of it: max_tokens, not the shutdown
+        assert events[-1]["usage"]["completion_tokens"] == 1000  # all of it: max_tokens, not the shutdown
+        log = server.log()
+        assert re.search(r"its KV pool \(0\.05 GiB, \d+ blocks of 16 tokens\) was written in", log), log
+        assert re.search(r"shutting down: \d+ requests in flight get up to 120 s to finish", log), log
+        assert "ending the" not in log
     finally:
         server.stop()
 
 
-def test_past_the_shutdown_timeout_streams_end_with_a_final_event_and_new_requests_get_503(tiny_gguf):
-    server = Server(tiny_gguf, "3")
+def test_past_the_shutdown_timeout_streams_end_with_a_final_event_and_new_requests_get_503(tiny_gguf, tmp_path):
+    server = Server(tiny_gguf, "3", tmp_path / "serve.log")
     try:
         long = {"max_tokens": 6000, "ignore_eos": True, "stream": True}
         chat, chat_lines = start_stream(
@@ -129,7 +140,7 @@ def test_past_the_shutdown_timeout_streams_end_with_a_final_event_and_new_reques
             refused = c.post(f"{server.url}/v1/completions", json={"prompt": "the tin", "max_tokens": 2})
         for t in (chat, ollama, waiting):
             t.join(120)
-        assert server.proc.wait(60) == 0, server.proc.stderr.read()
+        assert server.proc.wait(60) == 0, server.log()
 
         assert health.status_code == 503 and health.json()["status"] == "shutting_down"
         assert refused.status_code == 503
@@ -148,5 +159,6 @@ def test_past_the_shutdown_timeout_streams_end_with_a_final_event_and_new_reques
 
         assert whole["r"].status_code == 503
         assert whole["r"].json()["error"]["message"] == "the server is shutting down"
+        assert "shutting down: ending the 3 requests still running" in server.log()
     finally:
         server.stop()
