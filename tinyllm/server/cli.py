@@ -111,6 +111,9 @@ def engine_options(args) -> dict:
         block_size=args.block_size,
         kv_memory_bytes=int(args.kv_memory_gb * (1 << 30)),
         kv_dtype=args.kv_dtype,
+        # the KV pool is written at start-up, as llama.cpp allocates its cache at load: no stream stalls later
+        # while the first sequences fault its fresh pages in (docs/server.md, "Start-up and shutdown")
+        resident_kv=True,
     )
     if args.speculative is not None:
         from ..speculative.proposer import SpeculativeConfig

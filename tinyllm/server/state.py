@@ -63,6 +63,15 @@ def default_model_name(llm) -> str:
     return os.path.splitext(name)[0] if name.endswith(".gguf") else (name or "tinyllm")
 
 
+def pool_line(engine: Engine) -> str:
+    """The start-up line's words on the KV pool: its size, and how long writing it took (resident_kv)."""
+    storage = engine.storage
+    pool = f"its KV pool ({storage.nbytes() / (1 << 30):.2f} GiB, {storage.num_blocks} blocks of {storage.block_size}"
+    if storage.resident:
+        return f"{pool} tokens) was written in {engine.kv_setup_s:.2f} s"
+    return f"{pool} tokens) is mapped as it fills"
+
+
 class ServerState:
     def __init__(self, llm_or_loader, engine_options: dict, served_model_name: str | None, metrics: ServerMetrics):
         self._source, self._options = llm_or_loader, engine_options
@@ -85,8 +94,7 @@ class ServerState:
             # The engine thread never compiles a grammar (one the handlers did not compile ahead compiles on a
             # grammar thread while its request waits), and the grammar engine's token table is built now, in
             # the background, not inside the first structured request.
-            # The KV pool is written now, so no stream stalls while the first sequences fault its pages in.
-            options = {"compile_grammars_on_add": False, "resident_kv": True, **self._options}
+            options = {"compile_grammars_on_add": False, **self._options}
             engine = AsyncEngine(Engine(llm.parts, **options), self.metrics)
             llm.grammars.warm_up()
             name = self.served_model_name or default_model_name(llm)
@@ -96,15 +104,7 @@ class ServerState:
             aliases = model_aliases(llm) if self.served_model_name is None else frozenset()
             self.ready = Ready(llm, engine.start(), TokenTexts(llm.tokenizer), name, limits, aliases)
             self.status = "ready"
-            storage = engine.engine.storage
-            log.info(
-                "model %s is ready; its KV pool (%.2f GiB, %d blocks of %d tokens) was written in %.2f s",
-                name,
-                storage.nbytes() / (1 << 30),
-                storage.num_blocks,
-                storage.block_size,
-                engine.engine.kv_setup_s,
-            )
+            log.info("model %s is ready; %s", name, pool_line(engine.engine))
         except TinyLLMError as exc:  # the server's own options (e.g. a KV format the model cannot take): one line
             log.error("loading the model failed: %s", exc)
             self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
