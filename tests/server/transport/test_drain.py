@@ -12,14 +12,33 @@ import sys
 import threading
 
 import httpx
+import openai
 import pytest
 import torch
 
 from helpers.live_server import ROOT
 from helpers.model_files import random_tiny_llama, write_gguf
-from tinyllm.server.transport.server_thread import free_port
+from helpers.tiny_models import tiny_llama
+from tinyllm import LLM
+from tinyllm.server import create_app
+from tinyllm.server.transport.server_thread import ServerThread, free_port
 
-pytestmark = pytest.mark.slow
+
+@pytest.mark.slow
+def test_a_draining_server_answers_503_with_the_error_object_and_health_says_so(smollm_tokenizer, one_thread):
+    llm = LLM.from_parts(tiny_llama(1, vocab_size=smollm_tokenizer.vocab_size), smollm_tokenizer)
+    app = create_app(llm, num_blocks=16)
+    with ServerThread(app) as srv:
+        client = openai.OpenAI(base_url=f"{srv.wait_ready().url}/v1", api_key="unused", max_retries=0)
+        assert client.completions.create(model="tinyllm", prompt="hi", max_tokens=2).choices[0].finish_reason
+        app.state.server.draining = True  # what DrainingServer does on SIGTERM
+        with pytest.raises(openai.APIStatusError) as refused:
+            client.completions.create(model="tinyllm", prompt="hi", max_tokens=2)
+        health = httpx.get(f"{srv.url}/health")
+    assert refused.value.status_code == 503
+    assert refused.value.body["message"] == "the server is shutting down"
+    assert refused.value.body["code"] == "server_shutting_down"
+    assert health.status_code == 503 and health.json() == {"status": "shutting_down", "error": None}
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +107,7 @@ def start_stream(url: str, path: str, body: dict) -> tuple[threading.Thread, lis
     return thread, out
 
 
+@pytest.mark.slow
 def test_a_stream_finishes_within_the_shutdown_timeout_and_the_server_exits_0(tiny_gguf, tmp_path):
     server = Server(tiny_gguf, "120", tmp_path / "serve.log")
     try:
@@ -108,6 +128,7 @@ def test_a_stream_finishes_within_the_shutdown_timeout_and_the_server_exits_0(ti
         server.stop()
 
 
+@pytest.mark.slow
 def test_past_the_shutdown_timeout_streams_end_with_a_final_event_and_new_requests_get_503(tiny_gguf, tmp_path):
     server = Server(tiny_gguf, "3", tmp_path / "serve.log")
     try:
