@@ -24,8 +24,11 @@ __all__ = ["Accepted", "AsyncEngine", "EngineFault", "EngineStopped", "Failed", 
 log = logging.getLogger("tinyllm.server")
 
 
+SHUTTING_DOWN = "the server is shutting down"  # what every request still running hears when the engine stops
+
+
 class EngineStopped(RuntimeError):
-    """The server is shutting down; the request will not be served."""
+    """The server is shutting down (or its engine stopped); the request will not be served (further)."""
 
 
 @dataclass
@@ -152,7 +155,7 @@ class AsyncEngine:
             log.exception("the engine thread stopped")
         finally:
             self._stopping = True
-            self._fail_all(EngineStopped("the server is shutting down"))
+            self._fail_all(EngineStopped(SHUTTING_DOWN))
 
     def _next_commands(self) -> list | None:
         with self._cond:

@@ -8,7 +8,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from ..engine.async_engine import AsyncEngine
+from ..engine.async_engine import SHUTTING_DOWN, AsyncEngine
 from ..engine.engine import Engine
 from ..errors import TinyLLMError
 from .checks.admission import PromptLimits, max_token_chars
@@ -17,7 +17,6 @@ from .wire.errors import APIError
 from .wire.logprobs import TokenTexts
 
 log = logging.getLogger("tinyllm.server")
-SHUTTING_DOWN = "the server is shutting down"
 
 
 @dataclass

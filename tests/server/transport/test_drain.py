@@ -172,6 +172,7 @@ def test_past_the_shutdown_timeout_streams_end_with_a_final_event_and_new_reques
         assert chunks[-1]["choices"][0]["finish_reason"] == "length"
         assert not any(c["finish_reason"] for e in chunks[:-1] for c in e["choices"])
         assert error["error"]["message"] == "the server is shutting down"
+        assert error["error"]["code"] == "server_shutting_down"
 
         last = json.loads(ollama_lines[-1])
         assert last["done"] is True and last["done_reason"] == "length"
@@ -180,6 +181,7 @@ def test_past_the_shutdown_timeout_streams_end_with_a_final_event_and_new_reques
 
         assert whole["r"].status_code == 503
         assert whole["r"].json()["error"]["message"] == "the server is shutting down"
+        assert whole["r"].json()["error"]["code"] == "server_shutting_down"
         assert "shutting down: ending the 3 requests still running" in server.log()
     finally:
         server.stop()

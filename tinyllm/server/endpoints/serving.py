@@ -14,7 +14,7 @@ from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel
 
-from ...engine.async_engine import EngineFault, EngineStopped
+from ...engine.async_engine import SHUTTING_DOWN, EngineFault, EngineStopped
 from ...errors import TinyLLMError
 from ...outputs import FinishReason, RequestOutput
 from ..wire.errors import APIError, bad_request
@@ -97,8 +97,8 @@ def engine_error(exc: Exception, prompt_param: str) -> APIError:
         return exc
     if isinstance(exc, TinyLLMError):  # the engine refused the prompt: empty, too long, bad ids
         return bad_request(str(exc), prompt_param)
-    if isinstance(exc, EngineStopped):
-        return APIError(503, str(exc))
+    if isinstance(exc, EngineStopped):  # the server is shutting down, or its engine stopped by itself
+        return APIError(503, str(exc), code="server_shutting_down" if str(exc) == SHUTTING_DOWN else "engine_stopped")
     if not isinstance(exc, EngineFault):
         log.error("request failed", exc_info=exc)
     return APIError(500, str(exc) if isinstance(exc, EngineFault) else f"internal error ({type(exc).__name__})")
