@@ -108,3 +108,27 @@ def test_a_killed_worker_under_the_server_is_named_in_health_and_the_log(smollm_
         r.getMessage() for r in caplog.records if r.name == "tinyllm.server" and "engine is down" in r.getMessage()
     ]
     assert len(logged) == 1 and "rank 1 exited with signal 9" in logged[0]  # and its last output, had it any
+
+
+@pytest.mark.slow
+def test_a_worker_killed_while_the_server_is_idle_is_named_in_health(smollm_tokenizer):
+    import httpx
+
+    from tinyllm.server import create_app
+    from tinyllm.server.transport.server_thread import ServerThread
+
+    llm = group(smollm_tokenizer)
+    try:
+        with ServerThread(create_app(llm, block_size=8, num_blocks=64)) as srv, httpx.Client(timeout=60) as c:
+            while c.get(f"{srv.url}/health").status_code != 200:
+                time.sleep(0.05)
+            os.kill(llm.tensor_parallel.workers[0].pid, signal.SIGKILL)
+            deadline = time.monotonic() + DEADLINE_S
+            while (health := c.get(f"{srv.url}/health")).status_code == 200 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            late = c.post(f"{srv.url}/v1/completions", json={"prompt": [5, 6], "max_tokens": 2})
+    finally:
+        llm.close()
+    assert health.status_code == 503 and health.json()["status"] == "engine_stopped"
+    assert health.json()["error"].startswith("the tensor-parallel group is down: rank 1 exited with signal 9")
+    assert late.status_code == 503

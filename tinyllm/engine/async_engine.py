@@ -96,6 +96,7 @@ class Observer:
 
 class AsyncEngine:
     PUBLISH_INTERVAL_S = 0.02  # pool_stats() walks the free list: not after every step of a fast model
+    IDLE_CHECK_S = 1.0  # an idle engine looks at its tensor-parallel ranks this often
 
     def __init__(self, engine, observer: Observer | None = None):
         self.engine, self.observer = engine, observer or Observer()
@@ -149,6 +150,8 @@ class AsyncEngine:
                     self._apply(command)
                 if commands or self.engine.has_unfinished():
                     self._step()
+                else:  # idle for IDLE_CHECK_S
+                    self._check_group()
                 self._publish(force=not self.engine.has_unfinished())
         except BaseException as exc:  # a bug in this loop itself: say so; the finally still fails every request
             self.error = f"the engine thread stopped ({type(exc).__name__}: {exc})"
@@ -160,7 +163,8 @@ class AsyncEngine:
     def _next_commands(self) -> list | None:
         with self._cond:
             while not (self._inbox or self._stopping or self.engine.has_unfinished()):
-                self._cond.wait()
+                if not self._cond.wait(self.IDLE_CHECK_S):
+                    return []
             if self._stopping:
                 return None
             commands, self._inbox = self._inbox, []
@@ -187,12 +191,8 @@ class AsyncEngine:
     def _step(self) -> None:
         try:
             outputs = self.engine.step()
-        except EngineDown as exc:  # nothing can run any more: fail what is in flight, then stop (503 after)
-            self.error = str(exc)  # e.g. which tensor-parallel rank stopped, how, and its last output
-            log.error("the engine is down: %s", exc)
-            with self._cond:  # before the requests hear of it: /health says so once a stream has ended
-                self._stopping = True
-            self._fail_all(EngineFault(str(exc)))
+        except EngineDown as exc:
+            self._down(exc)
             return
         except Exception as exc:
             # One step serves the whole batch and may have half-updated any request in it, so none of
@@ -206,6 +206,20 @@ class AsyncEngine:
         )
         for request_id in finished:
             self.engine.release(request_id)
+
+    def _check_group(self) -> None:
+        try:
+            self.engine.check_group()
+        except EngineDown as exc:
+            self._down(exc)
+
+    def _down(self, exc: EngineDown) -> None:
+        """Nothing can run any more: fail what is in flight, then stop (503 after)."""
+        self.error = str(exc)  # e.g. which tensor-parallel rank stopped, how, and its last output
+        log.error("the engine is down: %s", exc)
+        with self._cond:  # before the requests hear of it: /health says so once a stream has ended
+            self._stopping = True
+        self._fail_all(EngineFault(str(exc)))
 
     def _observe(self, route: Route, output, now: float) -> None:
         try:

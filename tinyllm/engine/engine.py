@@ -92,6 +92,7 @@ class Engine:
         self.scheduler = Scheduler(self.kv, cfg.max_num_seqs, cfg.max_num_batched_tokens)
         self.runner = ModelRunner(self.model, self.storage) if tp is None else tp.runner(self.model, self.storage)
         self.drafts = DraftModels(self.model, self.tokenizer) if tp is None else tp.drafts(self.tokenizer)
+        self.tensor_parallel = tp
         self.grammars = parts.grammars  # shared with the LLM (and the server's request preparation)
         self.requests: dict[str, Request] = {}
         self._ids = itertools.count()
@@ -161,6 +162,12 @@ class Engine:
         req.times.finished = time.perf_counter()
         self._early.append(self._output(req, "", 0))
         return True
+
+    def check_group(self) -> None:
+        """Raise EngineDown if the tensor-parallel group lost a rank (a no-op on one process); for an idle
+        caller, as a step finds out by itself."""
+        if self.tensor_parallel is not None:
+            self.tensor_parallel.check_ranks()
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
