@@ -24,6 +24,8 @@ log = logging.getLogger("tinyllm.server")
 
 
 class DrainingServer(uvicorn.Server):
+    """`state` is the app's ServerState (`app.state.server`): its `draining` flag and `end_requests()`."""
+
     def __init__(self, config: uvicorn.Config, state, shutdown_timeout_s: float):
         super().__init__(config)
         self._state, self._timeout_s = state, shutdown_timeout_s
