@@ -56,6 +56,8 @@ class EngineConfig:
                 raise TinyLLMError(f"{name} must be a positive integer, got {value!r}")
         if self.num_blocks is not None and (not isinstance(self.num_blocks, int) or self.num_blocks < 1):
             raise TinyLLMError(f"num_blocks must be a positive integer, got {self.num_blocks!r}")
+        if not isinstance(self.resident_kv, bool):
+            raise TinyLLMError(f"resident_kv must be True or False, got {self.resident_kv!r}")
 
 
 class Engine:
