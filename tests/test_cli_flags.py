@@ -152,6 +152,10 @@ def test_max_tokens_below_one_says_so_in_the_cli_words(capsys):
         (["serve", "--port", "70000"], "tinyllm serve: error: --port must be in 1..65535, got 70000"),
         (["serve", "--max-num-seqs", "0"], "tinyllm serve: error: --max-num-seqs must be at least 1, got 0"),
         (["serve", "--block-size", "0"], "tinyllm serve: error: --block-size must be at least 1, got 0"),
+        (
+            ["serve", "--shutdown-timeout", "0"],
+            "tinyllm serve: error: --shutdown-timeout must be a positive number of seconds, got 0",
+        ),
         (["bench", "serve", "--max-num-seqs", "-1"], "tinyllm bench serve: error: --max-num-seqs must be at least 1"),
         (["nonsense"], "tinyllm: error: argument COMMAND: invalid choice: 'nonsense'"),
     ],

@@ -137,3 +137,12 @@ def test_prefault_maps_every_page_of_the_pool_and_leaves_it_zero():
     storage.prefault()
     assert resident_fraction(storage.k) == 1.0 and resident_fraction(storage.v) == 1.0
     assert not storage.k.any() and not storage.v.any()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore as Linux has it")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int8])
+def test_a_resident_storage_has_every_page_mapped_at_creation_and_reads_zero(dtype):
+    storage = PagedStorage(2, 2, 64, 1280, 16, dtype=dtype, resident=True)  # 2 x 20 MiB (float32) of zeros
+    assert storage.resident
+    assert all(resident_fraction(t) == 1.0 for t in storage.tensors())
+    assert not any(t.any() for t in storage.tensors())

@@ -77,3 +77,58 @@ def test_a_hung_worker_fails_the_stream_after_the_timeout(smollm_tokenizer, all_
             llm.generate([5, 6], max_tokens=2)
     finally:
         llm.close()
+
+
+@pytest.mark.slow
+def test_a_killed_worker_under_the_server_is_named_in_health_and_the_log(smollm_tokenizer, caplog):
+    import httpx
+
+    from tinyllm.server import create_app
+    from tinyllm.server.transport.server_thread import ServerThread
+
+    llm = group(smollm_tokenizer)
+    body = {"prompt": [5, 6, 7], "max_tokens": 250, "ignore_eos": True, "stream": True}
+    try:
+        with ServerThread(create_app(llm, block_size=8, num_blocks=64)) as srv, httpx.Client(timeout=60) as c:
+            while c.get(f"{srv.url}/health").status_code != 200:
+                time.sleep(0.05)
+            with c.stream("POST", f"{srv.url}/v1/completions", json=body) as r:
+                lines = (line for line in r.iter_lines() if line.startswith("data: "))
+                next(lines)  # a first chunk: generation is under way
+                os.kill(llm.tensor_parallel.workers[0].pid, signal.SIGKILL)
+                rest = list(lines)
+            health = c.get(f"{srv.url}/health")
+    finally:
+        llm.close()
+    assert "rank 1 exited with signal 9" in rest[-2]  # the stream's error event, before [DONE]
+    assert health.status_code == 503 and health.json()["status"] == "engine_stopped"
+    error = health.json()["error"]
+    assert error.startswith("the tensor-parallel group is down: rank 1 exited with signal 9") and "\n" not in error
+    logged = [
+        r.getMessage() for r in caplog.records if r.name == "tinyllm.server" and "engine is down" in r.getMessage()
+    ]
+    assert len(logged) == 1 and "rank 1 exited with signal 9" in logged[0]  # and its last output, had it any
+
+
+@pytest.mark.slow
+def test_a_worker_killed_while_the_server_is_idle_is_named_in_health(smollm_tokenizer):
+    import httpx
+
+    from tinyllm.server import create_app
+    from tinyllm.server.transport.server_thread import ServerThread
+
+    llm = group(smollm_tokenizer)
+    try:
+        with ServerThread(create_app(llm, block_size=8, num_blocks=64)) as srv, httpx.Client(timeout=60) as c:
+            while c.get(f"{srv.url}/health").status_code != 200:
+                time.sleep(0.05)
+            os.kill(llm.tensor_parallel.workers[0].pid, signal.SIGKILL)
+            deadline = time.monotonic() + DEADLINE_S
+            while (health := c.get(f"{srv.url}/health")).status_code == 200 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            late = c.post(f"{srv.url}/v1/completions", json={"prompt": [5, 6], "max_tokens": 2})
+    finally:
+        llm.close()
+    assert health.status_code == 503 and health.json()["status"] == "engine_stopped"
+    assert health.json()["error"].startswith("the tensor-parallel group is down: rank 1 exited with signal 9")
+    assert late.status_code == 503

@@ -7,7 +7,7 @@ import torch
 
 from helpers.tiny_models import tiny_llama
 from tinyllm import LLM, SamplingParams, TinyLLMError, generate
-from tinyllm.engine.engine import Engine
+from tinyllm.engine.engine import Engine, EngineConfig
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
 
@@ -166,3 +166,10 @@ def test_keys_read_in_place_equal_keys_gathered_from_scattered_blocks(llm):
         assert g.ids == ref.ids
         for a, b in zip(g.logprobs, ref.logprobs):
             assert abs(a.logprob - b.logprob) <= 1e-5
+
+
+def test_an_engine_asked_for_a_resident_pool_has_one_and_a_bad_value_is_refused(llm):
+    assert Engine(llm.parts, num_blocks=8, resident_kv=True).storage.resident
+    assert not Engine(llm.parts, num_blocks=8).storage.resident
+    with pytest.raises(TinyLLMError, match="resident_kv must be True or False, got 'yes'"):
+        EngineConfig(resident_kv="yes")

@@ -33,9 +33,9 @@ def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: str | torch.d
 
 
 class PagedStorage:
-    """The tensors: keys and values for every slot of every layer. A q8_0 storage (dtype torch.int8,
-    cache/q8_kv.py) holds int8 keys and values and their float16 scales, k_scale and v_scale
-    [L, N*P, Hkv, D/32]; a float one has no scales (None)."""
+    """The tensors: keys and values for every slot of every layer, lazily mapped zeros unless `resident`
+    (every page written at creation). A q8_0 storage (dtype torch.int8, cache/q8_kv.py) holds int8 keys and
+    values and their float16 scales, k_scale and v_scale [L, N*P, Hkv, D/32]; a float one has no scales."""
 
     def __init__(
         self,
@@ -46,6 +46,7 @@ class PagedStorage:
         block_size: int = 16,
         dtype: torch.dtype = torch.float32,
         device: str | torch.device = "cpu",
+        resident: bool = False,
     ):
         check_positive(
             n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head, num_blocks=num_blocks, block_size=block_size
@@ -61,6 +62,11 @@ class PagedStorage:
             scales = (*shape[:-1], d_head // Q8_BLOCK)  # [L, N*P, Hkv, D/32]
             self.k_scale = lazy_zeros(scales, torch.float16, device)
             self.v_scale = lazy_zeros(scales, torch.float16, device)
+        # resident: every page written now (a server pays it at start-up), not on a sequence's first write,
+        # where faulting in fresh pages stalls the step that runs every stream
+        self.resident = resident
+        if resident:
+            self.prefault()
 
     def tensors(self) -> list[torch.Tensor]:
         """Every tensor of the storage, each [L, N*P, ...]: keys and values, then their scales if any."""

@@ -108,6 +108,7 @@ class TensorParallel:
                     storage.num_blocks,
                     storage.block_size,
                     storage.dtype,
+                    storage.resident,
                 )
             ]
         )
@@ -133,6 +134,16 @@ class TensorParallel:
             return action()
         except BaseException as exc:
             self.fail(exc)
+
+    def check_ranks(self) -> None:
+        """Between steps (an idle server): bring the group down with EngineDown if a rank is known to have
+        stopped (exited, left a note, or went silent), so the server says so before a request finds out."""
+        self.check_alive()
+        if stops := self.watch.stopped(self.config.timeout_s):
+            self._tear_down(0.0)
+            self.error = f"the tensor-parallel group is down: {summary(stops)}{outputs(stops, noted=False)}"
+            log.error(self.error)
+            raise EngineDown(self.error)
 
     def check_alive(self) -> None:
         if self.error is not None:

@@ -26,6 +26,7 @@ class NewStorage:
     num_blocks: int
     block_size: int
     dtype: torch.dtype
+    resident: bool = False  # every page written at creation (PagedStorage)
 
 
 @dataclass

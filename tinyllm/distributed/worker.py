@@ -98,6 +98,7 @@ def serve(model: nn.Module, comm: groups.Comm, device: torch.device) -> None:
                     message.block_size,
                     message.dtype,
                     device,
+                    message.resident,
                 )
             elif isinstance(message, DropStorage):
                 storages.pop(message.key, None)

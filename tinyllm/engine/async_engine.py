@@ -24,8 +24,11 @@ __all__ = ["Accepted", "AsyncEngine", "EngineFault", "EngineStopped", "Failed", 
 log = logging.getLogger("tinyllm.server")
 
 
+SHUTTING_DOWN = "the server is shutting down"  # what every request still running hears when the engine stops
+
+
 class EngineStopped(RuntimeError):
-    """The server is shutting down; the request will not be served."""
+    """The server is shutting down (or its engine stopped); the request will not be served (further)."""
 
 
 @dataclass
@@ -93,10 +96,12 @@ class Observer:
 
 class AsyncEngine:
     PUBLISH_INTERVAL_S = 0.02  # pool_stats() walks the free list: not after every step of a fast model
+    IDLE_CHECK_S = 1.0  # an idle engine looks at its tensor-parallel ranks this often
 
     def __init__(self, engine, observer: Observer | None = None):
         self.engine, self.observer = engine, observer or Observer()
         self.state = EngineState()
+        self.error: str | None = None  # why the engine stopped by itself (None while it runs, or when shut down)
         self._cond = threading.Condition()
         self._inbox: list = []
         self._stopping = False
@@ -145,17 +150,21 @@ class AsyncEngine:
                     self._apply(command)
                 if commands or self.engine.has_unfinished():
                     self._step()
+                else:  # idle for IDLE_CHECK_S
+                    self._check_group()
                 self._publish(force=not self.engine.has_unfinished())
-        except BaseException:  # a bug in this loop itself: say so; the finally still fails every request
+        except BaseException as exc:  # a bug in this loop itself: say so; the finally still fails every request
+            self.error = f"the engine thread stopped ({type(exc).__name__}: {exc})"
             log.exception("the engine thread stopped")
         finally:
             self._stopping = True
-            self._fail_all(EngineStopped("the server is shutting down"))
+            self._fail_all(EngineStopped(SHUTTING_DOWN))
 
     def _next_commands(self) -> list | None:
         with self._cond:
             while not (self._inbox or self._stopping or self.engine.has_unfinished()):
-                self._cond.wait()
+                if not self._cond.wait(self.IDLE_CHECK_S):
+                    return []
             if self._stopping:
                 return None
             commands, self._inbox = self._inbox, []
@@ -182,11 +191,8 @@ class AsyncEngine:
     def _step(self) -> None:
         try:
             outputs = self.engine.step()
-        except EngineDown as exc:  # nothing can run any more: fail what is in flight, then stop (503 after)
-            log.error("the engine is down: %s", exc)
-            self._fail_all(EngineFault(str(exc)))
-            with self._cond:
-                self._stopping = True
+        except EngineDown as exc:
+            self._down(exc)
             return
         except Exception as exc:
             # One step serves the whole batch and may have half-updated any request in it, so none of
@@ -200,6 +206,20 @@ class AsyncEngine:
         )
         for request_id in finished:
             self.engine.release(request_id)
+
+    def _check_group(self) -> None:
+        try:
+            self.engine.check_group()
+        except EngineDown as exc:
+            self._down(exc)
+
+    def _down(self, exc: EngineDown) -> None:
+        """Nothing can run any more: fail what is in flight, then stop (503 after)."""
+        self.error = str(exc)  # e.g. which tensor-parallel rank stopped, how, and its last output
+        log.error("the engine is down: %s", exc)
+        with self._cond:  # before the requests hear of it: /health says so once a stream has ended
+            self._stopping = True
+        self._fail_all(EngineFault(str(exc)))
 
     def _observe(self, route: Route, output, now: float) -> None:
         try:

@@ -45,6 +45,9 @@ class EngineConfig:
     # False: a grammar not compiled yet compiles on a grammar thread while its request waits (and fails
     # alone if it cannot), so add_request never compiles on the thread that steps the engine (the server)
     compile_grammars_on_add: bool = True
+    # True: every page of the KV pool is written when the engine is built (a server's start-up), so a
+    # sequence's first write into fresh pages never stalls the step; False: pages map as they fill
+    resident_kv: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "kv_memory_bytes"):
@@ -53,6 +56,8 @@ class EngineConfig:
                 raise TinyLLMError(f"{name} must be a positive integer, got {value!r}")
         if self.num_blocks is not None and (not isinstance(self.num_blocks, int) or self.num_blocks < 1):
             raise TinyLLMError(f"num_blocks must be a positive integer, got {self.num_blocks!r}")
+        if not isinstance(self.resident_kv, bool):
+            raise TinyLLMError(f"resident_kv must be True or False, got {self.resident_kv!r}")
 
 
 class Engine:
@@ -72,14 +77,24 @@ class Engine:
         num_kv_heads = c.num_kv_heads if tp is None else tp.num_local_kv_heads
         block_bytes = int(2 * c.num_layers * num_kv_heads * c.head_dim * cfg.block_size * bytes_per_value(dtype))
         num_blocks = cfg.num_blocks or max(1, cfg.kv_memory_bytes // block_bytes)
+        start = time.perf_counter()
         self.storage = PagedStorage(
-            c.num_layers, num_kv_heads, c.head_dim, num_blocks, cfg.block_size, dtype, parts.model.device
+            c.num_layers,
+            num_kv_heads,
+            c.head_dim,
+            num_blocks,
+            cfg.block_size,
+            dtype,
+            parts.model.device,
+            cfg.resident_kv,
         )
+        self.kv_setup_s = time.perf_counter() - start  # making the pool (writing it, when resident_kv)
         self.pool = BlockPool(num_blocks, cfg.block_size)
         self.kv = KVManager(self.pool, cfg.enable_prefix_caching)
         self.scheduler = Scheduler(self.kv, cfg.max_num_seqs, cfg.max_num_batched_tokens)
         self.runner = ModelRunner(self.model, self.storage) if tp is None else tp.runner(self.model, self.storage)
         self.drafts = DraftModels(self.model, self.tokenizer) if tp is None else tp.drafts(self.tokenizer)
+        self.tensor_parallel = tp
         self.grammars = parts.grammars  # shared with the LLM (and the server's request preparation)
         self.requests: dict[str, Request] = {}
         self._ids = itertools.count()
@@ -149,6 +164,12 @@ class Engine:
         req.times.finished = time.perf_counter()
         self._early.append(self._output(req, "", 0))
         return True
+
+    def check_group(self) -> None:
+        """Raise EngineDown if the tensor-parallel group lost a rank (a no-op on one process); for an idle
+        caller, as a step finds out by itself."""
+        if self.tensor_parallel is not None:
+            self.tensor_parallel.check_ranks()
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()

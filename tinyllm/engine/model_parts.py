@@ -16,13 +16,16 @@ from .runner import ModelRunner
 
 class TensorParallelShare(Protocol):
     """What the engine asks of a tensor-parallel group (`distributed/driver.py`'s TensorParallel, rank 0):
-    this rank's share of the KV heads, a runner for an engine's pool, and draft models."""
+    this rank's share of the KV heads, a runner for an engine's pool, draft models, and a look at its ranks."""
 
     num_local_kv_heads: int
 
     def runner(self, model, storage: PagedStorage) -> ModelRunner: ...
 
     def drafts(self, tokenizer: Tokenizer) -> DraftModels: ...
+
+    def check_ranks(self) -> None:
+        """Between steps: raise EngineDown if a rank is known to have stopped."""
 
 
 @dataclass(frozen=True)

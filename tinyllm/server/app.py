@@ -201,15 +201,24 @@ def _add_model_routes(app: FastAPI, auth: list, ready) -> None:
         return ModelCard(id=ctx.model_name, max_model_len=ctx.context_length)
 
 
+def first_line(text: str | None) -> str | None:
+    return None if text is None else text.split("\n", 1)[0]
+
+
 def _add_ops_routes(app: FastAPI, state: ServerState, metrics: ServerMetrics) -> None:
     @app.get("/health")
     async def health() -> JSONResponse:
-        """503 while the model loads (or if it failed to), 200 with the engine's state once ready."""
+        """503 while the model loads (or if it failed to) and while the server shuts down, 200 with the engine's
+        state once ready."""
         ready = state.ready
+        if state.draining:  # a balancer stops sending here; running requests go on (transport/drain.py)
+            return JSONResponse({"status": "shutting_down", "error": None}, status_code=503)
         if ready is None or not ready.engine.alive:
             status = state.status if ready is None else "engine_stopped"
-            # Only the kind of failure: its message may name files; the server log has the whole of it.
-            return JSONResponse({"status": status, "error": state.error_kind}, status_code=503)
+            # Only the kind of failure, or the first line of why the engine stopped (which tensor-parallel rank,
+            # how): the rest (a rank's last output) may name files; the server log has the whole of it.
+            error = state.error_kind if ready is None else first_line(ready.engine.error)
+            return JSONResponse({"status": status, "error": error}, status_code=503)
         s = ready.engine.state
         return JSONResponse(
             {

@@ -6,11 +6,20 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..cli_flags import PORT, POSITIVE, add_kv_dtype_arg, add_model_args, add_speculative_args, add_threads_arg
+from ..cli_flags import (
+    PORT,
+    POSITIVE,
+    FloatRange,
+    add_kv_dtype_arg,
+    add_model_args,
+    add_speculative_args,
+    add_threads_arg,
+)
 from ..distributed.cli_args import add_parallel_args, parallel_from_args
 from ..errors import TinyLLMError
 
 API_KEY_ENV = "TINYLLM_API_KEY"
+SHUTDOWN_TIMEOUT_S = 30.0
 
 
 def add_serve_command(subparsers) -> None:
@@ -64,6 +73,14 @@ def add_serve_command(subparsers) -> None:
         help="open connections (and running requests) before new ones get 503 (default 256)",
     )
     p.add_argument(
+        "--shutdown-timeout",
+        type=FloatRange(lambda v: v > 0, "a positive number of seconds"),
+        default=SHUTDOWN_TIMEOUT_S,
+        metavar="SECONDS",
+        help="on SIGTERM or Ctrl-C, seconds running requests get to finish before they are ended with a final "
+        f"event saying the server is shutting down; new requests get 503 meanwhile (default {SHUTDOWN_TIMEOUT_S:g})",
+    )
+    p.add_argument(
         "--max-num-seqs",
         type=POSITIVE,
         default=32,
@@ -94,6 +111,9 @@ def engine_options(args) -> dict:
         block_size=args.block_size,
         kv_memory_bytes=int(args.kv_memory_gb * (1 << 30)),
         kv_dtype=args.kv_dtype,
+        # the KV pool is written at start-up, as llama.cpp allocates its cache at load: no stream stalls later
+        # while the first sequences fault its fresh pages in (docs/server.md, "Start-up and shutdown")
+        resident_kv=True,
     )
     if args.speculative is not None:
         from ..speculative.proposer import SpeculativeConfig
@@ -183,17 +203,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         limits=limits,
         **options,
     )
+    from .transport.drain import DrainingServer
     from .transport.slow_clients import uvicorn_options
     from .wire.client_text import log_config
 
-    # On Ctrl-C, streams still open get a few seconds to end; then they are cut (and their requests aborted).
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=args.host,
         port=args.port,
         log_level=args.log_level,
         log_config=log_config(args.log_level),  # what a client controls is clipped in log lines
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=5,  # after the drain: for the last events to go out
         **uvicorn_options(limits),
     )
-    return 0
+    server = DrainingServer(config, app.state.server, args.shutdown_timeout)  # SIGTERM drains (drain.py)
+    server.run()
+    return 0 if server.started else 3  # not started: uvicorn logged why (e.g. the port is taken)

@@ -8,7 +8,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from ..engine.async_engine import AsyncEngine
+from ..engine.async_engine import SHUTTING_DOWN, AsyncEngine
 from ..engine.engine import Engine
 from ..errors import TinyLLMError
 from .checks.admission import PromptLimits, max_token_chars
@@ -62,6 +62,15 @@ def default_model_name(llm) -> str:
     return os.path.splitext(name)[0] if name.endswith(".gguf") else (name or "tinyllm")
 
 
+def pool_line(engine: Engine) -> str:
+    """The start-up line's words on the KV pool: its size, and how long writing it took (resident_kv)."""
+    storage = engine.storage
+    pool = f"its KV pool ({storage.nbytes() / (1 << 30):.2f} GiB, {storage.num_blocks} blocks of {storage.block_size}"
+    if storage.resident:
+        return f"{pool} tokens) was written in {engine.kv_setup_s:.2f} s"
+    return f"{pool} tokens) is mapped as it fills"
+
+
 class ServerState:
     def __init__(self, llm_or_loader, engine_options: dict, served_model_name: str | None, metrics: ServerMetrics):
         self._source, self._options = llm_or_loader, engine_options
@@ -71,6 +80,7 @@ class ServerState:
         self.ready: Ready | None = None
         self._thread: threading.Thread | None = None
         self._stopped = False
+        self.draining = False  # shutting down: running requests finish, new ones get 503
 
     def start_loading(self) -> None:
         self._thread = threading.Thread(target=self._load, name="tinyllm-loader", daemon=True)
@@ -93,7 +103,7 @@ class ServerState:
             aliases = model_aliases(llm) if self.served_model_name is None else frozenset()
             self.ready = Ready(llm, engine.start(), TokenTexts(llm.tokenizer), name, limits, aliases)
             self.status = "ready"
-            log.info("model %s is ready", name)
+            log.info("model %s is ready; %s", name, pool_line(engine.engine))
         except TinyLLMError as exc:  # the server's own options (e.g. a KV format the model cannot take): one line
             log.error("loading the model failed: %s", exc)
             self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
@@ -105,12 +115,20 @@ class ServerState:
 
     def require(self) -> Ready:
         """The ready model, or a 503 that says why not."""
+        if self.draining:
+            raise APIError(503, SHUTTING_DOWN, code="server_shutting_down")
         if self.ready is None:
             why = f"the model failed to load ({self.error_kind})" if self.status == "failed" else "the model is loading"
             raise APIError(503, why, code="model_not_ready")
         if not self.ready.engine.alive:
             raise APIError(503, "the engine is not running", code="engine_stopped")
         return self.ready
+
+    def end_requests(self) -> None:
+        """Stop the engine: every request still running ends with EngineStopped("the server is shutting
+        down"), which its handler answers with its final event (a stream) or a 503. Blocks up to one step."""
+        if self.ready is not None:
+            self.ready.engine.shutdown()
 
     def shutdown(self) -> None:
         self._stopped = True

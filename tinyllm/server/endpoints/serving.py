@@ -14,8 +14,9 @@ from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel
 
-from ...engine.async_engine import EngineFault, EngineStopped
+from ...engine.async_engine import SHUTTING_DOWN, EngineFault, EngineStopped
 from ...errors import TinyLLMError
+from ...outputs import FinishReason, RequestOutput
 from ..wire.errors import APIError, bad_request
 from ..wire.protocol import PromptTokensDetails, Usage
 from .request_group import RequestGroup
@@ -79,13 +80,25 @@ def own_fault_error(output) -> APIError | None:
     return bad_request(output.error or "the request's constraint failed while generating")
 
 
+# A choice the server ends while shutting down finishes with OpenAI's reason for an answer cut short, which every
+# client parses; the error event after it says why.
+SHUTDOWN_FINISH_REASON = FinishReason.LENGTH.value
+
+
+def cut_short(choice: Choice) -> RequestOutput:
+    """The last output of a choice the server ends (shutting down): no text, its finish reason."""
+    return RequestOutput(
+        "", "", [], [], finished=True, finish_reason=SHUTDOWN_FINISH_REASON, completion_tokens=choice.completion_tokens
+    )
+
+
 def engine_error(exc: Exception, prompt_param: str) -> APIError:
     if isinstance(exc, APIError):
         return exc
     if isinstance(exc, TinyLLMError):  # the engine refused the prompt: empty, too long, bad ids
         return bad_request(str(exc), prompt_param)
-    if isinstance(exc, EngineStopped):
-        return APIError(503, str(exc))
+    if isinstance(exc, EngineStopped):  # the server is shutting down, or its engine stopped by itself
+        return APIError(503, str(exc), code="server_shutting_down" if str(exc) == SHUTTING_DOWN else "engine_stopped")
     if not isinstance(exc, EngineFault):
         log.error("request failed", exc_info=exc)
     return APIError(500, str(exc) if isinstance(exc, EngineFault) else f"internal error ({type(exc).__name__})")
@@ -208,6 +221,12 @@ async def _events(
         for chunk in shaper.finish(choices):
             yield _sse(chunk)
     except Exception as exc:  # headers are sent: the error travels as an event, as OpenAI's does
+        if isinstance(exc, EngineStopped):  # the server ends the answer: each open choice gets its finish first
+            for choice in (c for c in choices if c.finish_reason is None):
+                output = cut_short(choice)
+                choice.update(output)
+                for chunk in shaper.on_output(choice, output):
+                    yield _sse(chunk)
         yield _sse(engine_error(exc, prompt_param).body())
     finally:
         group.close()

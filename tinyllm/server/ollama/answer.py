@@ -1,6 +1,6 @@
 """Running one Ollama request on the engine and answering it: whole (stream: false) or as newline-delimited
 JSON, one object per engine output, then a last one with `done: true`, `done_reason` and the request's counts
-and times.
+and times (and, when the server ends the answer because it is shutting down, done_reason "length" and an `error`).
 
 The times are the server's, in nanoseconds: total_duration from the request's arrival to its last token,
 prompt_eval_duration from the engine accepting it to its first token (waiting for a slot included),
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
+from ...engine.async_engine import EngineStopped
 from ...sampling.params import SamplingParams
 from ..checks.tools import ToolRequest
 from ..endpoints.request_group import RequestGroup
@@ -27,6 +28,7 @@ from ..endpoints.serving import (
     ClosingStream,
     client_gone_response,
     collect,
+    cut_short,
     engine_error,
     start_group,
 )
@@ -156,6 +158,10 @@ async def _lines(
             if rest or parsed.calls:
                 yield _line(shape.piece(rest, calls=ollama_calls(parsed)))
         yield _line({**shape.piece(""), "done": True, **shape.done(job, choice, accepted, arrival)})
+    except EngineStopped as exc:  # the server ends the answer: its last object, done, and why
+        choice.update(cut_short(choice))
+        done = {**shape.piece(""), "done": True, **shape.done(job, choice, accepted, arrival)}
+        yield _line({**done, "error": engine_error(exc, job.param).message})
     except Exception as exc:  # the status line is sent: the error travels as a line, as Ollama's does
         yield _line({"error": engine_error(exc, job.param).message})
     finally:
