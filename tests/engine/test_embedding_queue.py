@@ -140,11 +140,11 @@ class Watched(torch.nn.Module):
         if not gated:
             self.release.set()
 
-    def hidden_states(self, ids):
+    def hidden_states(self, ids, step=None):
         self.shapes.append(tuple(ids.shape))
         self.running.set()
         self.release.wait(30)
-        return self.inner.hidden_states(ids)
+        return self.inner.hidden_states(ids, step)
 
 
 def test_close_lets_the_running_batch_finish_and_fails_the_queued_jobs(model):
@@ -181,3 +181,41 @@ def test_close_lets_the_running_batch_finish_and_fails_the_queued_jobs(model):
 def test_limits_validate_themselves(options, message):
     with pytest.raises(ValueError, match=message):
         EmbeddingLimits(**options)
+
+
+@pytest.mark.parametrize(("pooling", "normalize"), [(Pooling.MEAN, True), (Pooling.LAST, False)])
+def test_a_long_input_runs_in_chunks_between_other_jobs_batches_and_keeps_its_bits(model, pooling, normalize):
+    long = ids(3, 40)
+    limits = EmbeddingLimits(batch_tokens=16)
+    (alone,) = run(_embed_all(EmbeddingQueue(model, limits), [[long]], pooling, normalize))
+    watched = Watched(model)
+    mixed = run(
+        _embed_all(EmbeddingQueue(watched, limits), [[long, ids(4, 20)], [[5]], [ids(6, 8)]], pooling, normalize)
+    )
+    # chunks of 16, 16 and 8 of the long input; every other job's batch between them; its second long input waits
+    assert watched.shapes == [(1, 16), (1, 1), (1, 8), (1, 16), (1, 8), (1, 16), (1, 4)]
+    assert torch.equal(mixed[0][0], alone[0])
+    torch.testing.assert_close(mixed[0], embed_ids(model, [long, ids(4, 20)], pooling, normalize), atol=1e-5, rtol=0)
+
+
+def test_a_cancelled_job_drops_its_long_input_between_chunks(model):
+    async def cancelled():
+        watched = Watched(model, gated=True)
+        queue = EmbeddingQueue(watched, EmbeddingLimits(batch_tokens=16)).start()
+        large = queue.submit([ids(3, 40), ids(4, 40)], Pooling.MEAN, True)
+        await asyncio.to_thread(watched.running.wait, 30)  # its first chunk runs
+        small = queue.submit([[5]], Pooling.MEAN, True)
+        queue.cancel(large)
+        watched.release.set()
+        await small.future
+        queue.close()
+        return watched.shapes, queue.counts()
+
+    shapes, counts = run(cancelled())
+    assert shapes == [(1, 16), (1, 1)]  # the long input's first chunk, then nothing more of it
+    assert (counts.num_embedded, counts.num_skipped, counts.num_queued_requests, counts.num_queued_tokens) == (
+        1,
+        2,
+        0,
+        0,
+    )

@@ -1,9 +1,10 @@
 """EmbeddingQueue: one thread that owns the model's forward for embeddings, fed by many callers on an event loop.
 
 Terms. A *job* is one caller's inputs (token id lists) with its pooling; it waits on an asyncio future, holding no
-thread. A *batch* is one forward: inputs of one length, taken from the jobs in turn, one input per job per turn,
-until `batch_tokens` tokens are taken (an input longer than that goes alone). Each step starts at the next job, so
-a one-token job waits for at most one batch per job ahead of it, never for a whole large job.
+thread. A *batch* is one forward (embedding_batch.py): inputs of one length, taken from the jobs in turn, one input
+per job per turn, until `batch_tokens` tokens are taken; or the next `batch_tokens` of the one *long input* (longer
+than `batch_tokens`) in progress, run in chunks over a KV cache of its own. Each batch starts at the next job, so a
+one-token job waits for at most one batch per job ahead of it, never for a whole large job or a whole long input.
 
     jobs, in turn:   A [3, 3, 3, 9]   B [3]   C [9, 9]        (input lengths; batch_tokens 12)
     batch 1 (A's):   length 3 -> A0 B0 A1 A2   (A, B, A, A: in turn until 12 tokens or none of length 3 is left)
@@ -11,30 +12,32 @@ a one-token job waits for at most one batch per job ahead of it, never for a who
     batch 3 (A's):   length 9 -> A3            (then C1)
 
 Inputs of one length need no padding: padding changes a vector's last bits, and an input must give the same bits
-alone as beside others' inputs. Each row is pooled and normalized on its own for the same reason.
+alone as beside others' inputs. Each row is pooled and normalized on its own for the same reason. One long input
+runs at a time (its cache holds its whole length); a job whose turn comes with only long inputs while another's
+runs passes its turn.
 
 Admission is bounded: a job is refused (`QueueFull`, with a hint of when to retry) while `max_queued_requests`
 jobs are unanswered or its tokens would take the tokens not yet embedded past `max_queued_tokens`. A cancelled job
-(its caller left) drops its inputs not yet in a batch; the worker never runs them. `close()` refuses new jobs,
+(its caller left) drops its inputs not yet run, its long input's remaining chunks included; the worker never runs
+them. `close()` refuses new jobs,
 lets the running batch finish, fails the queued jobs with `QueueClosed` and joins the thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
-from ..model.pooling import Pooling, pool
+from ..model.pooling import Pooling
+from .embedding_batch import Batch, Job, LongInput, run_batch
 
 log = logging.getLogger("tinyllm.embeddings")
 
@@ -81,60 +84,6 @@ class QueueCounts:
     num_queued_tokens: int
 
 
-@dataclass(eq=False)
-class Job:
-    ids: list[list[int]]
-    pooling: Pooling
-    normalize: bool
-    future: asyncio.Future
-    loop: asyncio.AbstractEventLoop
-    pending: dict[int, deque[int]] = field(default_factory=dict)  # input length -> indices not yet in a batch
-    num_running: int = 0  # inputs in the batch the worker runs now
-    vectors: list[torch.Tensor | None] = field(default_factory=list)
-    is_cancelled: bool = False
-    is_answered: bool = False  # counted out of the queue's unanswered jobs
-
-    def __post_init__(self) -> None:
-        for i, x in enumerate(self.ids):
-            self.pending.setdefault(len(x), deque()).append(i)
-        self.vectors = [None] * len(self.ids)
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(len(x) for x in self.ids)
-
-    def take(self, length: int) -> int | None:
-        """The index of one pending input of `length`, or None."""
-        queue = self.pending.get(length)
-        if not queue:
-            return None
-        i = queue.popleft()
-        if not queue:
-            del self.pending[length]
-        self.num_running += 1
-        return i
-
-    def settle(self, outcome: torch.Tensor | BaseException) -> None:
-        """Resolve the caller's future from the worker thread (a vector stack [N, C], or an exception)."""
-
-        def resolve() -> None:
-            if self.future.done():
-                return
-            if isinstance(outcome, BaseException):
-                self.future.set_exception(outcome)
-            else:
-                self.future.set_result(outcome)
-
-        with contextlib.suppress(RuntimeError):  # the caller's loop has closed: nobody waits
-            self.loop.call_soon_threadsafe(resolve)
-
-
-@dataclass(frozen=True)
-class _Batch:
-    rows: list[tuple[Job, int]]  # (job, input index) per row
-    length: int
-
-
 class EmbeddingQueue:
     """See the module's docstring. `model` has `hidden_states(ids)` and `model.norm` (model/llama.py)."""
 
@@ -146,6 +95,8 @@ class EmbeddingQueue:
         self._num_tokens_left = 0  # admitted, neither embedded nor skipped
         self._num_embedded = self._num_skipped = self._num_forwards = 0
         self._tokens_per_s: float | None = None
+        self._long: LongInput | None = None  # the one input longer than a batch in progress (it runs in chunks)
+        self._running: Batch | None = None  # the batch in the worker's forward
         self._is_closing = False
         self._thread = threading.Thread(target=self._run, name="tinyllm-embeddings", daemon=True)
 
@@ -180,17 +131,17 @@ class EmbeddingQueue:
         return job
 
     def cancel(self, job: Job) -> None:
-        """Drop the job's inputs not yet in a batch (its caller has gone); safe to call at any time."""
+        """Drop the job's inputs not yet run (its caller has gone); safe to call at any time."""
         with self._cond:
             if job.is_answered or job.is_cancelled:
                 return
             job.is_cancelled = True
-            dropped = [i for queue in job.pending.values() for i in queue]
-            job.pending.clear()
-            if job in self._jobs:
+            self._num_skipped += self._drop_pending(job)
+            long = self._long
+            if long is not None and long.job is job and (self._running is None or self._running.long is not long):
+                self._drop_long()  # (a running chunk's input is dropped when the chunk ends)
+            if job in self._jobs and not (self._long is not None and self._long.job is job):
                 self._jobs.remove(job)
-            self._num_skipped += len(dropped)
-            self._num_tokens_left -= sum(len(job.ids[i]) for i in dropped)
             self._answer_if_done(job)
         if not job.future.done():
             job.future.cancel()
@@ -236,7 +187,7 @@ class EmbeddingQueue:
                 break
             start = time.perf_counter()
             try:
-                vectors = self._forward(batch)
+                vectors = run_batch(self.model, batch)
             except Exception as exc:  # the model's fault, not one caller's: fail this batch's jobs, keep serving
                 log.exception("an embedding forward failed")
                 self._fail(batch, exc)
@@ -244,50 +195,69 @@ class EmbeddingQueue:
             self._finish(batch, vectors, time.perf_counter() - start)
         self._fail_queued()
 
-    def _next_batch(self) -> _Batch | None:
+    def _next_batch(self) -> Batch | None:
         with self._cond:
             while not self._jobs and not self._is_closing:
                 self._cond.wait()
             if self._is_closing:
                 return None
-            length = next(iter(self._jobs[0].pending))
-            size = max(1, self.limits.batch_tokens // length)
-            rows: list[tuple[Job, int]] = []
-            while len(rows) < size:  # round-robin: one input per job per turn
-                num_before = len(rows)
-                for job in self._jobs:
-                    i = job.take(length) if len(rows) < size else None
-                    if i is not None:
-                        rows.append((job, i))
-                if len(rows) == num_before:
+            batch = None
+            for _ in range(len(self._jobs)):  # the long input's owner, at the latest, has a batch
+                batch = self._batch_from(self._jobs[0])
+                self._jobs.rotate(-1)  # the next batch starts at the next job
+                if batch is not None:
                     break
-            self._jobs.rotate(-1)  # the next step starts at the next job
-            for job in [j for j in self._jobs if not j.pending]:
-                self._jobs.remove(job)
-            return _Batch(rows, length)
+            assert batch is not None, "the long input's job has left the turns"
+            self._prune()
+            self._running = batch
+            return batch
 
-    @torch.inference_mode()
-    def _forward(self, batch: _Batch) -> list[torch.Tensor]:
-        """One forward of equal-length inputs -> each row's vector [C], pooled and normalized row by row."""
-        model = self.model
-        ids = torch.tensor([job.ids[i] for job, i in batch.rows], dtype=torch.long)  # [B, T]
-        states = model.model.norm(model.hidden_states(ids.to(model.device))).float().cpu()  # [B, T, C]
-        length = torch.tensor([batch.length])  # [1]
-        out = []
-        for r, (job, _) in enumerate(batch.rows):
-            vector = pool(states[r : r + 1], length, job.pooling)  # [1, C]
-            out.append((F.normalize(vector, dim=-1) if job.normalize else vector)[0])  # [C]
-        return out
+    def _batch_from(self, head: Job) -> Batch | None:
+        """The head job's turn (under the lock): the next chunk of its long input, or inputs of its first length,
+        in turn from every job; None when it has only long inputs and another job's long input is running."""
+        budget, long = self.limits.batch_tokens, self._long
+        if long is not None and long.job is head:
+            return Batch([(head, long.index)], min(budget, long.length - long.num_done), long)
+        length = next((n for n in head.pending if n <= budget or long is None), None)
+        if length is None:
+            return None
+        if length > budget:
+            self._long = LongInput.start(self.model, head, head.take(length))
+            return Batch([(head, self._long.index)], budget, self._long)
+        rows: list[tuple[Job, int]] = []
+        size = budget // length
+        while len(rows) < size:  # one input per job per turn
+            num_before = len(rows)
+            for job in self._jobs:
+                i = job.take(length) if len(rows) < size else None
+                if i is not None:
+                    rows.append((job, i))
+            if len(rows) == num_before:
+                break
+        return Batch(rows, length)
 
-    def _finish(self, batch: _Batch, vectors: list[torch.Tensor], seconds: float) -> None:
+    def _prune(self) -> None:
+        """Jobs with nothing left to take leave the turns (under the lock)."""
+        owner = self._long.job if self._long is not None else None
+        for job in [j for j in self._jobs if not j.pending and j is not owner]:
+            self._jobs.remove(job)
+
+    def _finish(self, batch: Batch, vectors: list[torch.Tensor], seconds: float) -> None:
         done = []
         with self._cond:
-            num_tokens = len(batch.rows) * batch.length
+            self._running = None
             self._num_forwards += 1
-            self._num_embedded += len(batch.rows)
-            self._num_tokens_left -= num_tokens
-            rate = num_tokens / max(seconds, 1e-6)
+            self._num_tokens_left -= batch.num_tokens
+            rate = batch.num_tokens / max(seconds, 1e-6)
             self._tokens_per_s = rate if self._tokens_per_s is None else 0.8 * self._tokens_per_s + 0.2 * rate
+            if batch.long is not None and not vectors:  # an earlier chunk: the input goes on, unless its job left
+                if batch.long.job.is_cancelled:
+                    self._drop_long()
+                return
+            if batch.long is not None:
+                self._long = None
+                self._prune()
+            self._num_embedded += len(vectors)
             for (job, i), vector in zip(batch.rows, vectors, strict=True):
                 job.vectors[i] = vector
                 job.num_running -= 1
@@ -296,19 +266,39 @@ class EmbeddingQueue:
         for job in done:
             job.settle(torch.stack(job.vectors))  # [N, C]
 
-    def _fail(self, batch: _Batch, exc: Exception) -> None:
+    def _drop_long(self) -> None:
+        """Drop the long input of a cancelled job, once no forward runs it (under the lock)."""
+        long, self._long = self._long, None
+        self._num_skipped += 1
+        self._num_tokens_left -= long.length - long.num_done
+        long.job.num_running -= 1
+        if long.job in self._jobs and not long.job.pending:
+            self._jobs.remove(long.job)
+        self._answer_if_done(long.job)
+
+    def _fail(self, batch: Batch, exc: Exception) -> None:
         jobs = list(dict.fromkeys(job for job, _ in batch.rows))
         with self._cond:
-            self._num_tokens_left -= len(batch.rows) * batch.length
+            self._running = None
+            self._num_tokens_left -= batch.num_tokens
+            if batch.long is not None:
+                self._num_tokens_left -= batch.long.length - batch.long.num_done - batch.length
+                self._long = None
             for job in jobs:
                 job.num_running = 0
-                self._num_tokens_left -= sum(len(job.ids[i]) for q in job.pending.values() for i in q)
-                job.pending.clear()
+                self._drop_pending(job)
                 if job in self._jobs:
                     self._jobs.remove(job)
                 self._answer_if_done(job)
         for job in jobs:
             job.settle(RuntimeError(f"the embedding forward failed ({type(exc).__name__})"))
+
+    def _drop_pending(self, job: Job) -> int:
+        """Drop the job's pending inputs (under the lock); their count."""
+        num = sum(len(queue) for queue in job.pending.values())
+        self._num_tokens_left -= job.num_pending_tokens
+        job.pending.clear()
+        return num
 
     def _answer_if_done(self, job: Job) -> bool:
         """Count the job out once nothing of it is pending or running (under the lock); True the first time."""
@@ -320,11 +310,14 @@ class EmbeddingQueue:
 
     def _fail_queued(self) -> None:
         with self._cond:
+            if self._long is not None:
+                self._num_tokens_left -= self._long.length - self._long.num_done
+                self._long.job.num_running -= 1
+                self._long = None
             jobs = list(self._jobs)
             self._jobs.clear()
             for job in jobs:
-                self._num_tokens_left -= sum(len(job.ids[i]) for q in job.pending.values() for i in q)
-                job.pending.clear()
+                self._drop_pending(job)
                 self._answer_if_done(job)
         for job in jobs:
             job.settle(QueueClosed("the embedding queue closed before this job ran"))
