@@ -15,6 +15,7 @@ baseline + 1 s.
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import subprocess
 import sys
@@ -86,6 +87,8 @@ def large(url: str, name: str, body: dict, results: dict, timeout: float = 900) 
 
 
 def storm(url: str) -> None:
+    measure(url)  # warm up
+    httpx.post(f"{url}/v1/embeddings", json={"input": "a short text"}, timeout=600)
     base = measure(url)
     print(
         f"alone: stream worst gap {base['gap']:.3f} s ({STREAM_TOKENS} tokens in {base['stream']:.1f} s), "
@@ -135,6 +138,7 @@ def cost(sizes: list[str]) -> None:
     from tinyllm.model.pooling import Pooling
 
     torch.set_num_threads(1)
+    print(f"load average before: {os.getloadavg()[0]:.1f}")
     llm = LLM()
     g = torch.Generator().manual_seed(0)
     queue = EmbeddingQueue(llm.model, EmbeddingLimits(max_request_tokens=1 << 20, max_queued_tokens=1 << 20)).start()
@@ -169,8 +173,9 @@ def main(batch_tokens: int) -> None:
             except httpx.TransportError:
                 pass
             time.sleep(0.2)
-        print(f"embedding batch tokens: {batch_tokens}")
+        print(f"embedding batch tokens: {batch_tokens}; load average before: {os.getloadavg()[0]:.1f}")
         storm(url)
+        print(f"load average after: {os.getloadavg()[0]:.1f} (other processes share these cores)")
     finally:
         child.terminate()
         child.wait(30)
@@ -182,4 +187,4 @@ if __name__ == "__main__":
     elif sys.argv[1:2] == ["cost"]:
         cost(sys.argv[2:])
     else:
-        main(int(sys.argv[2]) if sys.argv[1:2] == ["--embedding-batch-tokens"] else 256)
+        main(int(sys.argv[2]) if sys.argv[1:2] == ["--embedding-batch-tokens"] else 64)

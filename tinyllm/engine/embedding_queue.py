@@ -49,7 +49,7 @@ class EmbeddingLimits:
     max_request_tokens: int = 8192  # tokens of one request's inputs together
     max_queued_requests: int = 64  # requests admitted and not yet answered
     max_queued_tokens: int = 65536  # their tokens not yet embedded
-    batch_tokens: int = 256  # tokens per forward (an input longer than this runs alone)
+    batch_tokens: int = 64  # tokens per forward (a longer input runs in chunks of this many)
 
     def __post_init__(self) -> None:
         for name in ("max_request_tokens", "max_queued_requests", "max_queued_tokens", "batch_tokens"):

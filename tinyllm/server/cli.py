@@ -90,7 +90,7 @@ EMBEDDING_FLAGS = {  # flag -> EmbeddingLimits field, default (engine/embedding_
     "--embedding-max-tokens": ("max_request_tokens", 8192, "tokens of one embedding request's inputs together"),
     "--embedding-queue-requests": ("max_queued_requests", 64, "embedding requests waiting before new ones get 429"),
     "--embedding-queue-tokens": ("max_queued_tokens", 65536, "tokens waiting to be embedded before new ones get 429"),
-    "--embedding-batch-tokens": ("batch_tokens", 256, "tokens per embedding forward (a longer input runs alone)"),
+    "--embedding-batch-tokens": ("batch_tokens", 64, "tokens per embedding forward (a longer input runs in chunks)"),
 }
 
 
