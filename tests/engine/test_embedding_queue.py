@@ -170,6 +170,18 @@ def test_close_lets_the_running_batch_finish_and_fails_the_queued_jobs(model):
     assert vector.shape == (1, 64) and counts.num_embedded == 1 and counts.num_queued_requests == 0
 
 
+def test_closing_a_queue_never_started_fails_its_jobs(model):
+    async def unstarted():
+        queue = EmbeddingQueue(model)
+        job = queue.submit([[1, 2]], Pooling.MEAN, True)
+        queue.close()
+        with pytest.raises(QueueClosed):
+            await job.future
+        return queue.counts()
+
+    assert run(unstarted()).num_queued_requests == 0
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

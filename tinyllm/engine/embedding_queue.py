@@ -157,7 +157,9 @@ class EmbeddingQueue:
         with self._cond:
             self._is_closing = True
             self._cond.notify_all()
-        if self._thread.is_alive():
+        if self._thread.ident is None:  # never started: nothing runs, the queued jobs fail here
+            self._fail_queued()
+        elif self._thread.is_alive():
             self._thread.join(timeout)
 
     def _check_room(self, num_tokens: int) -> None:
