@@ -231,3 +231,29 @@ def test_a_cancelled_job_drops_its_long_input_between_chunks(model):
         0,
         0,
     )
+
+
+class Failing(Watched):
+    """The model, failing every forward of inputs 3 tokens long."""
+
+    def hidden_states(self, ids, step=None):
+        if ids.shape[1] == 3:
+            raise RuntimeError("a fault in the forward")
+        return super().hidden_states(ids, step)
+
+
+def test_a_failed_forward_fails_its_jobs_alone_and_the_queue_keeps_serving(model, caplog):
+    async def failing():
+        queue = EmbeddingQueue(Failing(model))
+        broken = queue.submit([[1, 2, 3], [4]], Pooling.MEAN, True)
+        fine = queue.submit([[5, 6]], Pooling.MEAN, True)
+        queue.start()
+        with pytest.raises(RuntimeError, match=r"the embedding forward failed \(RuntimeError\)"):
+            await broken.future
+        vector = await fine.future
+        queue.close()
+        return vector, queue.counts()
+
+    vector, counts = run(failing())
+    assert vector.shape == (1, 64) and (counts.num_queued_requests, counts.num_queued_tokens) == (0, 0)
+    assert "an embedding forward failed" in caplog.text
