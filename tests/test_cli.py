@@ -338,3 +338,19 @@ def test_stop_at_a_blank_line_on_the_default_model():
     assert "\n\n" in whole  # else the check below proves nothing
     stopped = json.loads(run("generate", prompt, "--max-tokens", "120", "--json", "--stop", "\\n\\n").stdout)
     assert stopped["text"] == whole[: whole.index("\n\n")] and stopped["finish_reason"] == "stop"
+
+
+def test_serve_takes_the_embedding_limits():
+    from tinyllm.cli import build_parser
+    from tinyllm.engine.embedding_queue import EmbeddingLimits
+    from tinyllm.errors import TinyLLMError
+    from tinyllm.server.cli import embedding_limits
+
+    assert embedding_limits(build_parser().parse_args(["serve"])) == EmbeddingLimits()
+    args = build_parser().parse_args(["serve", "--embedding-max-tokens", "100", "--embedding-queue-requests", "2"])
+    assert (embedding_limits(args).max_request_tokens, embedding_limits(args).max_queued_requests) == (100, 2)
+    args = build_parser().parse_args(["serve", "--embedding-max-tokens", "9000", "--embedding-queue-tokens", "8000"])
+    with pytest.raises(TinyLLMError, match="--embedding-queue-tokens must be at least --embedding-max-tokens"):
+        embedding_limits(args)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--embedding-batch-tokens", "0"])

@@ -19,6 +19,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from .. import __version__
+from ..engine.embedding_queue import EmbeddingLimits
 from .endpoints.chat import chat_completion
 from .endpoints.completions import completion
 from .endpoints.responses import create_response
@@ -75,12 +76,13 @@ def create_app(
     allowed_origins: list[str] | None = None,
     allowed_hosts: Sequence[str] | None = None,
     limits: ConnectionLimits | None = None,
+    embedding_limits: EmbeddingLimits | None = None,
     **engine_options,
 ) -> FastAPI:
     """An app serving `llm_or_loader`: an LLM, or a callable returning one (called in a background
     thread at startup). engine_options go to the Engine (max_num_seqs, kv_memory_bytes, ...);
     `allowed_origins` turns CORS on for those browser origins ("*" for any); `allowed_hosts` are the Host
-    header values answered (hosts.py; None: any)."""
+    header values answered (hosts.py; None: any); `embedding_limits` bound what embeddings may cost and queue."""
     limits = limits or ConnectionLimits()
     metrics = ServerMetrics()
     state = ServerState(llm_or_loader, engine_options, served_model_name, metrics)
@@ -91,6 +93,7 @@ def create_app(
         try:
             yield
         finally:
+            app.state.embedder.close()  # before the engine: queued embeddings answer 503
             state.shutdown()
 
     app = FastAPI(
@@ -126,7 +129,7 @@ def create_app(
     _add_generation_routes(app, auth, ready)
     _add_model_routes(app, auth, ready)
     add_tokenizer_routes(app, auth, ready)
-    add_local_routes(app, auth, ready)  # surfaces.py: the routes beside OpenAI's API
+    app.state.embedder = add_local_routes(app, auth, ready, embedding_limits)  # surfaces.py: beside OpenAI's API
     _add_ops_routes(app, state, metrics)
     add_body_schemas(
         app, [ChatCompletionRequest, CompletionRequest, ResponsesRequest, TokenizeRequest, DetokenizeRequest]

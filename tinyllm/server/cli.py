@@ -89,6 +89,7 @@ def add_serve_command(subparsers) -> None:
     p.add_argument("--max-num-batched-tokens", type=POSITIVE, default=256, help="tokens per engine step (default 256)")
     p.add_argument("--kv-memory-gb", type=float, default=1.0, help="KV cache pool size in GiB (default 1)")
     p.add_argument("--block-size", type=POSITIVE, default=16, help="tokens per KV block (default 16)")
+    add_embedding_args(p)
     add_kv_dtype_arg(p)
     add_threads_arg(p)
     add_speculative_args(p)
@@ -100,6 +101,33 @@ def add_serve_command(subparsers) -> None:
         help="uvicorn's log level (default info)",
     )
     p.set_defaults(func=cmd_serve)
+
+
+EMBEDDING_FLAGS = {  # flag -> EmbeddingLimits field, default (engine/embedding_queue.py's, without torch here)
+    "--embedding-max-tokens": ("max_request_tokens", 8192, "tokens of one embedding request's inputs together"),
+    "--embedding-queue-requests": ("max_queued_requests", 64, "embedding requests waiting before new ones get 429"),
+    "--embedding-queue-tokens": ("max_queued_tokens", 65536, "tokens waiting to be embedded before new ones get 429"),
+    "--embedding-batch-tokens": ("batch_tokens", 64, "tokens per embedding forward (a longer input runs in chunks)"),
+}
+
+
+def add_embedding_args(p) -> None:
+    for flag, (field, default, what) in EMBEDDING_FLAGS.items():
+        p.add_argument(
+            flag, dest=f"embedding_{field}", type=POSITIVE, default=default, help=f"{what} (default {default})"
+        )
+
+
+def embedding_limits(args):
+    from ..engine.embedding_queue import EmbeddingLimits
+
+    try:
+        return EmbeddingLimits(
+            **{field: getattr(args, f"embedding_{field}") for field, _, _ in EMBEDDING_FLAGS.values()}
+        )
+    except ValueError as exc:
+        flags = {field: flag for flag, (field, _, _) in EMBEDDING_FLAGS.items()}
+        raise TinyLLMError(" ".join(flags.get(word, word) for word in str(exc).split(" "))) from None
 
 
 def engine_options(args) -> dict:
@@ -201,6 +229,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         allowed_origins=args.allowed_origins,
         allowed_hosts=allowed_hosts(args),
         limits=limits,
+        embedding_limits=embedding_limits(args),
         **options,
     )
     from .transport.drain import DrainingServer

@@ -11,11 +11,13 @@ import pytest
 import torch
 
 from helpers.live_server import tiny_llm
+from tinyllm.engine.embedding_queue import EmbeddingLimits
 from tinyllm.server import create_app
-from tinyllm.server.endpoints.embeddings import MAX_INPUTS, MAX_TOTAL_TOKENS
+from tinyllm.server.endpoints.embeddings import MAX_INPUTS
 from tinyllm.server.transport.server_thread import ServerThread
 
 MODEL = "tiny"
+MAX_TOTAL_TOKENS = EmbeddingLimits().max_request_tokens
 TEXTS = ["The cat sat on the mat.", "A dog.", "x" * 300]
 
 

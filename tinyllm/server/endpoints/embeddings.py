@@ -3,12 +3,16 @@
 own width. Two extras: `pooling` ("mean", the default, or "last") and `normalize` (default true). Each vector is
 the model's final hidden states after its final norm, pooled (model/pooling.py).
 
-Limits, checked before the work: at most MAX_INPUTS inputs, each within the context, at most MAX_TOTAL_TOKENS
-tokens together. Embeddings run in a worker thread beside the engine's thread, one request's batch at a time.
+Limits, checked before the work: at most MAX_INPUTS inputs, each within the context, at most
+`EmbeddingLimits.max_request_tokens` tokens together. Both APIs' embeddings go through one EmbeddingQueue
+(engine/embedding_queue.py): its thread runs every forward, batching several requests' inputs; a waiting request
+holds no thread, a full queue answers 429 with Retry-After, a client that leaves has its inputs dropped, and once
+the server shuts down the queued requests answer 503.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import threading
 from dataclasses import dataclass
@@ -17,20 +21,21 @@ from typing import Literal
 import torch
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict
 
 from ...embedding import check_embeddable, pooling_of
+from ...engine.embedding_queue import EmbeddingLimits, EmbeddingQueue, Job, QueueClosed, QueueFull
 from ...errors import TinyLLMError
-from ...model.pooling import Pooling, embed_ids
+from ...model.pooling import Pooling
 from ..checks.admission import PromptLimits, context_error
 from ..checks.prompts import encode_text
 from ..state import Ready
 from ..transport.body import parse_body, request_body_doc
-from ..wire.errors import bad_request
+from ..wire.errors import APIError, bad_request
+from .serving import ClientGone, client_gone_response, until_disconnected
 
 MAX_INPUTS = 2048  # inputs in one request, as OpenAI's API allows
-MAX_TOTAL_TOKENS = 1 << 16  # tokens of all inputs together: bounds one request's work
 PROMPT_PARAM = "input"
 Inputs = str | list[str] | list[int] | list[list[int]]
 
@@ -84,9 +89,9 @@ def _check_length(num_ids: int, context: int, where: str, param: str) -> None:
         raise context_error(f"{where} has {num_ids} tokens, more than the model's context of {context}", param)
 
 
-def _ids(ctx: Ready, items: list, param: str, truncate: bool, context: int | None) -> list[list[int]]:
-    """Each input's ids, checked against the context (or cut to it when truncate) and the total; `context` is
-    the request's own, at most the model's."""
+def _ids(ctx: Ready, items: list, param: str, truncate: bool, context: int | None, max_tokens: int) -> list[list[int]]:
+    """Each input's ids, checked against the context (or cut to it when truncate) and their total against
+    max_tokens; `context` is the request's own, at most the model's."""
     vocab, context = ctx.llm.config.vocab_size, context or ctx.context_length
     out = []
     for i, item in enumerate(items):
@@ -100,21 +105,34 @@ def _ids(ctx: Ready, items: list, param: str, truncate: bool, context: int | Non
             _check_length(len(ids), context, f"{param}[{i}]", param)
         out.append(ids[:context])
     total = sum(len(ids) for ids in out)
-    if total > MAX_TOTAL_TOKENS:
+    if total > max_tokens:
         raise bad_request(
-            f"{param} has {total} tokens together, more than the limit of {MAX_TOTAL_TOKENS} for one request", param
+            f"{param} has {total} tokens together, more than the limit of {max_tokens} for one request", param
         )
     return out
 
 
-class Embedder:
-    """Embeds for one app: requests take turns, each one batch at a time, off the event loop."""
+def shutting_down() -> APIError:
+    return APIError(503, "the server is shutting down", code="shutting_down")
 
-    def __init__(self):
+
+class Embedder:
+    """Embeds for one app on one EmbeddingQueue, started at the first request (the model loads after the app
+    is made) and closed with the app."""
+
+    def __init__(self, limits: EmbeddingLimits | None = None):
+        self.limits = limits or EmbeddingLimits()
         self._lock = threading.Lock()
+        self._queue: EmbeddingQueue | None = None
+        self._is_closed = False
+
+    @property
+    def queue(self) -> EmbeddingQueue | None:
+        return self._queue
 
     async def embed(
         self,
+        request: Request,
         ctx: Ready,
         items: list,
         pooling: Pooling,
@@ -124,6 +142,7 @@ class Embedder:
         truncate: bool = False,
         context: int | None = None,
     ) -> Embedded:
+        """The vectors of `items`; raises ClientGone when the client disconnects first."""
         try:
             check_embeddable(ctx.llm)
         except TinyLLMError as exc:
@@ -131,13 +150,52 @@ class Embedder:
         for i, item in enumerate(items):
             if isinstance(item, str):
                 ctx.limits.check_text(len(item), f"{param}[{i}]")
-        ids = await run_in_threadpool(_ids, ctx, items, param, truncate, context)
-        return await run_in_threadpool(self._run, ctx.llm.model, ids, pooling, normalize)
-
-    def _run(self, model, ids: list[list[int]], pooling: Pooling, normalize: bool) -> Embedded:
-        with self._lock:
-            vectors = embed_ids(model, ids, pooling, normalize)
+        max_tokens = self.limits.max_request_tokens
+        ids = await run_in_threadpool(_ids, ctx, items, param, truncate, context, max_tokens)
+        queue = self._started(ctx.llm.model)
+        try:
+            job = queue.submit(ids, pooling, normalize)
+        except QueueFull as exc:
+            headers = {"Retry-After": str(exc.retry_after_s)}
+            raise APIError(429, str(exc), code="queue_full", type="rate_limit_error", headers=headers) from None
+        except QueueClosed:
+            raise shutting_down() from None
+        vectors = await _answer(request, queue, job)
         return Embedded(vectors, sum(len(x) for x in ids))
+
+    def _started(self, model) -> EmbeddingQueue:
+        with self._lock:
+            if self._is_closed:
+                raise shutting_down()
+            if self._queue is None:
+                self._queue = EmbeddingQueue(model, self.limits).start()
+            return self._queue
+
+    def close(self) -> None:
+        """Refuse new requests (503), let the running batch finish, answer the queued ones 503, join the thread."""
+        with self._lock:
+            self._is_closed = True
+            queue = self._queue
+        if queue is not None:
+            queue.close()
+
+
+async def _answer(request: Request, queue: EmbeddingQueue, job: Job) -> torch.Tensor:
+    """The job's vectors [N, C]; if the client disconnects first, its inputs are dropped and ClientGone raised."""
+    watch = asyncio.ensure_future(until_disconnected(request))
+    try:
+        await asyncio.wait({job.future, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if not job.future.done():
+            raise ClientGone()
+        try:
+            return job.future.result()
+        except QueueClosed:
+            raise shutting_down() from None
+        except RuntimeError as exc:  # the forward failed (logged by the queue)
+            raise APIError(500, str(exc)) from None
+    finally:
+        watch.cancel()
+        queue.cancel(job)  # nothing left to drop once it is answered
 
 
 def pooling_options(pooling: str | None, normalize: bool | None) -> tuple[Pooling, bool]:
@@ -165,13 +223,16 @@ def _encoded(vector: torch.Tensor, encoding_format: str | None) -> list[float] |
 
 
 def add_embedding_routes(app: FastAPI, auth: list, ready, embedder: Embedder) -> None:
-    async def embeddings(request: Request, ctx: Ready = Depends(ready)) -> JSONResponse:
+    async def embeddings(request: Request, ctx: Ready = Depends(ready)) -> Response:
         """Pooled final hidden states of each input (see the `pooling` and `normalize` extras)."""
         body = await parse_body(request, EmbeddingRequest, input_counts(ctx.limits))
         ctx.check_model(body.model)
         check_dimensions(body.dimensions, ctx)
         how, normalize = pooling_options(body.pooling, body.normalize)
-        done = await embedder.embed(ctx, split_inputs(body.input), how, normalize)
+        try:
+            done = await embedder.embed(request, ctx, split_inputs(body.input), how, normalize)
+        except ClientGone:
+            return client_gone_response()
         data = [
             {"object": "embedding", "index": i, "embedding": _encoded(v, body.encoding_format)}
             for i, v in enumerate(done.vectors)

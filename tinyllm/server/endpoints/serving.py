@@ -128,7 +128,7 @@ class ClientGone(Exception):
     """The client disconnected before its answer was ready."""
 
 
-async def _disconnected(request: Request) -> None:
+async def until_disconnected(request: Request) -> None:
     # Once the body has been read, the next ASGI message for this request is its disconnect.
     try:
         while (await request.receive())["type"] != "http.disconnect":
@@ -146,7 +146,7 @@ async def collect(request: Request, group: RequestGroup, choices: list[Choice], 
             if error is not None:  # before the first byte: the whole answer is this error
                 raise error
 
-    work, watch = asyncio.ensure_future(run()), asyncio.ensure_future(_disconnected(request))
+    work, watch = asyncio.ensure_future(run()), asyncio.ensure_future(until_disconnected(request))
     try:
         await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
         if not work.done():

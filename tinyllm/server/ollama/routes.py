@@ -25,6 +25,7 @@ from ..checks.prompts import encode_text
 from ..endpoints.chat import prepare_chat
 from ..endpoints.completions import prepare_completion
 from ..endpoints.embeddings import Embedder, check_dimensions, split_inputs
+from ..endpoints.serving import ClientGone, client_gone_response
 from ..state import Ready
 from ..transport.body import chat_counts, parse_body
 from ..wire.errors import APIError, bad_request, nesting_is_400, validation_error
@@ -46,7 +47,7 @@ NOT_HERE = ("pull", "push", "create", "copy", "delete", "blobs")  # managing mod
 
 
 def error_response(exc: APIError) -> JSONResponse:
-    return JSONResponse({"error": exc.message}, status_code=exc.status)
+    return JSONResponse({"error": exc.message}, status_code=exc.status, headers=exc.headers or None)
 
 
 class OllamaRoute(APIRoute):
@@ -150,7 +151,7 @@ def add_ollama_routes(app: FastAPI, auth: list, ready, embedder: Embedder) -> No
         return await answer(request, ctx, job, shape, body.stream is not False, arrival)
 
     @router.post("/api/embed")
-    async def embed(request: Request, ctx: Ready = Depends(ready)) -> JSONResponse:
+    async def embed(request: Request, ctx: Ready = Depends(ready)) -> Response:
         """Mean-pooled, L2-normalized final hidden states of each input."""
         arrival = time.perf_counter()
         body = await parse_body(request, EmbedBody)
@@ -161,7 +162,10 @@ def add_ollama_routes(app: FastAPI, auth: list, ready, embedder: Embedder) -> No
             raise bad_request("input is missing; send a text or a list of texts", "input")
         items = split_inputs(body.input)
         cut = body.truncate is not False  # Ollama's default: an input longer than the context is cut to it
-        done = await embedder.embed(ctx, items, Pooling.MEAN, True, truncate=cut, context=sampling.num_ctx)
+        try:
+            done = await embedder.embed(request, ctx, items, Pooling.MEAN, True, truncate=cut, context=sampling.num_ctx)
+        except ClientGone:
+            return client_gone_response()
         return JSONResponse(
             {
                 "model": ctx.model_name,
@@ -173,14 +177,19 @@ def add_ollama_routes(app: FastAPI, auth: list, ready, embedder: Embedder) -> No
         )
 
     @router.post("/api/embeddings")
-    async def legacy_embeddings(request: Request, ctx: Ready = Depends(ready)) -> JSONResponse:
+    async def legacy_embeddings(request: Request, ctx: Ready = Depends(ready)) -> Response:
         """Ollama's older route: one prompt's mean-pooled final hidden states, not normalized (as Ollama's)."""
         body = await parse_body(request, LegacyEmbeddingsBody)
         ctx.check_model(model_name(body.model))
         sampling = sampling_of(body.options, ctx.context_length, generating=False)
         if not body.prompt:
             raise bad_request("prompt is missing or empty; send the text to embed", "prompt")
-        done = await embedder.embed(ctx, [body.prompt], Pooling.MEAN, False, "prompt", context=sampling.num_ctx)
+        try:
+            done = await embedder.embed(
+                request, ctx, [body.prompt], Pooling.MEAN, False, "prompt", context=sampling.num_ctx
+            )
+        except ClientGone:
+            return client_gone_response()
         return JSONResponse({"embedding": done.vectors[0].tolist()})
 
     _add_model_routes(router, ready)

@@ -32,18 +32,25 @@ class APIError(Exception):
     """A failure to report to the client; raising it anywhere in a handler answers `status`."""
 
     def __init__(
-        self, status: int, message: str, *, param: str | None = None, code: str | None = None, type: str | None = None
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        type: str | None = None,
+        headers: dict[str, str] | None = None,
     ):
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
+        self.headers = {"WWW-Authenticate": "Bearer"} if status == 401 else dict(headers or {})
         self.type = type or _TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
     def response(self) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
-        return JSONResponse(self.body(), status_code=self.status, headers=headers)
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers or None)
 
 
 def bad_request(message: str, param: str | None = None) -> APIError:
