@@ -130,6 +130,7 @@ def create_app(
     _add_model_routes(app, auth, ready)
     add_tokenizer_routes(app, auth, ready)
     app.state.embedder = add_local_routes(app, auth, ready, embedding_limits)  # surfaces.py: beside OpenAI's API
+    state.also_end(app.state.embedder.close)  # a drain's deadline answers queued embeddings 503 too
     _add_ops_routes(app, state, metrics)
     add_body_schemas(
         app, [ChatCompletionRequest, CompletionRequest, ResponsesRequest, TokenizeRequest, DetokenizeRequest]

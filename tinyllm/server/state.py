@@ -81,6 +81,7 @@ class ServerState:
         self._thread: threading.Thread | None = None
         self._stopped = False
         self.draining = False  # shutting down: running requests finish, new ones get 503
+        self._enders: list = []  # what else end_requests stops (the embeddings' queue)
 
     def start_loading(self) -> None:
         self._thread = threading.Thread(target=self._load, name="tinyllm-loader", daemon=True)
@@ -124,9 +125,16 @@ class ServerState:
             raise APIError(503, "the engine is not running", code="engine_stopped")
         return self.ready
 
+    def also_end(self, end) -> None:
+        """`end()` is called by end_requests too: another worker whose requests must end with the engine's."""
+        self._enders.append(end)
+
     def end_requests(self) -> None:
         """Stop the engine: every request still running ends with EngineStopped("the server is shutting
-        down"), which its handler answers with its final event (a stream) or a 503. Blocks up to one step."""
+        down"), which its handler answers with its final event (a stream) or a 503; the other workers
+        (also_end) answer theirs. Blocks up to one step."""
+        for end in self._enders:
+            end()
         if self.ready is not None:
             self.ready.engine.shutdown()
 

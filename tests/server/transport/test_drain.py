@@ -55,13 +55,13 @@ def tiny_gguf(tmp_path_factory):
 class Server:
     """`tinyllm serve` on the tiny file with a shutdown timeout, in a child process."""
 
-    def __init__(self, model: str, shutdown_timeout: str, log_path):
+    def __init__(self, model: str, shutdown_timeout: str, log_path, *extra: str):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path  # its log (a file: a pipe nobody reads could fill and block it)
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
         cmd = [sys.executable, "-m", "tinyllm", "serve", "--model", model, "--port", str(self.port), "--threads", "1"]
-        cmd += ["--shutdown-timeout", shutdown_timeout, "--kv-memory-gb", "0.05"]
+        cmd += ["--shutdown-timeout", shutdown_timeout, "--kv-memory-gb", "0.05", *extra]
         with open(log_path, "w") as log:
             self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
         with httpx.Client(timeout=5) as c:
@@ -130,8 +130,20 @@ def test_a_stream_finishes_within_the_shutdown_timeout_and_the_server_exits_0(ti
 
 @pytest.mark.slow
 def test_past_the_shutdown_timeout_streams_end_with_a_final_event_and_new_requests_get_503(tiny_gguf, tmp_path):
-    server = Server(tiny_gguf, "3", tmp_path / "serve.log")
+    # One token per embedding forward: the two 8000-token embeddings below cannot finish within the timeout.
+    server = Server(tiny_gguf, "3", tmp_path / "serve.log", "--embedding-batch-tokens", "1")
     try:
+        embedded = []
+        embeds = [
+            threading.Thread(
+                target=lambda: embedded.append(
+                    httpx.post(f"{server.url}/v1/embeddings", json={"input": [[7] * 2000] * 4}, timeout=120)
+                )
+            )
+            for _ in range(2)
+        ]
+        for t in embeds:
+            t.start()
         long = {"max_tokens": 6000, "ignore_eos": True, "stream": True}
         chat, chat_lines = start_stream(
             server.url, "/v1/chat/completions", {**long, "messages": [{"role": "user", "content": "hi"}]}
@@ -159,7 +171,7 @@ def test_past_the_shutdown_timeout_streams_end_with_a_final_event_and_new_reques
         with httpx.Client(timeout=10) as c:
             health = c.get(f"{server.url}/health")
             refused = c.post(f"{server.url}/v1/completions", json={"prompt": "the tin", "max_tokens": 2})
-        for t in (chat, ollama, waiting):
+        for t in (chat, ollama, waiting, *embeds):
             t.join(120)
         assert server.proc.wait(60) == 0, server.log()
 
@@ -182,6 +194,10 @@ def test_past_the_shutdown_timeout_streams_end_with_a_final_event_and_new_reques
         assert whole["r"].status_code == 503
         assert whole["r"].json()["error"]["message"] == "the server is shutting down"
         assert whole["r"].json()["error"]["code"] == "server_shutting_down"
-        assert "shutting down: ending the 3 requests still running" in server.log()
+        # The embeddings, running and queued at the deadline, are answered 503 as well: no 500, no traceback.
+        assert [r.status_code for r in embedded] == [503, 503]
+        assert all(r.json()["error"]["message"] == "the server is shutting down" for r in embedded)
+        assert "Traceback" not in server.log()
+        assert "shutting down: ending the 5 requests still running" in server.log()
     finally:
         server.stop()
