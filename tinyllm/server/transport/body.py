@@ -111,6 +111,17 @@ def chat_counts(limits: PromptLimits) -> CountCheck:
     return check
 
 
+def ids_counts(limits: PromptLimits, param: str) -> CountCheck:
+    """A field of token ids (Ollama's generate `context`) against the context."""
+
+    def check(data: dict) -> None:
+        ids = data.get(param)
+        if isinstance(ids, list):
+            limits.check_ids(len(ids), param)
+
+    return check
+
+
 def responses_counts(limits: PromptLimits) -> CountCheck:
     def check(data: dict) -> None:
         items = data.get("input")
