@@ -6,7 +6,7 @@ though the request ends in a 400. Here the raw bytes are parsed in a worker thre
 counts (messages, prompts, token ids) against the context refuses an oversized body before validation
 builds anything; validation then runs in the thread too. json.loads holds the GIL while it runs (up to a
 few hundred milliseconds per MB of small values), so a thread alone does not free the loop: a body over
-YIELDING_PARSE_BYTES is parsed by yielding_json.py instead, which lets the loop run between values. Before
+YIELDING_PARSE_BYTES is parsed by yielding_json.py instead, which lets the loop run between pieces. Before
 json.loads, the depth of nested arrays and objects is bounded on the raw bytes (json_depth.py; the yielding
 parse counts it as it goes): the parser and everything after it recurse per level.
 
@@ -38,8 +38,8 @@ from .yielding_json import TooDeep, loads_yielding
 Model = TypeVar("Model", bound=BaseModel)
 CountCheck = Callable[[dict], None]
 _REF = "#/components/schemas/{model}"
-# Bodies above this are parsed in Python bytecode (several times slower, but the event loop runs meanwhile);
-# below it json.loads holds the loop for tens of milliseconds at most.
+# Bodies above this are parsed in pieces (yielding_json.py), the event loop running between them; below it
+# json.loads holds the loop for tens of milliseconds at most.
 YIELDING_PARSE_BYTES = 1 << 20
 
 
