@@ -14,8 +14,11 @@ import torch
 from ..errors import TinyLLMError
 from ..kernels import FORMATS, QuantWeight, check_blocks
 from .gguf_reader import CutShort, GGUFTensor, attach_views, read_gguf
+from .transcode import q3_k_as_q6_k
 
-# Block formats we promise to load (dequantized to float32 at load time).
+# Block types the kernels do not run, kept as blocks of another format holding the same values (transcode.py)
+TRANSCODED = {"Q3_K": ("Q6_K", q3_k_as_q6_k)}
+# Types we promise to load (Q2_K dequantized to float32 at load time).
 SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 
 
@@ -48,7 +51,8 @@ class GGUFFile:
         return np.ascontiguousarray(out, dtype=np.float32).reshape(shape)
 
     def can_stay_quantized(self, name: str) -> bool:
-        return self.tensor_type(name) in FORMATS and len(self.tensors[name].shape) == 2
+        kind = self.tensor_type(name)
+        return (kind in FORMATS or kind in TRANSCODED) and len(self.tensors[name].shape) == 2
 
     def quant_weight(self, name: str) -> QuantWeight:
         """A 2-D block-format tensor as a QuantWeight whose data views the mmap (no copy, never written);
@@ -60,11 +64,14 @@ class GGUFFile:
             raise TinyLLMError(
                 f"tensor {name!r} in {self.path} has a block table of shape {data.shape}, expected {n} rows"
             )
+        kind = t.tensor_type.name
+        if kind in TRANSCODED:  # a copy in a format the kernels run, of the same values
+            data, kind = TRANSCODED[kind][1](data), TRANSCODED[kind][0]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # the mmap is read-only; nothing writes to it
             view = torch.from_numpy(data)  # [N, row_bytes] uint8
         try:
-            w = QuantWeight(view, t.tensor_type.name, (n, k))
+            w = QuantWeight(view, kind, (n, k))
             check_blocks(w)
         except ValueError as exc:
             raise TinyLLMError(f"tensor {name!r} in {self.path} is corrupt: {exc}") from None
