@@ -12,6 +12,9 @@ from tinyllm.server.ollama.protocol import EmbedBody, GenerateBody
 from tinyllm.server.transport.server_thread import ServerThread
 
 
+ONE_TOKEN = {"options": {"num_predict": 1}}
+
+
 @pytest.fixture(scope="module")
 def server(smollm_tokenizer, one_thread):
     llm = tiny_llm(smollm_tokenizer)
@@ -28,7 +31,7 @@ def count_validations(model, monkeypatch) -> list:
 @pytest.mark.parametrize(
     "path, model, field, body",
     [
-        ("/api/generate", GenerateBody, "context", lambda n: {"prompt": "Hi", "context": [5] * n}),
+        ("/api/generate", GenerateBody, "context", lambda n: {"prompt": "Hi", "context": [5] * n, **ONE_TOKEN}),
         ("/api/embed", EmbedBody, "input", lambda n: {"input": ["Hi"] * n}),
     ],
 )
