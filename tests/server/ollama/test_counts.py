@@ -11,7 +11,6 @@ from tinyllm.server.endpoints.embeddings import MAX_INPUTS
 from tinyllm.server.ollama.protocol import EmbedBody, GenerateBody
 from tinyllm.server.transport.server_thread import ServerThread
 
-
 ONE_TOKEN = {"options": {"num_predict": 1}}
 
 
