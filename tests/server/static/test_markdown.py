@@ -3,6 +3,7 @@ markup, linear work on input built to be deep or to make a scanner search ahead,
 renders only the blocks that changed and ends as the whole text rendered at once."""
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -100,3 +101,9 @@ def test_the_streaming_view_renders_only_the_changed_blocks_and_ends_as_one_rend
     assert result["same"] and result["whole"] and result["reset"] == "<p>other text</p>"
     # Rendering the whole text every frame would create ~frames x blocks / 2 (~60,000) elements.
     assert result["created"] < 12 * result["frames"], result
+
+
+def test_the_renderer_never_parses_html():
+    source = MARKDOWN.read_text()
+    assert not re.search(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|DOMParser|eval\(", source)
+    assert "createTextNode" in source and "setAttribute" in source
