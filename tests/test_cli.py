@@ -94,11 +94,17 @@ def test_user_errors_are_one_line_and_exit_2(tiny_gguf, args, message):
 
 
 @pytest.mark.slow
-def test_not_a_gguf_file(tmp_path):
+@pytest.mark.parametrize("cut", [False, True])
+def test_not_a_gguf_file(tmp_path, tiny_gguf, cut):
     bad = tmp_path / "x.gguf"
-    bad.write_text("nope")
+    if cut:
+        bad.write_bytes(open(tiny_gguf, "rb").read()[:200])
+    else:
+        bad.write_text("nope")
     r = run("generate", "hi", "--model", str(bad))
-    assert r.returncode == 2 and "not a GGUF file" in r.stderr and "Traceback" not in r.stderr
+    says = "is cut short: its header says" if cut else "is not a GGUF file (it starts with the text 'nope')"
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and says in r.stderr, r.stderr
 
 
 @pytest.mark.slow

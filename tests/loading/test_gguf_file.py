@@ -40,3 +40,53 @@ def test_header_claiming_more_bytes_than_laid_out_names_the_tensor(tmp_path):
     open(path, "wb").write(bytes(data))
     with pytest.raises(TinyLLMError, match=r"attn_output\.weight.*bytes"):
         LLM(path)
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory) -> bytes:
+    path = tmp_path_factory.mktemp("whole") / "m.gguf"
+    write_gguf(random_tiny_llama(5), str(path))
+    return path.read_bytes()
+
+
+def _cut_at(data: bytes, where: str) -> int:
+    """A byte inside the header, the metadata, the tensor infos or the tensor data of this file."""
+    infos = data.index(b"token_embd.weight") - 8  # the first tensor record's name length
+    return {"header": 10, "metadata": 200, "tensor infos": infos + 20, "tensor data": len(data) - 100}[where]
+
+
+@pytest.mark.parametrize("where", ["header", "metadata", "tensor infos", "tensor data"])
+def test_a_cut_short_file_says_where_it_ends_in_the_users_words(tmp_path, whole, where):
+    path = tmp_path / "model.gguf"
+    cut = _cut_at(whole, where)
+    path.write_bytes(whole[:cut])
+    with pytest.raises(TinyLLMError) as info:
+        LLM(str(path))
+    message = str(info.value)
+    assert message.startswith(f"{path} is cut short: ") and message.endswith("; the download may be incomplete")
+    assert f"the file ends at byte {cut}" in message and "unpack" not in message
+    if where in ("metadata", "tensor infos"):
+        assert f"its header says 30 tensors and {_num_kv(whole)} metadata entries" in message
+        assert f"inside the {where}" in message
+    if where == "tensor data":
+        assert "tensor 'output.weight' ends at byte" in message
+
+
+def _num_kv(data: bytes) -> int:
+    return struct.unpack_from("<Q", data, 16)[0]
+
+
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        (b"hello world, not a model", "it starts with the text 'hello wo...'"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00", "it starts with the bytes 89 50 4e 47 0d 0a 1a 0a"),
+        (b"", "it is empty"),
+    ],
+)
+def test_a_file_that_is_not_gguf_says_what_it_starts_with(tmp_path, content, says):
+    path = tmp_path / "model.gguf"
+    path.write_bytes(content)
+    with pytest.raises(TinyLLMError) as info:
+        LLM(str(path))
+    assert str(info.value) == f"{path} is not a GGUF file ({says}); expected a file that begins with GGUF"

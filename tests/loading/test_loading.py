@@ -97,7 +97,7 @@ def test_bad_paths_and_files(tmp_path):
     write_gguf(random_tiny_llama(5), str(good))
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
-    with pytest.raises(TinyLLMError, match="truncated|damaged"):
+    with pytest.raises(TinyLLMError, match="cut short"):
         LLM(str(cut))
 
 

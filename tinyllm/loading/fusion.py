@@ -2,7 +2,9 @@
 gate_up_proj (at load), and split back (for writing a model out in HF names).
 
 Concatenating rows is exact for float tensors and for block formats alike (a block never spans two rows).
-Quantized parts in different formats cannot share one block table; they stay a tuple of parts.
+Quantized parts in different formats cannot share one block table; they stay a tuple of parts. A group that
+mixes float and quantized parts (llama.cpp's Q2_K and Q3_K_M files put a Q3_K or Q2_K attn_q, expanded to float
+at load, beside a Q4_K or Q6_K attn_v) is dequantized whole: the fused weight is float, as exact as its parts.
 """
 
 from __future__ import annotations
@@ -13,24 +15,24 @@ import torch
 
 from ..config import ModelConfig
 from ..errors import TinyLLMError
-from ..kernels import QuantWeight
+from ..kernels import QuantWeight, dequantize
 from .names import FUSED_PARAMETERS
 
 
 def concat_rows(parts: list, pack: Callable[[list], QuantWeight | None] | None = None):
     """Tensors -> one tensor; QuantWeights of one format -> one QuantWeight (`pack(parts)` where given and not
-    None: a weight packed from the parts, with no stacked blocks); mixed formats -> a tuple."""
-    if all(isinstance(p, torch.Tensor) for p in parts):
-        return torch.cat(parts)
-    if all(isinstance(p, QuantWeight) for p in parts):
-        if len({p.fmt for p in parts}) == 1 and len({p.shape[1] for p in parts}) == 1:
-            packed = pack(parts) if pack is not None else None
-            if packed is not None:
-                return packed
-            rows = sum(p.shape[0] for p in parts)
-            return QuantWeight(torch.cat([p.data for p in parts]), parts[0].fmt, (rows, parts[0].shape[1]))
-        return tuple(parts)
-    raise ValueError("cannot fuse float and quantized parts; load them all quantized or all dequantized")
+    None: a weight packed from the parts, with no stacked blocks); mixed formats -> a tuple; tensors and
+    QuantWeights -> one tensor, the QuantWeights dequantized to the tensors' dtype."""
+    floats = [p for p in parts if isinstance(p, torch.Tensor)]
+    if floats:  # QuantWeights among tensors: the whole group as float
+        return torch.cat([p if isinstance(p, torch.Tensor) else dequantize(p).to(floats[0].dtype) for p in parts])
+    if len({p.fmt for p in parts}) == 1 and len({p.shape[1] for p in parts}) == 1:
+        packed = pack(parts) if pack is not None else None
+        if packed is not None:
+            return packed
+        rows = sum(p.shape[0] for p in parts)
+        return QuantWeight(torch.cat([p.data for p in parts]), parts[0].fmt, (rows, parts[0].shape[1]))
+    return tuple(parts)
 
 
 def _columns(value) -> int:

@@ -13,9 +13,12 @@ import torch
 
 from ..errors import TinyLLMError
 from ..kernels import FORMATS, QuantWeight, check_blocks
-from .gguf_reader import GGUFTensor, attach_views, read_gguf
+from .gguf_reader import CutShort, GGUFTensor, attach_views, read_gguf
+from .transcode import q3_k_as_q6_k
 
-# Block formats we promise to load (dequantized to float32 at load time).
+# Block types the kernels do not run, kept as blocks of another format holding the same values (transcode.py)
+TRANSCODED = {"Q3_K": ("Q6_K", q3_k_as_q6_k)}
+# Types we promise to load (Q2_K dequantized to float32 at load time).
 SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 
 
@@ -48,7 +51,8 @@ class GGUFFile:
         return np.ascontiguousarray(out, dtype=np.float32).reshape(shape)
 
     def can_stay_quantized(self, name: str) -> bool:
-        return self.tensor_type(name) in FORMATS and len(self.tensors[name].shape) == 2
+        kind = self.tensor_type(name)
+        return (kind in FORMATS or kind in TRANSCODED) and len(self.tensors[name].shape) == 2
 
     def quant_weight(self, name: str) -> QuantWeight:
         """A 2-D block-format tensor as a QuantWeight whose data views the mmap (no copy, never written);
@@ -60,11 +64,14 @@ class GGUFFile:
             raise TinyLLMError(
                 f"tensor {name!r} in {self.path} has a block table of shape {data.shape}, expected {n} rows"
             )
+        kind = t.tensor_type.name
+        if kind in TRANSCODED:  # a copy in a format the kernels run, of the same values
+            data, kind = TRANSCODED[kind][1](data), TRANSCODED[kind][0]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # the mmap is read-only; nothing writes to it
             view = torch.from_numpy(data)  # [N, row_bytes] uint8
         try:
-            w = QuantWeight(view, t.tensor_type.name, (n, k))
+            w = QuantWeight(view, kind, (n, k))
             check_blocks(w)
         except ValueError as exc:
             raise TinyLLMError(f"tensor {name!r} in {self.path} is corrupt: {exc}") from None
@@ -77,16 +84,40 @@ def open_gguf(path: str | os.PathLike) -> GGUFFile:
     if not os.path.isfile(path):
         raise TinyLLMError(f"model file {path!r} does not exist")
     with open(path, "rb") as f:
-        magic = f.read(4)
-    if magic != b"GGUF":
-        raise TinyLLMError(f"{path!r} is not a GGUF file (it starts with {magic!r}, expected b'GGUF')")
+        start = f.read(16)
+    if start and b"GGUF".startswith(start[:4]) and len(start) < 4:
+        raise TinyLLMError(_cut_short(path, CutShort("header", None, None)))
+    if start[:4] != b"GGUF":
+        raise TinyLLMError(f"{path} is not a GGUF file ({_described(start)}); expected a file that begins with GGUF")
     try:
         metadata, tensors, mm = read_gguf(path)
-    except Exception as exc:  # struct, numpy and unknown-enum errors all mean a damaged header
-        raise TinyLLMError(f"{path!r} is a damaged or truncated GGUF file ({type(exc).__name__}: {exc})") from None
+    except CutShort as exc:
+        raise TinyLLMError(_cut_short(path, exc)) from None
+    except Exception as exc:  # numpy errors and unknown types all mean a damaged header
+        raise TinyLLMError(f"{path} is a damaged GGUF file: {exc}") from None
     _check_extents(path, tensors)
     attach_views(mm, tensors)
     return GGUFFile(path=path, metadata=metadata, tensors={t.name: t for t in tensors}, mapping=mm)
+
+
+def _described(start: bytes) -> str:
+    """What the first bytes of a file that is not GGUF are, for the error: text, bytes, or nothing."""
+    if not start:
+        return "it is empty"
+    try:
+        text = start.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and text.isprintable():
+        return f"it starts with the text {text[:8] + '...' if len(text) > 8 else text!r}"
+    return f"it starts with the bytes {start[:8].hex(' ')}"
+
+
+def _cut_short(path: str, exc: CutShort) -> str:
+    ends = f"the file ends at byte {os.path.getsize(path)}, inside the {exc.section}"
+    if exc.num_tensors is not None:
+        ends = f"its header says {exc.num_tensors} tensors and {exc.num_kv} metadata entries but {ends}"
+    return f"{path} is cut short: {ends}; the download may be incomplete"
 
 
 def _check_extents(path: str, tensors) -> None:
@@ -97,7 +128,10 @@ def _check_extents(path: str, tensors) -> None:
     for t, after in zip(ordered, ordered[1:] + [None]):
         end = int(t.data_offset) + int(t.n_bytes)
         if end > size:
-            raise TinyLLMError(f"{path!r} is truncated: tensor {t.name!r} ends past the end of the file")
+            raise TinyLLMError(
+                f"{path} is cut short: tensor {t.name!r} ends at byte {end} but the file ends at byte {size}; "
+                "the download may be incomplete"
+            )
         if after is not None and end > int(after.data_offset):
             raise TinyLLMError(
                 f"{path!r} is corrupt: tensor {t.name!r} ({t.tensor_type.name}, shape "

@@ -62,37 +62,50 @@ class GGUFTensor:
         return tuple(dims)
 
 
+class CutShort(ValueError):
+    """The file ends inside the header: in `section` ("header", "metadata" or "tensor infos"), whose counts the
+    header gave (None before they were read)."""
+
+    def __init__(self, section: str, num_tensors: int | None, num_kv: int | None):
+        super().__init__(f"the file ends inside the {section}")
+        self.section, self.num_tensors, self.num_kv = section, num_tensors, num_kv
+
+
 class _Cursor:
     def __init__(self, buf: memoryview):
         self.buf, self.pos = buf, 0
+        self.section, self.num_tensors, self.num_kv = "header", None, None
+
+    def take(self, n: int) -> int:
+        """Move past `n` bytes; CutShort if the file ends first. The position they start at."""
+        if self.pos + n > len(self.buf):
+            raise CutShort(self.section, self.num_tensors, self.num_kv)
+        self.pos += n
+        return self.pos - n
 
     def unpack(self, fmt: str):
-        value = struct.unpack_from(fmt, self.buf, self.pos)[0]
-        self.pos += struct.calcsize(fmt)
-        return value
+        return struct.unpack_from(fmt, self.buf, self.take(struct.calcsize(fmt)))[0]
 
     def string(self) -> str:
         n = self.unpack("<Q")
-        text = bytes(self.buf[self.pos : self.pos + n])
-        if len(text) != n:
-            raise ValueError("a string runs past the end of the file")
-        self.pos += n
-        return text.decode("utf-8", errors="replace")
+        at = self.take(n)
+        return bytes(self.buf[at : at + n]).decode("utf-8", errors="replace")
 
     def value(self, kind: int):
         if kind == STRING:
             return self.string()
         if kind == ARRAY:
             return self.array()
+        if kind not in SCALARS:
+            raise ValueError(f"a metadata value has type id {kind}, which is no GGUF value type")
         return self.unpack(SCALARS[kind][0])
 
     def array(self) -> list:
         kind, count = self.unpack("<I"), self.unpack("<Q")
         if kind in SCALARS:  # numbers in one read
             dtype = np.dtype(SCALARS[kind][1]).newbyteorder("<")
-            values = np.frombuffer(self.buf, dtype=dtype, count=count, offset=self.pos)
-            self.pos += values.nbytes
-            return values.tolist()
+            at = self.take(count * dtype.itemsize)
+            return np.frombuffer(self.buf, dtype=dtype, count=count, offset=at).tolist()
         return [self.value(kind) for _ in range(count)]
 
 
@@ -106,15 +119,17 @@ def read_gguf(path: str) -> tuple[dict, list[GGUFTensor], np.memmap]:
     version, n_tensors, n_kv = cur.unpack("<I"), cur.unpack("<Q"), cur.unpack("<Q")
     if version not in (2, 3):
         raise ValueError(f"GGUF version {version} is not supported (expected 2 or 3)")
+    cur.section, cur.num_tensors, cur.num_kv = "metadata", n_tensors, n_kv
     metadata = {}
     for _ in range(n_kv):
         key = cur.string()
         metadata[key] = cur.value(cur.unpack("<I"))
+    cur.section = "tensor infos"
     infos = []
     for _ in range(n_tensors):
         name, n_dims = cur.string(), cur.unpack("<I")
         shape = tuple(cur.unpack("<Q") for _ in range(n_dims))
-        kind, offset = GGMLQuantizationType(cur.unpack("<I")), cur.unpack("<Q")
+        kind, offset = _tensor_type(name, cur.unpack("<I")), cur.unpack("<Q")
         infos.append((name, kind, shape, offset))
     alignment = int(metadata.get("general.alignment", 32))
     start = -(-cur.pos // alignment) * alignment
@@ -124,6 +139,13 @@ def read_gguf(path: str) -> tuple[dict, list[GGUFTensor], np.memmap]:
         n_bytes = int(np.prod(shape, dtype=np.int64)) // block * size
         tensors.append(GGUFTensor(name, kind, shape, start + offset, n_bytes))
     return metadata, tensors, mm
+
+
+def _tensor_type(name: str, type_id: int) -> GGMLQuantizationType:
+    try:
+        return GGMLQuantizationType(type_id)
+    except ValueError:
+        raise ValueError(f"tensor {name!r} has type id {type_id}, which is no GGML tensor type") from None
 
 
 def attach_views(mm: np.memmap, tensors: list[GGUFTensor]) -> None:

@@ -9,6 +9,8 @@ import pytest
 from helpers.tiny_models import tiny_llama
 from tinyllm import LLM
 from tinyllm.server import create_app
+from tinyllm.server.transport import body
+from tinyllm.server.transport.body import YIELDING_PARSE_BYTES
 from tinyllm.server.transport.server_thread import ServerThread
 from tinyllm.server.wire.protocol import ChatCompletionRequest, CompletionRequest
 
@@ -116,3 +118,20 @@ def test_openapi_documents_the_request_bodies(url):
         assert ref == f"#/components/schemas/{model}"
     schemas = spec["components"]["schemas"]
     assert "messages" in schemas["ChatCompletionRequest"]["properties"] and "ChatMessage" in schemas
+
+
+@pytest.mark.parametrize(
+    "content, says, param",
+    [
+        (b'{"prompt": "' + b"x" * YIELDING_PARSE_BYTES + b'", "stop": ' + b"[" * 70 + b"]" * 70 + b"}", "64", "stop"),
+        (b'{"prompt": "' + b"x" * YIELDING_PARSE_BYTES + b'"', "not valid JSON", None),
+    ],
+    ids=["too deep", "not JSON"],
+)
+def test_big_bodies_take_the_yielding_parse_and_answer_as_small_ones(url, monkeypatch, content, says, param):
+    calls = []
+    real = body.loads_yielding
+    monkeypatch.setattr(body, "loads_yielding", lambda raw, depth: calls.append(len(raw)) or real(raw, depth))
+    r = httpx.post(f"{url}/v1/completions", content=content, headers={"content-type": "application/json"}, timeout=60)
+    assert r.status_code == 400 and says in r.json()["error"]["message"], r.text
+    assert r.json()["error"]["param"] == param and calls == [len(content)]

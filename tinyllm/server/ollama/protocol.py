@@ -7,13 +7,25 @@ is checked where it is used, so the 400 can name the field.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timezone
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
 STREAM_MEDIA_TYPE = "application/x-ndjson"
 NANOS = 1_000_000_000
+
+
+# A duration ("5m") or seconds. Python's JSON parser reads NaN and Infinity: they are a 400 naming the field, as
+# a non-finite number is on every other route (accepted: the model stays loaded while the server runs).
+def _finite(value: str | int | float | None) -> str | int | float | None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f'must be a duration such as "5m" or a finite number of seconds, got {value}')
+    return value
+
+
+KeepAlive = Annotated[str | int | float | None, AfterValidator(_finite)]
 
 
 class _Body(BaseModel):
@@ -34,7 +46,7 @@ class _GenerationBody(_Body):
     stream: bool | None = None  # Ollama streams unless told not to
     format: str | dict | None = None  # "json", or a JSON schema
     options: dict[str, Any] | None = None
-    keep_alive: str | int | float | None = None  # accepted: the model stays loaded while the server runs
+    keep_alive: KeepAlive = None
     think: bool | str | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
@@ -60,7 +72,7 @@ class EmbedBody(_Body):
     input: str | list[str] | None = None
     truncate: bool | None = None  # Ollama's default: cut an input to the context (false: a 400)
     options: dict[str, Any] | None = None
-    keep_alive: str | int | float | None = None
+    keep_alive: KeepAlive = None
     dimensions: int | None = None
 
 
@@ -70,7 +82,7 @@ class LegacyEmbeddingsBody(_Body):
     model: str | None = None
     prompt: str | None = None
     options: dict[str, Any] | None = None
-    keep_alive: str | int | float | None = None
+    keep_alive: KeepAlive = None
 
 
 class ShowBody(_Body):

@@ -24,10 +24,10 @@ from ..checks.admission import context_error
 from ..checks.prompts import encode_text
 from ..endpoints.chat import prepare_chat
 from ..endpoints.completions import prepare_completion
-from ..endpoints.embeddings import Embedder, check_dimensions, split_inputs
+from ..endpoints.embeddings import Embedder, check_dimensions, input_counts, split_inputs
 from ..endpoints.serving import ClientGone, client_gone_response
 from ..state import Ready
-from ..transport.body import chat_counts, parse_body
+from ..transport.body import chat_counts, ids_counts, parse_body
 from ..wire.errors import APIError, bad_request, nesting_is_400, validation_error
 from . import models
 from .answer import Job, Shape, answer, load_answer
@@ -140,7 +140,7 @@ def add_ollama_routes(app: FastAPI, auth: list, ready, embedder: Embedder) -> No
     @router.post("/api/generate")
     async def generate(request: Request, ctx: Ready = Depends(ready)) -> Response:
         arrival = time.perf_counter()
-        body = await parse_body(request, GenerateBody)
+        body = await parse_body(request, GenerateBody, ids_counts(ctx.limits, "context"))
         sampling = sampling_of(body.options, ctx.context_length)
         refuse_unsupported(body)
         if not body.prompt:
@@ -154,7 +154,7 @@ def add_ollama_routes(app: FastAPI, auth: list, ready, embedder: Embedder) -> No
     async def embed(request: Request, ctx: Ready = Depends(ready)) -> Response:
         """Mean-pooled, L2-normalized final hidden states of each input."""
         arrival = time.perf_counter()
-        body = await parse_body(request, EmbedBody)
+        body = await parse_body(request, EmbedBody, input_counts(ctx.limits, "input"))
         ctx.check_model(model_name(body.model))
         sampling = sampling_of(body.options, ctx.context_length, generating=False)
         check_dimensions(body.dimensions, ctx)

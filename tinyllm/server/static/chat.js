@@ -82,11 +82,12 @@
     node.append(body, status);
     $("messages").append(node);
     node.scrollIntoView({ block: "end" });
-    return { node, body, status };
+    return { node, body, status, markdown: window.Markdown.view(body, document) };
   }
 
+  // Called every frame while a reply streams: only the blocks that changed are rendered again.
   function show(view, text) {
-    view.body.replaceChildren(window.renderMarkdown(text));
+    view.markdown.update(text);
   }
 
   function setBusy(busy) {

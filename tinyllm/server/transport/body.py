@@ -4,9 +4,11 @@ FastAPI parses and validates a declared body on the event loop: 400,000 chat mes
 validation there (one model per message), and /health and every running stream freeze for all of it even
 though the request ends in a 400. Here the raw bytes are parsed in a worker thread; a cheap check of the
 counts (messages, prompts, token ids) against the context refuses an oversized body before validation
-builds anything; validation then runs in the thread too. json.loads still holds the GIL while it runs
-(tens of milliseconds per MB), which the body size cap bounds. Before json.loads, the depth of nested arrays
-and objects is bounded on the raw bytes (json_depth.py): the parser and everything after it recurse per level.
+builds anything; validation then runs in the thread too. json.loads holds the GIL while it runs (up to a
+few hundred milliseconds per MB of small values), so a thread alone does not free the loop: a body over
+YIELDING_PARSE_BYTES is parsed by yielding_json.py instead, which lets the loop run between pieces. Before
+json.loads, the depth of nested arrays and objects is bounded on the raw bytes (json_depth.py; the yielding
+parse counts it as it goes): the parser and everything after it recurse per level.
 
 A POST body must be sent as JSON (`Content-Type: application/json` or a `+json` type): without the header a
 web page could drive a key-less local server with a CORS "simple request", which sends text/plain or nothing.
@@ -28,13 +30,17 @@ from pydantic.json_schema import models_json_schema
 
 from ..checks.admission import PromptLimits
 from ..wire.client_text import clip
-from ..wire.errors import bad_request
+from ..wire.errors import APIError, bad_request
 from .json_depth import deep_field, nests_deeper_than
 from .limits import MAX_JSON_DEPTH, MAX_PROMPTS
+from .yielding_json import TooDeep, loads_yielding
 
 Model = TypeVar("Model", bound=BaseModel)
 CountCheck = Callable[[dict], None]
 _REF = "#/components/schemas/{model}"
+# Bodies above this are parsed in pieces (yielding_json.py), the event loop running between them; below it
+# json.loads holds the loop for tens of milliseconds at most.
+YIELDING_PARSE_BYTES = 1 << 20
 
 
 async def parse_body(request: Request, model: type[Model], check_counts: CountCheck | None = None) -> Model:
@@ -52,19 +58,7 @@ def _check_content_type(content_type: str | None) -> None:
 
 
 def _parse(raw: bytes, model: type[Model], check_counts: CountCheck | None) -> Model:
-    if nests_deeper_than(raw, MAX_JSON_DEPTH):
-        field = deep_field(raw, MAX_JSON_DEPTH)
-        where = "the request body" if field is None else clip(field, 100)
-        raise bad_request(
-            f"{where} nests arrays and objects past the limit of {MAX_JSON_DEPTH} levels (counted from the body)",
-            field,
-        )
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:  # JSONDecodeError, and UnicodeDecodeError for bytes that are not UTF-8
-        raise bad_request(f"the request body is not valid JSON ({exc})") from None
-    except RecursionError:  # only text that is not JSON gets past the depth check this deep
-        raise bad_request("the request body is not valid JSON (it nests too deeply to read)") from None
+    data = _load_yielding(raw) if len(raw) > YIELDING_PARSE_BYTES else _load(raw)
     if not isinstance(data, dict):
         raise bad_request(f"the request body must be a JSON object, got a JSON {type(data).__name__}")
     if check_counts is not None:
@@ -75,12 +69,55 @@ def _parse(raw: bytes, model: type[Model], check_counts: CountCheck | None) -> M
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None
 
 
+def _load(raw: bytes) -> object:
+    if nests_deeper_than(raw, MAX_JSON_DEPTH):
+        raise _too_deep(raw)
+    try:
+        return json.loads(raw)
+    except ValueError as exc:  # JSONDecodeError, and UnicodeDecodeError for bytes that are not UTF-8
+        raise _not_json(exc) from None
+    except RecursionError:  # only text that is not JSON gets past the depth check this deep
+        raise bad_request("the request body is not valid JSON (it nests too deeply to read)") from None
+
+
+def _load_yielding(raw: bytes) -> object:
+    try:
+        return loads_yielding(raw, MAX_JSON_DEPTH)
+    except TooDeep:
+        raise _too_deep(raw) from None
+    except ValueError as exc:
+        raise _not_json(exc) from None
+
+
+def _too_deep(raw: bytes) -> APIError:
+    field = deep_field(raw, MAX_JSON_DEPTH)
+    where = "the request body" if field is None else clip(field, 100)
+    return bad_request(
+        f"{where} nests arrays and objects past the limit of {MAX_JSON_DEPTH} levels (counted from the body)", field
+    )
+
+
+def _not_json(exc: ValueError) -> APIError:
+    return bad_request(f"the request body is not valid JSON ({exc})")
+
+
 # ---- count checks on the parsed, not yet validated body (wrong types are left to validation)
 def chat_counts(limits: PromptLimits) -> CountCheck:
     def check(data: dict) -> None:
         messages = data.get("messages")
         if isinstance(messages, list):
             limits.check_message_count(len(messages))
+
+    return check
+
+
+def ids_counts(limits: PromptLimits, param: str) -> CountCheck:
+    """A field of token ids (Ollama's generate `context`) against the context."""
+
+    def check(data: dict) -> None:
+        ids = data.get(param)
+        if isinstance(ids, list):
+            limits.check_ids(len(ids), param)
 
     return check
 
