@@ -2,7 +2,8 @@
 and sampled exactly as /v1/chat/completions and /v1/completions do it (chat.py, completions.py): the same
 limits, tools, structured outputs and SamplingParams, hence the same text for the same seed.
 
-`format` "json" is response_format json_object and a JSON schema is response_format json_schema; `tools` are
+`format` "json" is response_format json_object and a JSON schema is response_format json_schema with strict
+on (an object that does not state additionalProperties takes no other keys, as in Ollama); `tools` are
 OpenAI's tools already. A past assistant turn's tool_calls get their arguments as JSON text, as OpenAI's API
 sends them. Fields of Ollama's API that would change the answer and that this server does not honour (images,
 thinking, a template of one's own, a suffix) are a 400 naming them.
@@ -65,7 +66,9 @@ def response_format(value: str | dict | None) -> dict | None:
     if value == "json":
         return {"type": "json_object"}
     if isinstance(value, dict):
-        return {"type": "json_schema", "json_schema": {"name": "format", "schema": value}}
+        # Ollama (llama.cpp's schema converter) takes an object that does not state additionalProperties as
+        # closed; its clients send pydantic's schemas, which do not: strict closes them the same way.
+        return {"type": "json_schema", "json_schema": {"name": "format", "schema": value, "strict": True}}
     raise bad_request(f'format must be "json" or a JSON schema object, got {value!r}', "format")
 
 
