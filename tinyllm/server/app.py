@@ -38,6 +38,7 @@ from .transport.body import (
 from .transport.body_limit import BodyLimit
 from .transport.hosts import HostAllowList
 from .transport.limits import MAX_BODY_BYTES
+from .transport.origins import OriginGuard
 from .transport.slow_clients import ConnectionLimits
 from .wire.errors import APIError, install_error_handlers
 from .wire.protocol import (
@@ -117,6 +118,7 @@ def create_app(
             allow_methods=["GET", "POST"],
             allow_headers=["authorization", "content-type"],
         )
+    app.add_middleware(OriginGuard, allowed=tuple(allowed_origins or ()))  # a page elsewhere gets 403
     if allowed_hosts is not None:  # added last: the outermost check
         app.add_middleware(HostAllowList, allowed=tuple(allowed_hosts))
     install_error_handlers(app)

@@ -96,7 +96,7 @@ def test_counts_over_the_limits_are_refused_before_validation(url, monkeypatch, 
         (b'{"prompt": "x"', "application/json", "not valid JSON"),
         (b"\xff\xfe", "application/json", "not valid JSON"),
         (b"[1, 2]", "application/json", "must be a JSON object"),
-        (b'{"prompt": "x"}', "text/plain", "application/json"),
+        (b"prompt=x", "application/x-www-form-urlencoded", "not valid JSON"),
         (b'{"prompt": 5}', "application/json", "prompt"),
     ],
 )

@@ -122,7 +122,9 @@ def check_supported(body, table: dict[str, Unsupported]) -> None:
             f"send {entry.accepted} or leave it out",
             entry.name,
         )
-    for i, message in enumerate(getattr(body, "messages", None) or ()):
+    # Only a declared messages field holds validated messages: in another request (a completion) it is an extra.
+    messages = body.messages if "messages" in type(body).model_fields else None
+    for i, message in enumerate(messages or ()):
         extra = message.model_extra or {}
         entry = _first_unsupported(extra, MESSAGE_FIELDS, extra)
         if entry is not None:
