@@ -1,7 +1,8 @@
 """What Ollama's clients ask about the model: GET /api/tags (the models there are: this one), POST /api/show,
 GET /api/ps (the models loaded: this one, for as long as the server runs) and GET /api/version (tinyllm's).
 
-No file-system path is shown. There is no digest: this server serves one file and never hashes it.
+No file-system path is shown. `digest` is the SHA-256 of the model's file (loading/digest.py: hashed once, off
+the event loop, on the first request that shows it), absent for a model built in memory.
 """
 
 from __future__ import annotations
@@ -48,7 +49,11 @@ def details(info: dict) -> dict:
     }
 
 
-def tags(ctx: Ready, info: dict) -> dict:
+def _with_digest(entry: dict, digest: str | None) -> dict:
+    return {**entry, "digest": digest} if digest else entry
+
+
+def tags(ctx: Ready, info: dict, digest: str | None) -> dict:
     entry = {
         "name": ctx.model_name,
         "model": ctx.model_name,
@@ -56,10 +61,10 @@ def tags(ctx: Ready, info: dict) -> dict:
         "size": info["weight_bytes"],
         "details": details(info),
     }
-    return {"models": [entry]}
+    return {"models": [_with_digest(entry, digest)]}
 
 
-def running(ctx: Ready, info: dict) -> dict:
+def running(ctx: Ready, info: dict, digest: str | None) -> dict:
     on_gpu = str(getattr(ctx.llm.model, "device", "cpu")).startswith("cuda")
     entry = {
         "name": ctx.model_name,
@@ -70,7 +75,7 @@ def running(ctx: Ready, info: dict) -> dict:
         "size_vram": info["weight_bytes"] if on_gpu else 0,
         "context_length": ctx.context_length,
     }
-    return {"models": [entry]}
+    return {"models": [_with_digest(entry, digest)]}
 
 
 def show(ctx: Ready, info: dict) -> dict:

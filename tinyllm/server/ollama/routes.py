@@ -18,6 +18,7 @@ from fastapi.routing import APIRoute, APIRouter
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
+from ...loading.digest import model_digest
 from ...model.pooling import Pooling
 from ...sampling.params import SamplingParams
 from ..checks.admission import context_error
@@ -200,13 +201,16 @@ def _add_model_routes(router: APIRouter, ready) -> None:
     async def info(ctx: Ready) -> dict:
         return await run_in_threadpool(ctx.llm.info)
 
+    async def digest(ctx: Ready) -> str | None:
+        return await run_in_threadpool(model_digest, str(getattr(ctx.llm, "path", "") or ""))
+
     @router.get("/api/tags")
     async def tags(ctx: Ready = Depends(ready)) -> dict:
-        return models.tags(ctx, await info(ctx))
+        return models.tags(ctx, await info(ctx), await digest(ctx))
 
     @router.get("/api/ps")
     async def ps(ctx: Ready = Depends(ready)) -> dict:
-        return models.running(ctx, await info(ctx))
+        return models.running(ctx, await info(ctx), await digest(ctx))
 
     @router.post("/api/show")
     async def show(request: Request, ctx: Ready = Depends(ready)) -> dict:
