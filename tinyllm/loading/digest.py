@@ -15,19 +15,20 @@ def model_digest(path: str) -> str | None:
     """ "sha256:<hex>" of the file or folder at path; None when there is no such path (a model built in memory)."""
     if not path or not os.path.exists(path):
         return None
-    return f"sha256:{_digest(os.path.realpath(path), *_version(path))}"
+    return f"sha256:{_digest(os.path.realpath(path), _version(path))}"
 
 
-def _version(path: str) -> tuple[int, int]:
+def _version(path: str) -> tuple:
+    """What tells one version of the file (or of each of a folder's files) from another."""
     if os.path.isdir(path):
-        stats = [os.stat(os.path.join(path, name)) for name in sorted(os.listdir(path))]
-        return sum(s.st_size for s in stats), max((s.st_mtime_ns for s in stats), default=0)
+        names = sorted(os.listdir(path))
+        return tuple((name, *_version(os.path.join(path, name))) for name in names)
     stat = os.stat(path)
     return stat.st_size, stat.st_mtime_ns
 
 
 @lru_cache(maxsize=64)
-def _digest(path: str, size: int, mtime_ns: int) -> str:
+def _digest(path: str, *version) -> str:
     if not os.path.isdir(path):
         return _file_sha256(path)
     outer = hashlib.sha256()
