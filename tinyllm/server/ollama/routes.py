@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+import torch
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -25,7 +26,7 @@ from ..checks.admission import context_error
 from ..checks.prompts import encode_text
 from ..endpoints.chat import prepare_chat
 from ..endpoints.completions import prepare_completion
-from ..endpoints.embeddings import Embedder, check_dimensions, input_counts, split_inputs
+from ..endpoints.embeddings import Embedder, input_counts, split_inputs
 from ..endpoints.serving import ClientGone, client_gone_response
 from ..state import Ready
 from ..transport.body import chat_counts, ids_counts, parse_body
@@ -158,7 +159,7 @@ def add_ollama_routes(app: FastAPI, auth: list, ready, embedder: Embedder) -> No
         body = await parse_body(request, EmbedBody, input_counts(ctx.limits, "input"))
         ctx.check_model(model_name(body.model))
         sampling = sampling_of(body.options, ctx.context_length, generating=False)
-        check_dimensions(body.dimensions, ctx)
+        width = _embed_width(body.dimensions, ctx)
         if body.input is None:
             raise bad_request("input is missing; send a text or a list of texts", "input")
         items = split_inputs(body.input)
@@ -170,7 +171,7 @@ def add_ollama_routes(app: FastAPI, auth: list, ready, embedder: Embedder) -> No
         return JSONResponse(
             {
                 "model": ctx.model_name,
-                "embeddings": done.vectors.tolist(),
+                "embeddings": _shortened(done.vectors, width).tolist(),
                 "total_duration": nanos(time.perf_counter() - arrival),
                 "load_duration": 0,
                 "prompt_eval_count": done.num_tokens,
@@ -195,6 +196,25 @@ def add_ollama_routes(app: FastAPI, auth: list, ready, embedder: Embedder) -> No
 
     _add_model_routes(router, ready)
     app.include_router(router)
+
+
+def _embed_width(dimensions: int | None, ctx: Ready) -> int | None:
+    """`dimensions` as Ollama takes it: the first that many of each vector's values (None: all of them)."""
+    width = ctx.llm.config.hidden_size
+    if dimensions is None or dimensions == width:
+        return None
+    if isinstance(dimensions, bool) or not 1 <= dimensions < width:
+        raise bad_request(
+            f"dimensions must be between 1 and the model's {width} dimensions, got {dimensions!r}", "dimensions"
+        )
+    return dimensions
+
+
+def _shortened(vectors: torch.Tensor, width: int | None) -> torch.Tensor:
+    """Each normalized vector [N, C] cut to its first `width` values and normalized again (Ollama's truncation)."""
+    if width is None:
+        return vectors
+    return torch.nn.functional.normalize(vectors[:, :width], dim=-1)  # [N, width]
 
 
 def _add_model_routes(router: APIRouter, ready) -> None:
