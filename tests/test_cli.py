@@ -253,7 +253,7 @@ def test_help_and_user_errors_import_no_torch(tiny_gguf, args, code):
 def test_chat_max_tokens_past_the_context_names_the_context(tiny_gguf):
     r = run("chat", "--model", tiny_gguf, "--max-tokens", "99999")
     assert r.returncode == 2
-    assert r.stderr == "tinyllm: error: --max-tokens is 99999, more than the model's context of 128 tokens\n"
+    assert r.stderr == "tinyllm: error: --max-tokens is 99999, more than the model's context length of 128 tokens\n"
 
 
 def generate_json(tiny_gguf, *args):

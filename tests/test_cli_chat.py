@@ -63,7 +63,7 @@ def test_commands_are_listed_and_a_turn_past_the_context_is_refused_without_endi
     r = run_chat(tiny_gguf, "/help\nhello\n/nonsense\nhello\n", "--max-tokens", "4090")
     assert r.returncode == 0 and r.stdout == "> " * 5 + "\n"  # no reply: both turns were refused
     assert "/reset" in r.stderr and "/system TEXT" in r.stderr and "unknown command /nonsense" in r.stderr
-    refused = "and --max-tokens is 4090, more than the model's context of 4096 tokens (/reset starts over)"
+    refused = "and --max-tokens is 4090, more than the model's context length of 4096 tokens (/reset starts over)"
     assert r.stderr.count(refused) == 2
 
 

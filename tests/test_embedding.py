@@ -73,6 +73,6 @@ def test_bad_input_is_a_user_error(llm, inputs, options, message):
 
 
 def test_an_input_longer_than_the_context_is_refused(llm):
-    with pytest.raises(TinyLLMError, match="more than the model's context of 128"):
+    with pytest.raises(TinyLLMError, match="more than the model's context length of 128"):
         llm.embed([1] * 129)
     assert llm.embed([1] * 128).shape == (llm.config.hidden_size,)

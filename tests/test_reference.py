@@ -65,7 +65,7 @@ def test_max_len_limits_generation(smollm_tokenizer):
     assert len(g.ids) == 5 and g.finish_reason == "length"
     g = generate(model, tok, prompt, GREEDY.replace(max_tokens=3))
     assert len(g.ids) == 3 and g.finish_reason == "length"
-    with pytest.raises(ValueError, match="context holds 6"):
+    with pytest.raises(ValueError, match="context length is 6"):
         generate(model, tok, list(range(10, 17)), GREEDY)
     with pytest.raises(ValueError, match="empty"):
         generate(model, tok, "", GREEDY)

@@ -73,11 +73,11 @@ def check_speculative(args) -> None:
 def check_room(num_prompt: int, max_tokens: int | None, context: int) -> None:
     """An explicit --max-tokens must fit the context after the prompt (the server's check and words)."""
     if max_tokens is not None and max_tokens > context:
-        raise TinyLLMError(f"--max-tokens is {max_tokens}, more than the model's context of {context} tokens")
+        raise TinyLLMError(f"--max-tokens is {max_tokens}, more than the model's context length of {context} tokens")
     if max_tokens is not None and num_prompt + max_tokens > context:
         raise TinyLLMError(
             f"the prompt has {num_prompt} tokens and --max-tokens is {max_tokens}, more than the model's "
-            f"context of {context} tokens"
+            f"context length of {context} tokens"
         )
 
 

@@ -32,7 +32,7 @@ def input_ids(tokenizer, text_or_ids: str | Sequence[int], vocab_size: int, cont
     if bad is not None:
         raise TinyLLMError(f"token id {bad} is out of range [0, {vocab_size})")
     if len(ids) > context_length:
-        raise TinyLLMError(f"an input has {len(ids)} tokens, more than the model's context of {context_length}")
+        raise TinyLLMError(f"an input has {len(ids)} tokens, more than the model's context length of {context_length}")
     return ids
 
 

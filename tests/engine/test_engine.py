@@ -129,7 +129,7 @@ def test_aborts_free_blocks_during_prefill_and_decode(llm):
 def test_bad_requests_are_rejected_and_the_others_run(llm):
     engine = Engine(llm.parts, max_num_seqs=4, max_num_batched_tokens=64, block_size=8, num_blocks=8)
     ok = engine.add_request([5, 6, 7], GREEDY)
-    with pytest.raises(TinyLLMError, match="context holds 256"):
+    with pytest.raises(TinyLLMError, match="context length is 256"):
         engine.add_request(list(range(10, 300)), GREEDY)
     with pytest.raises(TinyLLMError, match="KV pool holds"):
         engine.add_request(list(range(10, 90)), GREEDY)

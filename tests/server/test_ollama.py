@@ -233,7 +233,7 @@ def test_neutral_options_are_accepted(client):
 @pytest.mark.parametrize(
     ("body", "status", "message"),
     [
-        ({"model": "other", "messages": HI}, 404, "the model 'other' does not exist"),
+        ({"model": "other", "messages": HI}, 404, "the model 'other' was not found"),
         ({"messages": HI, "think": True}, 400, "think True is not supported"),
         ({"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}, 400, "images are not supported"),
         ({"messages": HI, "format": "yaml"}, 400, 'format must be "json" or a JSON schema'),
@@ -276,7 +276,7 @@ def test_embed_cuts_to_the_context_unless_told_not_to(http, llm):
     ids = llm.tokenizer.encode(text)[:1024]
     torch.testing.assert_close(torch.tensor(cut), llm.embed(ids), atol=1e-5, rtol=0)
     r = http.post("/api/embed", json={"model": MODEL, "input": text, "truncate": False})
-    assert r.status_code == 400 and "more than the model's context of 1024" in r.json()["error"]
+    assert r.status_code == 400 and "more than the model's context length of 1024" in r.json()["error"]
     r = http.post("/api/embed", json={"model": MODEL, "input": "x", "options": {"temperature": 0.5}})
     assert r.status_code == 400 and r.json()["error"] == "options.temperature does nothing for embeddings; leave it out"
 

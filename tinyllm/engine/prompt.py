@@ -27,7 +27,7 @@ def check_prompt(ids: list[int], vocab_size: int | None, max_len: int) -> None:
         raise TinyLLMError(f"prompt token id {bad} is out of range [0, {vocab_size})")
     if len(ids) >= max_len:
         raise TinyLLMError(
-            f"prompt has {len(ids)} tokens, but the model's context holds {max_len} "
+            f"prompt has {len(ids)} tokens, but the model's context length is {max_len} "
             f"(at most {max_len - 1} prompt tokens leave room for one new token)"
         )
 

@@ -41,7 +41,7 @@ class Ready:
         if model is not None and model != self.model_name and model not in self.aliases:
             raise APIError(
                 404,
-                f"the model {model!r} does not exist; this server serves {self.model_name!r}",
+                f"the model {model!r} was not found: this server serves {self.model_name!r}",
                 param="model",
                 code="model_not_found",
             )

@@ -78,11 +78,11 @@ def test_dimensions_is_refused_unless_it_is_the_models_width(client, llm):
         ({"input": ["a", ""]}, r"input\[1\] is empty"),
         ({"input": [[1, 2], [10**7]]}, r"input\[1\] has token id 10000000, outside the vocabulary"),
         ({"input": ["a"] * (MAX_INPUTS + 1)}, f"more than the limit of {MAX_INPUTS}"),
-        ({"input": [[1] * 1025]}, r"input\[0\] has 1025 tokens, more than the model's context of 1024"),
+        ({"input": [[1] * 1025]}, r"input\[0\] has 1025 tokens, more than the model's context length of 1024"),
         ({"input": [[5] * 1000] * (MAX_TOTAL_TOKENS // 1000 + 1)}, f"more than the limit of {MAX_TOTAL_TOKENS}"),
         ({"input": "a", "pooling": "max"}, "pooling must be 'mean' or 'last'"),
         ({"input": "a", "encoding_format": "int8"}, "encoding_format"),
-        ({"input": "a", "model": "other"}, "the model 'other' does not exist"),
+        ({"input": "a", "model": "other"}, "the model 'other' was not found"),
     ],
 )
 def test_what_cannot_be_embedded_is_refused(server, body, message):

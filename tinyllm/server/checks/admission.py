@@ -51,15 +51,15 @@ class PromptLimits:
     def check_text(self, num_chars: int, param: str) -> None:
         if num_chars > self.max_chars:
             raise context_error(
-                f"{param} has {num_chars} characters, more than any prompt that fits the "
-                f"{self.context_length}-token context can have ({self.max_chars})",
+                f"{param} has {num_chars} characters, more than any prompt within the context length of "
+                f"{self.context_length} tokens can have ({self.max_chars})",
                 param,
             )
 
     def check_ids(self, num_ids: int, param: str) -> None:
         if num_ids >= self.context_length:
             raise context_error(
-                f"{param} has {num_ids} tokens, but the model's context holds "
+                f"{param} has {num_ids} tokens, but the model's context length is "
                 f"{self.context_length} (at most {self.context_length - 1} leave room for one "
                 f"new token)",
                 param,
@@ -68,8 +68,8 @@ class PromptLimits:
     def check_message_count(self, num_messages: int) -> None:
         if num_messages > self.context_length:
             raise context_error(
-                f"messages has {num_messages} entries, more than the {self.context_length} "
-                f"tokens of the context can hold",
+                f"messages has {num_messages} entries, more than the context length of "
+                f"{self.context_length} tokens can hold",
                 "messages",
             )
 
@@ -85,8 +85,8 @@ class PromptLimits:
         if chars + tools_chars > self.max_chars:
             raise context_error(
                 f"messages and tools have {chars + tools_chars} characters together ({tools_chars} of them the "
-                f"tools' JSON), more than any prompt that fits the {self.context_length}-token context can have "
-                f"({self.max_chars})",
+                f"tools' JSON), more than any prompt within the context length of {self.context_length} tokens "
+                f"can have ({self.max_chars})",
                 "messages" if chars > self.max_chars else "tools",
             )
 
@@ -99,7 +99,7 @@ class PromptLimits:
         if max_tokens is not None and num_prompt + max_tokens > self.context_length:
             raise context_error(
                 f"the prompt has {num_prompt} tokens and {max_tokens_param} is {max_tokens}, more than "
-                f"the model's context of {self.context_length} tokens",
+                f"the model's context length of {self.context_length} tokens",
                 max_tokens_param,
             )
 

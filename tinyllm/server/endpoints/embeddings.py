@@ -86,7 +86,7 @@ def input_counts(limits: PromptLimits, param: str = PROMPT_PARAM):
 
 def _check_length(num_ids: int, context: int, where: str, param: str) -> None:
     if num_ids > context:
-        raise context_error(f"{where} has {num_ids} tokens, more than the model's context of {context}", param)
+        raise context_error(f"{where} has {num_ids} tokens, more than the model's context length of {context}", param)
 
 
 def _ids(ctx: Ready, items: list, param: str, truncate: bool, context: int | None, max_tokens: int) -> list[list[int]]:
