@@ -7,6 +7,7 @@ the event loop, on the first request that shows it), absent for a model built in
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import datetime, timezone
 
@@ -78,7 +79,24 @@ def running(ctx: Ready, info: dict, digest: str | None) -> dict:
     return {"models": [_with_digest(entry, digest)]}
 
 
-def show(ctx: Ready, info: dict) -> dict:
+def parameters(ctx: Ready) -> str:
+    """The model's defaults as a Modelfile's PARAMETER lines name them: its stop tokens."""
+    texts = dict.fromkeys(ctx.tokenizer.token_text(i) for i in ctx.llm.eos_ids)
+    return "\n".join(f"stop {json.dumps(t, ensure_ascii=False)}" for t in texts if t)
+
+
+def modelfile(ctx: Ready, params: str, license_text: str | None) -> str:
+    """A Modelfile that describes the served model (its name, not its path)."""
+    lines = [f"FROM {ctx.model_name}"]
+    if ctx.tokenizer.chat_template:
+        lines.append(f'TEMPLATE """{ctx.tokenizer.chat_template}"""')
+    lines += [f"PARAMETER {p}" for p in params.splitlines()]
+    if license_text:
+        lines.append(f'LICENSE """{license_text}"""')
+    return "\n".join(lines) + "\n"
+
+
+def show(ctx: Ready, info: dict, license_text: str | None = None) -> dict:
     arch = info["architecture"]
     model_info = {
         "general.architecture": arch,
@@ -91,15 +109,17 @@ def show(ctx: Ready, info: dict) -> dict:
         f"{arch}.rope.freq_base": info["rope_theta"],
         f"{arch}.vocab_size": info["vocab_size"],
     }
-    return {
-        "modelfile": "",
-        "parameters": "",
+    params = parameters(ctx)
+    shown = {
+        "modelfile": modelfile(ctx, params, license_text),
+        "parameters": params,
         "template": ctx.tokenizer.chat_template or "",
         "details": details(info),
         "model_info": model_info,
         "capabilities": CAPABILITIES,
         "modified_at": modified_at(ctx.llm),
     }
+    return {**shown, "license": license_text} if license_text else shown
 
 
 def version() -> dict:

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from ...loading.digest import model_digest
+from ...loading.model_card import model_license
 from ...model.pooling import Pooling
 from ...sampling.params import SamplingParams
 from ..checks.admission import context_error
@@ -236,7 +237,8 @@ def _add_model_routes(router: APIRouter, ready) -> None:
     async def show(request: Request, ctx: Ready = Depends(ready)) -> dict:
         body = await parse_body(request, ShowBody)
         ctx.check_model(model_name(body.model or body.name))
-        return models.show(ctx, await info(ctx))
+        path = str(getattr(ctx.llm, "path", "") or "")
+        return models.show(ctx, await info(ctx), await run_in_threadpool(model_license, path))
 
     @router.get("/api/version")
     async def version() -> dict:
