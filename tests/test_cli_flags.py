@@ -217,3 +217,30 @@ def test_bench_serve_starts_its_server_on_that_port(monkeypatch):
         with pytest.raises(RuntimeError, match="not started"):
             serve.measure(None, args, [])
         assert ports[-1] == expected or (expected is None and 0 < ports[-1] < 65536)
+
+
+@pytest.mark.parametrize("command", [["generate", "hi"], ["chat"], ["perplexity", "text.txt"]])
+def test_threads_is_a_flag_of_generate_chat_and_perplexity(command):
+    def args(*more):
+        return build_parser().parse_args([*command, *more])
+
+    assert args("--threads", "3").threads == 3 and args().threads is None
+    with pytest.raises(SystemExit):
+        args("--threads", "0")
+
+
+def test_load_sets_the_threads_before_the_model_loads(tmp_path):
+    import torch
+
+    from helpers.model_files import random_tiny_llama, write_gguf
+    from tinyllm.cli import load
+
+    path = str(tmp_path / "tiny.gguf")
+    write_gguf(random_tiny_llama(2), path)
+    before = torch.get_num_threads()
+    wanted = 2 if before == 1 else 1
+    try:
+        load(parse("--model", path, "--threads", str(wanted))).close()
+        assert torch.get_num_threads() == wanted
+    finally:
+        torch.set_num_threads(before)

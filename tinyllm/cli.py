@@ -106,8 +106,12 @@ def check_common(args) -> str | None:
 
 
 def load(args):
+    import torch
+
     from .llm import LLM
 
+    if getattr(args, "threads", None):  # before loading: the kernels' pool takes torch's count when it starts
+        torch.set_num_threads(args.threads)
     parallel = parallel_from_args(args) if hasattr(args, "tensor_parallel_size") else None
     options = dict(dtype=args.dtype, device=args.device, weights=args.weights, quantize=args.quantize)
     return LLM(args.model, parallel=parallel, **options)

@@ -18,6 +18,7 @@ from .cli_flags import (
     add_sampling_args,
     add_speculative_args,
     add_structured_args,
+    add_threads_arg,
 )
 from .distributed.cli_args import add_parallel_args, add_worker_command
 
@@ -76,6 +77,7 @@ def add_generate(sub, run: Callable) -> None:
     )
     out.add_argument("--timings", action="store_true", help="with --json: each token's time since the call")
     add_model_args(g)
+    add_threads_arg(g)
     add_sampling_args(g, temperature=0.0)
     add_structured_args(g)
     add_engine_args(g)
@@ -90,6 +92,7 @@ def add_chat(sub, run: Callable) -> None:
     )
     c.add_argument("--system", default=None, metavar="TEXT", help="the system message (default: none)")
     add_model_args(c)
+    add_threads_arg(c)
     add_sampling_args(c, temperature=CHAT_TEMPERATURE)
     add_structured_args(c)
     add_engine_args(c)
@@ -123,6 +126,7 @@ def add_perplexity(sub, run: Callable) -> None:
     )
     add_kv_dtype_arg(pp)
     add_model_args(pp)
+    add_threads_arg(pp)
     add_parallel_args(pp)
     pp.set_defaults(func=run)
 
