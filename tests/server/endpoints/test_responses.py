@@ -101,7 +101,6 @@ def test_sampling_is_reproducible_only_through_temperature_zero(client):
 @pytest.mark.parametrize(
     "field, value",
     [
-        ("tools", [{"type": "function", "name": "f", "parameters": {}}]),
         ("previous_response_id", "resp_1"),
         ("reasoning", {"effort": "low"}),
         ("store", True),
@@ -120,7 +119,9 @@ def test_fields_not_honoured_are_400_naming_them(client, field, value):
     "input_, words",
     [
         ([], "empty"),
-        ([{"type": "function_call_output", "call_id": "c", "output": "x"}], "function_call_output"),
+        ([{"type": "function_call_output", "call_id": 5, "output": "x"}], "function_call_output"),
+        ([{"type": "function_call", "name": "f", "arguments": {}}], "function_call"),
+        ([{"type": "reasoning", "summary": []}], "function_call_output"),
         ([{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}], "input_text"),
     ],
 )

@@ -1,7 +1,11 @@
-"""POST /v1/responses, the minimal part of OpenAI's Responses API: text or a list of messages as `input`,
-`instructions` as a system message before it, `max_output_tokens`, `temperature`, `top_p`, and `stream`
-(the event sequence in response_shapes.py). It keeps no state: every other field that would change the
-answer (tools, previous_response_id, reasoning, store=true, ...) is a 400 naming it.
+"""POST /v1/responses, the stateless part of OpenAI's Responses API: text or a list of messages as `input`,
+`instructions` as a system message before it, `max_output_tokens`, `temperature`, `top_p`, `stream` (the event
+sequence in response_shapes.py), and function `tools` with `tool_choice` and `parallel_tool_calls`, whose calls
+come back as `function_call` output items and go back in as `function_call` and `function_call_output` input
+items (checks/response_tools.py: the chat's tool calling underneath). It keeps no state: every other field that
+would change the answer (previous_response_id, reasoning, store=true, tools of other kinds, ...) is a 400
+naming it. A streamed answer with tools sends its items once the answer is whole (a call's text is not shown
+as it is written).
 """
 
 from __future__ import annotations
@@ -15,7 +19,10 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from ..checks.prompts import chat_prompt_ids
+from ..checks.response_tools import call_message, chat_tool_fields, output_message
 from ..checks.sampling_params import fresh_seed, per_choice
+from ..checks.structured import compile_structured
+from ..checks.tools import ToolRequest, compile_tools, new_call_id, tools_from
 from ..checks.unsupported import field_table, is_one_of
 from ..state import Ready
 from ..wire.errors import bad_request, nesting_is_400
@@ -37,13 +44,11 @@ ROLES = {"user": "user", "assistant": "assistant", "system": "system", "develope
 TEXT_PARTS = ("input_text", "output_text")
 # Accepted, and change nothing about the answer.
 HARMLESS = {"metadata", "user", "safety_identifier", "prompt_cache_key", "prompt_cache_retention", "service_tier"}
+TOOL_FIELDS = {"tools", "tool_choice", "parallel_tool_calls"}  # checks/response_tools.py
 # Accepted only with the values that ask for nothing.
 NEUTRAL = field_table(
     ("store", is_one_of(False), "false"),
     ("truncation", is_one_of("disabled"), '"disabled"'),
-    ("tools", is_one_of([]), "an empty list"),
-    ("tool_choice", is_one_of("none", "auto"), '"none"'),
-    ("parallel_tool_calls", is_one_of(True, False), "a bool"),
     ("include", is_one_of([]), "an empty list"),
     ("text", is_one_of({"format": {"type": "text"}}), '{"format": {"type": "text"}}'),
     ("background", is_one_of(False), "false"),
@@ -53,7 +58,7 @@ NEUTRAL = field_table(
 
 def check_fields(body: ResponsesRequest) -> None:
     for name, value in (body.model_extra or {}).items():
-        if value is None or name in HARMLESS:
+        if value is None or name in HARMLESS or name in TOOL_FIELDS:
             continue
         entry = NEUTRAL.get(name)
         if entry is None or not entry.is_neutral(value, {}):
@@ -81,74 +86,114 @@ def input_messages(body: ResponsesRequest) -> list[ChatMessage]:
         return [*messages, ChatMessage(role="user", content=body.input)]
     if not body.input:
         raise bad_request("input is an empty list; expected text or at least one message", "input")
+    calls: list[dict] = []  # consecutive function_call items: one assistant turn
     for i, item in enumerate(body.input):
-        if item.get("type", "message") != "message" or item.get("role") not in ROLES:
+        kind = item.get("type", "message")
+        if kind == "function_call":
+            calls.append(item)
+            continue
+        if calls:
+            messages.append(call_message(i - 1, calls))
+            calls = []
+        if kind == "function_call_output":
+            messages.append(output_message(i, item))
+        elif kind == "message" and item.get("role") in ROLES:
+            messages.append(ChatMessage(role=ROLES[item["role"]], content=_item_text(i, item.get("content"))))
+        else:
             raise bad_request(
-                f"input[{i}] must be a message with role user, assistant, system or developer "
-                f"(got type {item.get('type', 'message')!r}, role {item.get('role')!r})",
+                f"input[{i}] must be a message with role user, assistant, system or developer, a function_call "
+                f"or a function_call_output (got type {kind!r}, role {item.get('role')!r})",
                 "input",
             )
-        messages.append(ChatMessage(role=ROLES[item["role"]], content=_item_text(i, item.get("content"))))
+    if calls:
+        messages.append(call_message(len(body.input) - 1, calls))
     return messages
 
 
 async def create_response(body: ResponsesRequest, request: Request, ctx: Ready) -> Response:
     with nesting_is_400():
-        ids, params = await _prepared(body, ctx)
+        ids, params, tools = await _prepared(body, ctx)
     group = RequestGroup(ctx.engine, 1)
     await start_group(group, [(ids, params)], PROMPT_PARAM)
+    extra = body.model_extra or {}
     settings = {
         "instructions": body.instructions,
         "max_output_tokens": body.max_output_tokens,
         "temperature": 1.0 if body.temperature is None else body.temperature,
         "top_p": 1.0 if body.top_p is None else body.top_p,
+        "tools": extra.get("tools") or [],
+        "tool_choice": extra.get("tool_choice") or ("auto" if tools is not None else "none"),
+        "parallel_tool_calls": extra.get("parallel_tool_calls") is not False and tools is not None,
     }
     meta = ResponseMeta(
         f"resp_{secrets.token_hex(16)}", f"msg_{secrets.token_hex(16)}", ctx.model_name, int(time.time()), settings
     )
     choice = Choice(0, 0, len(ids))
     if body.stream:
-        return EventStream(_events(group, meta, choice), group.close)
-    return await owned(group, _whole(request, group, meta, choice))
+        return EventStream(_events(group, meta, choice, tools), group.close)
+    return await owned(group, _whole(request, group, meta, choice, tools))
 
 
 async def _prepared(body: ResponsesRequest, ctx: Ready):
     ctx.check_model(body.model)
     check_fields(body)
     messages = input_messages(body)
-    ctx.limits.check_messages(messages)
-    ids = await run_in_threadpool(chat_prompt_ids, ctx.tokenizer, messages)
+    tools = tools_from(chat_tool_fields(body.model_extra or {}), ctx.tokenizer.chat_template)
+    prompt_tools = tools.prompt_tools() if tools is not None else None
+    ctx.limits.check_messages(messages, prompt_tools)
+    forced = tools.constraint() if tools is not None else None
+    ids = await run_in_threadpool(_prompt_ids, ctx, messages, tools, forced)
     ctx.limits.check_room(len(ids), body.max_output_tokens, PROMPT_PARAM, "max_output_tokens")
     values = {"temperature": body.temperature, "top_p": body.top_p, "max_tokens": body.max_output_tokens}
     values = {k: v for k, v in values.items() if v is not None}
-    [params] = per_choice(values, {"max_tokens": "max_output_tokens"}, fresh_seed(), 1)
-    return ids, params
+    names = {"max_tokens": "max_output_tokens"}
+    if forced is not None:
+        values["structured"], names["structured"] = forced, "tool_choice"
+    [params] = per_choice(values, names, fresh_seed(), 1)
+    return ids, params, tools
 
 
-def _final(meta: ResponseMeta, choice: Choice) -> dict:
+def _prompt_ids(ctx: Ready, messages: list[ChatMessage], tools: ToolRequest | None, forced) -> list[int]:
+    """Off the event loop: the tools' grammar compiled, the prompt rendered and encoded."""
+    compile_tools(ctx.llm.grammars, tools)
+    compile_structured(ctx.llm.grammars, forced, "tool_choice")
+    return chat_prompt_ids(ctx.tokenizer, messages, tools.prompt_tools() if tools is not None else None)
+
+
+def _final(meta: ResponseMeta, choice: Choice, tools: ToolRequest | None) -> dict:
     used = usage(choice.prompt_tokens, choice.completion_tokens, choice.cached_tokens)
-    return finished_response(meta, choice.text, choice.finish_reason, used)
+    text, calls = choice.text, []
+    if tools is not None and tools.is_rendered:
+        parsed = tools.parse(choice.text)
+        if parsed.calls:
+            text, calls = parsed.content or None, [(new_call_id(), c.name, c.arguments) for c in parsed.calls]
+    return finished_response(meta, text, choice.finish_reason, used, calls)
 
 
-async def _whole(request: Request, group: RequestGroup, meta: ResponseMeta, choice: Choice) -> Response:
+async def _whole(
+    request: Request, group: RequestGroup, meta: ResponseMeta, choice: Choice, tools: ToolRequest | None
+) -> Response:
     try:
         await collect(request, group, [choice], PROMPT_PARAM)
     except ClientGone:
         return client_gone_response()
-    return JSONResponse(_final(meta, choice))
+    return JSONResponse(_final(meta, choice, tools))
 
 
-async def _events(group: RequestGroup, meta: ResponseMeta, choice: Choice) -> AsyncIterator[str]:
+async def _events(
+    group: RequestGroup, meta: ResponseMeta, choice: Choice, tools: ToolRequest | None
+) -> AsyncIterator[str]:
+    held = tools is not None and tools.is_rendered  # calls are read from the whole answer: its items come at the end
     try:
-        for text in opening_events(meta):
+        for text in opening_events(meta, with_message=not held):
             yield text
         async for _, output in group.outputs():
             error = choice.update(output)
             if error is not None:
                 raise error
-            if output.text:
+            if output.text and not held:
                 yield delta_event(meta, output.text)
-        for text in closing_events(meta, _final(meta, choice)):
+        for text in closing_events(meta, _final(meta, choice, tools), streamed_message=not held):
             yield text
     except Exception as exc:  # headers are sent: the error travels as an event
         error = engine_error(exc, PROMPT_PARAM)

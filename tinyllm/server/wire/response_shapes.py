@@ -1,14 +1,19 @@
-"""The shapes of /v1/responses answers: the response object (one assistant message holding one output_text
-part) and the server-sent events that build it, in the order OpenAI's SDK reads them:
+"""The shapes of /v1/responses answers: the response object (an assistant message holding one output_text
+part, and the function calls the answer makes) and the server-sent events that build it, in the order OpenAI's
+SDK reads them:
 
     response.created → response.in_progress → response.output_item.added → response.content_part.added
     → response.output_text.delta … → response.output_text.done → response.content_part.done
     → response.output_item.done → response.completed (or response.incomplete, when max_output_tokens cut it)
+
+An answer whose items come whole (with tools) sends, for each item, output_item.added, its content (a
+message's part and text; a call's function_call_arguments.delta and .done) and output_item.done.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass, field
 
 FINISHED = {"stop": "completed", "length": "incomplete"}  # engine finish reason -> response status
@@ -70,10 +75,25 @@ def response_object(meta: ResponseMeta, status: str, output: list, usage_: dict 
     }
 
 
-def finished_response(meta: ResponseMeta, text: str, finish_reason: str | None, usage_: dict) -> dict:
+def function_call_item(call_id: str, name: str, arguments: str) -> dict:
+    return {
+        "type": "function_call",
+        "id": f"fc_{secrets.token_hex(16)}",
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": "completed",
+    }
+
+
+def finished_response(
+    meta: ResponseMeta, text: str | None, finish_reason: str | None, usage_: dict, calls: list[tuple] = ()
+) -> dict:
+    """The whole response: the message (unless the answer is only calls) and each (call_id, name, arguments)."""
     status = FINISHED.get(finish_reason or "stop", "completed")
     item_status = "completed" if status == "completed" else "incomplete"
-    return response_object(meta, status, [message_item(meta, text, item_status)], usage_)
+    message = [message_item(meta, text or "", item_status)] if text is not None or not calls else []
+    return response_object(meta, status, [*message, *(function_call_item(*c) for c in calls)], usage_)
 
 
 def event(meta: ResponseMeta, kind: str, **fields) -> str:
@@ -82,12 +102,15 @@ def event(meta: ResponseMeta, kind: str, **fields) -> str:
     return f"event: {kind}\ndata: {json.dumps(body, ensure_ascii=False)}\n\n"
 
 
-def opening_events(meta: ResponseMeta) -> list[str]:
+def opening_events(meta: ResponseMeta, with_message: bool = True) -> list[str]:
+    """The response started, and (with_message) its message, whose text deltas follow."""
     started = response_object(meta, "in_progress", [])
+    events = [event(meta, "response.created", response=started), event(meta, "response.in_progress", response=started)]
+    if not with_message:
+        return events
     at = dict(item_id=meta.message_id, output_index=0, content_index=0)
     return [
-        event(meta, "response.created", response=started),
-        event(meta, "response.in_progress", response=started),
+        *events,
         event(meta, "response.output_item.added", output_index=0, item=message_item(meta, None, "in_progress")),
         event(meta, "response.content_part.added", **at, part=text_part("")),
     ]
@@ -100,14 +123,48 @@ def delta_event(meta: ResponseMeta, text: str) -> str:
     )  # fmt: skip
 
 
-def closing_events(meta: ResponseMeta, final: dict) -> list[str]:
-    item = final["output"][0]
-    text = item["content"][0]["text"]
-    at = dict(item_id=meta.message_id, output_index=0, content_index=0)
+def closing_events(meta: ResponseMeta, final: dict, streamed_message: bool = True) -> list[str]:
+    """The streamed message's end (or every item, whole), then the finished response."""
     last = "response.completed" if final["status"] == "completed" else "response.incomplete"
+    if not streamed_message:
+        items = [e for i, item in enumerate(final["output"]) for e in _whole_item_events(meta, i, item)]
+        return [*items, event(meta, last, response=final)]
+    item = final["output"][0]
+    return [*_message_end(meta, item), event(meta, "response.output_item.done", output_index=0, item=item),
+            event(meta, last, response=final)]  # fmt: skip
+
+
+def _message_end(meta: ResponseMeta, item: dict) -> list[str]:
+    text = item["content"][0]["text"]
+    at = dict(item_id=item["id"], output_index=0, content_index=0)
     return [
         event(meta, "response.output_text.done", **at, text=text, logprobs=[]),
         event(meta, "response.content_part.done", **at, part=text_part(text)),
-        event(meta, "response.output_item.done", output_index=0, item=item),
-        event(meta, last, response=final),
+    ]
+
+
+def _whole_item_events(meta: ResponseMeta, index: int, item: dict) -> list[str]:
+    """One finished output item's events: added, its content at once, done."""
+    added = {**item, "status": "in_progress"}
+    if item["type"] == "message":
+        added["content"] = []
+        at = dict(item_id=item["id"], output_index=index, content_index=0)
+        text = item["content"][0]["text"]
+        body = [
+            event(meta, "response.content_part.added", **at, part=text_part("")),
+            event(meta, "response.output_text.delta", **at, delta=text, logprobs=[]),
+            event(meta, "response.output_text.done", **at, text=text, logprobs=[]),
+            event(meta, "response.content_part.done", **at, part=text_part(text)),
+        ]
+    else:
+        added["arguments"] = ""
+        at = dict(item_id=item["id"], output_index=index)
+        body = [
+            event(meta, "response.function_call_arguments.delta", **at, delta=item["arguments"]),
+            event(meta, "response.function_call_arguments.done", **at, arguments=item["arguments"]),
+        ]
+    return [
+        event(meta, "response.output_item.added", output_index=index, item=added),
+        *body,
+        event(meta, "response.output_item.done", output_index=index, item=item),
     ]
