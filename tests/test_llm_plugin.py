@@ -144,3 +144,51 @@ def test_the_default_model_answers_through_llm(run):
     assert run("-m", "tinyllm", question, *options).stdout == want + "\n"
     if HAS_DEFAULT_PACKAGE and not HAS_LLAMA_CPP:
         assert run("-m", "SmolLM2", question, *options).stdout == want + "\n"
+
+
+CALL = '<tool_call>\n\n{"name":"weather","arguments": {"city": "Paris"}}'
+
+
+@pytest.fixture
+def caller(smollm_tokenizer, one_thread):
+    """The plugin's model over a bigram model scripted to call `weather` (the default model's template)."""
+    from helpers.bigram_model import scripted_llama
+    from tinyllm.llm_plugin import TinyLLM
+
+    newline = smollm_tokenizer.encode("\n", add_special_tokens=False)[-1]  # the chat template's last token
+    model = TinyLLM("tinyllm")
+    model._llm = LLM.from_parts(
+        scripted_llama(smollm_tokenizer, CALL, after=newline, max_position_embeddings=2048), smollm_tokenizer
+    )
+    return model
+
+
+@pytest.mark.slow
+def test_tools_the_model_calls_go_back_to_llm_which_runs_them_and_sends_their_results(caller, smollm_tokenizer):
+    from tinyllm.llm_plugin import conversation_messages
+
+    asked = []
+
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        asked.append(city)
+        return f"Sunny in {city}"
+
+    first = caller.prompt("Weather in Paris?", tools=[weather], options={"temperature": 0})
+    assert first.text() == ""
+    [call] = first.tool_calls()
+    assert (call.name, call.arguments) == ("weather", {"city": "Paris"}) and call.tool_call_id.startswith("call_")
+    chain = caller.chain("Weather in Paris?", tools=[weather], options={"temperature": 0})
+    chain.chain_limit = 2  # the scripted model calls again whatever it is told
+    responses = []
+    with pytest.raises(ValueError, match="Chain limit of 2 exceeded"):
+        for r in chain.responses():
+            responses.append(r)
+    assert len(responses) == 2 and asked[0] == "Paris"  # llm ran the call with the model's arguments
+    second = conversation_messages(responses[1].prompt, None)
+    assert [m["role"] for m in second] == ["user", "assistant", "tool"]
+    assert second[1]["tool_calls"][0]["function"] == {"name": "weather", "arguments": '{"city": "Paris"}'}
+    assert second[2]["content"] == "Sunny in Paris" and second[2]["tool_call_id"] == second[1]["tool_calls"][0]["id"]
+    # the tool's result is in the prompt the model saw, rendered by its template with the tool turn
+    ids = caller._llm.tokenizer.encode_chat(second, True, [{"type": "function", "function": {"name": "weather"}}]).ids
+    assert "Sunny in Paris" in smollm_tokenizer.decode(ids)

@@ -1,7 +1,8 @@
 """tinyllm as a plugin of the `llm` command line tool: `llm -m tinyllm "prompt"` runs the default model,
 `llm -m tinyllm/PATH "prompt"` any GGUF file or Hugging Face folder, with options (`-o temperature 0.7`),
-streaming, `--schema` (the answer is held to the JSON schema) and conversations (`llm -c`; a PATH model is
-named again with -m). `llm embed -m tinyllm` embeds with LLM.embed.
+streaming, `--schema` (the answer is held to the JSON schema), tools (`llm -T llm_time ...`: the tools go into
+the model's chat template, the calls it writes come back to `llm`, which runs them and sends their results on)
+and conversations (`llm -c`; a PATH model is named again with -m). `llm embed -m tinyllm` embeds with LLM.embed.
 
 `llm` finds a model only by a name some plugin registered, so besides `tinyllm` the plugin registers each
 `tinyllm/...` name that this command line passes with -m / --model. A model loads on its first prompt and stays
@@ -10,6 +11,7 @@ loaded for the process (`llm chat` asks many). Nothing here imports torch until 
 
 from __future__ import annotations
 
+import json
 import secrets
 import sys
 from collections.abc import Iterator
@@ -38,6 +40,7 @@ def named_on_command_line(argv: list[str]) -> list[str]:
 class TinyLLM(llm.Model):
     can_stream = True
     supports_schema = True
+    supports_tools = True
 
     class Options(llm.Options):
         temperature: float | None = Field(
@@ -69,8 +72,14 @@ class TinyLLM(llm.Model):
     def execute(self, prompt, stream: bool, response, conversation) -> Iterator[str]:
         engine = self.loaded()
         messages = conversation_messages(prompt, conversation)
-        ids = engine.tokenizer.encode_chat(messages, True).ids
+        tools = chat_tools(prompt)
+        ids = engine.tokenizer.encode_chat(messages, True, tools).ids
         sampling = sampling_of(prompt)
+        if tools:  # the calls are read from the whole answer
+            generation = engine.generate(ids, **sampling)
+            response.set_usage(input=len(ids), output=len(generation.ids))
+            yield add_tool_calls(response, generation.text, engine.tokenizer.chat_template)
+            return
         if stream:
             pieces = engine.stream(ids, **sampling)
             try:
@@ -84,25 +93,77 @@ class TinyLLM(llm.Model):
         yield generation.text
 
 
+def chat_tools(prompt) -> list[dict] | None:
+    """The prompt's tools as OpenAI's function tools (what chat templates read), or None."""
+    tools = [t for t in getattr(prompt, "tools", None) or [] if getattr(t, "name", None)]
+    if not tools:
+        return None
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t.name,
+                "description": t.description or "",
+                "parameters": t.input_schema or {"type": "object", "properties": {}},
+            },
+        }
+        for t in tools
+    ]
+
+
+def add_tool_calls(response, text: str, template: str | None) -> str:
+    """Each call the answer writes, handed to `llm` (which runs it); the answer's text without them."""
+    from tinyllm.text.tool_calls import detect_format, parse_tool_calls
+
+    parsed = parse_tool_calls(text, detect_format(template))
+    for call in parsed.calls:
+        arguments = json.loads(call.arguments)
+        response.add_tool_call(llm.ToolCall(name=call.name, arguments=arguments, tool_call_id=new_call_id()))
+    return parsed.content if parsed.calls else text
+
+
+def new_call_id() -> str:
+    return f"call_{secrets.token_hex(12)}"
+
+
 def conversation_messages(prompt, conversation) -> list[dict]:
     """The chat so far, then this prompt, as {"role", "content"} dicts; a system prompt is repeated only where it
     changes. Recent llm versions hand the whole chain over as prompt.messages; older ones keep the earlier turns
     in conversation.responses."""
     turns = _chain(prompt) if hasattr(prompt, "messages") else _legacy_chain(prompt, conversation)
     messages, system = [], None
-    for role, content in turns:
-        if role == "system":
-            if content == system:
+    for turn in turns:
+        message = turn if isinstance(turn, dict) else {"role": turn[0], "content": turn[1]}
+        if message["role"] == "system":
+            if message["content"] == system:
                 continue
-            system = content
-        messages.append({"role": role, "content": content})
+            system = message["content"]
+        messages.append(message)
     return messages
 
 
-def _chain(prompt) -> list[tuple[str, str]]:
-    from llm.parts import TextPart
+def _chain(prompt) -> list[dict]:
+    """Each message as the chat's dicts: text, an assistant's tool calls, a tool result as a tool message."""
+    from llm.parts import TextPart, ToolCallPart, ToolResultPart
 
-    return [(m.role, "".join(p.text for p in m.parts if isinstance(p, TextPart))) for m in prompt.messages]
+    out = []
+    for m in prompt.messages:
+        text = "".join(p.text for p in m.parts if isinstance(p, TextPart))
+        calls = [_tool_call(p) for p in m.parts if isinstance(p, ToolCallPart)]
+        results = [p for p in m.parts if isinstance(p, ToolResultPart)]
+        if calls:
+            out.append({"role": "assistant", "content": text or None, "tool_calls": calls})
+        elif not results:
+            out.append({"role": m.role, "content": text})
+        for r in results:
+            out.append({"role": "tool", "tool_call_id": r.tool_call_id or "", "name": r.name, "content": r.output})
+    return out
+
+
+def _tool_call(part) -> dict:
+    arguments = part.arguments if isinstance(part.arguments, str) else json.dumps(part.arguments, ensure_ascii=False)
+    function = {"name": part.name, "arguments": arguments}
+    return {"id": part.tool_call_id or new_call_id(), "type": "function", "function": function}
 
 
 def _legacy_chain(prompt, conversation) -> list[tuple[str, str]]:
