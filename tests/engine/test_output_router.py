@@ -44,6 +44,20 @@ def test_fail_all_fails_every_open_request_once():
     error = EngineFault("down")
     assert router.fail_all(error, lambda route, e: records.append(route.record)) == ["a", "b"]
     assert [x.error for x in (*a, *b)] == [error, error] and records == ["metrics of a", None]
+    assert [x.request_id for x in (*a, *b)] == ["a", "b"]
+    seen = []
+    router.open("c", Inbox())
+    router.fail_all(error, lambda route, e: seen.append(e))
+    assert seen == [error]
+
+
+def test_close_returns_the_route_and_stops_its_outputs():
+    router, a = OutputRouter(), Inbox()
+    router.open("a", a, record="metrics of a")
+    route = router.close("a")
+    assert route.mailbox is a and route.record == "metrics of a" and not router.routes
+    router.route([output("a", "x")])
+    assert not a
     assert not router.routes and router.close("a") is None
 
 

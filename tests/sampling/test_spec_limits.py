@@ -126,3 +126,10 @@ def test_the_depth_limit_is_64_levels_and_the_object_limit_4096(as_text):
     spec({"anyOf": [{} for _ in range(4095)]})  # 4,096 objects with the outer one
     with pytest.raises(TinyLLMError, match="has (4,097|more than 4,096) objects; at most 4,096 are allowed"):
         spec({"anyOf": [{} for _ in range(4096)]})
+
+
+def test_a_schema_text_with_no_brackets_has_no_depth():
+    from tinyllm.sampling.spec_limits import check_json_text_shape
+
+    for text in ("true", '"a [string] {of} brackets"', ""):
+        check_json_text_shape(text)  # nothing to refuse: not a ValueError or TypeError from an empty max()

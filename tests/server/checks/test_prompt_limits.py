@@ -1,6 +1,8 @@
 """Cheap checks before a request costs anything (server/checks/admission.py): each limit at its edge and one past,
 the 400 naming the field with the context-length code, lone surrogates and stop-string caps."""
 
+import json
+
 import pytest
 
 from tinyllm.server.checks.admission import (
@@ -69,6 +71,16 @@ def test_tools_count_with_the_messages_and_the_error_names_the_bigger_side():
     assert err.message.startswith("messages and tools have 31 characters together (12 of them the tools' JSON)")
     err = refused(LIMITS.check_messages, [ChatMessage(role="user", content="x" * 31)], tools)
     assert err.param == "messages"
+    err = refused(LIMITS.check_messages, [ChatMessage(role="user", content="x" * 30)], tools)
+    assert err.param == "tools"  # the messages alone fit: the tools are what does not
+
+
+def test_an_assistant_turn_of_tool_calls_alone_counts_only_the_calls():
+    calls = [{"id": "c" * 18}]
+    assert len(json.dumps(calls)) == 30
+    LIMITS.check_messages([ChatMessage(role="assistant", content=None, tool_calls=calls)])
+    err = refused(LIMITS.check_messages, [ChatMessage(role="assistant", content="x", tool_calls=calls)])
+    assert err.message.startswith("messages has 31 characters")
 
 
 def test_room_for_the_answer_names_the_field_that_asked_for_it():

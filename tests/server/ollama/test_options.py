@@ -149,3 +149,45 @@ def test_embeddings_take_no_sampling_option(option):
     with pytest.raises(APIError, match=f"options.{option} does nothing for embeddings"):
         sampling_of({option: 1}, CONTEXT, generating=False)
     assert sampling_of({"num_ctx": 10}, CONTEXT, generating=False).num_ctx == 10
+
+
+def test_an_unknown_option_is_answered_with_every_option_honoured():
+    with pytest.raises(APIError) as err:
+        sampling_of({"foo": 1}, CONTEXT)
+    assert err.value.message == (
+        "options.foo is not an option this server knows; it honours temperature, top_k, top_p, min_p, "
+        "repeat_penalty, presence_penalty, frequency_penalty, stop, num_predict, seed, num_ctx "
+        "(and other Ollama options only with values that ask for nothing)"
+    )
+
+
+def test_mirostat_settings_are_refused_only_while_mirostat_is_on():
+    assert sampling_of({"mirostat_tau": 5.0, "mirostat_eta": 0.1}, CONTEXT).fields == {}  # mirostat left out: 0
+    with pytest.raises(APIError) as err:
+        sampling_of({"mirostat_tau": 5.0, "mirostat": 2}, CONTEXT)
+    assert err.value.param == "options.mirostat_tau"
+    assert err.value.message == (
+        "options.mirostat_tau 5.0 is not supported by this server (it would be ignored); "
+        "send nothing while mirostat is 0 or leave it out"
+    )
+
+
+@pytest.mark.parametrize("option", ["num_predict", "num_ctx", "seed", "top_k"])
+def test_integer_options_name_themselves_when_not_integers(option):
+    with pytest.raises(APIError) as err:
+        sampling_of({option: "many"}, CONTEXT)
+    assert err.value.param == f"options.{option}"
+    assert err.value.message == f"options.{option} must be an integer, got 'many'"
+
+
+def test_the_smallest_context_is_one_token():
+    assert sampling_of({"num_ctx": 1}, CONTEXT).num_ctx == 1
+    with pytest.raises(APIError, match="options.num_ctx must be between 1 and the model's context of 1024 tokens"):
+        sampling_of({"num_ctx": 0}, CONTEXT)
+
+
+def test_an_embeddings_sampling_option_is_a_400_naming_it():
+    with pytest.raises(APIError) as err:
+        sampling_of({"top_p": 0.5}, CONTEXT, generating=False)
+    assert err.value.param == "options.top_p"
+    assert err.value.message == "options.top_p does nothing for embeddings; leave it out"
