@@ -272,3 +272,15 @@ def test_a_constrained_prefill_runs_its_middle_chunks_while_the_mask_is_not_read
     assert sched.schedule().chunks == []  # the last chunk samples: it waits for the mask
     mask.ready = True
     assert [(c.start, c.num_tokens, c.samples) for c in sched.schedule().chunks] == [(16, 4, True)]
+
+
+def test_a_request_preempted_after_its_decode_was_scheduled_loses_that_chunk():
+    pool, kv, sched = make(num_blocks=2, budget=8)
+    a, b = fake_request("a", range(20)), fake_request("b", range(50, 53))
+    sched.add(a)
+    sched.add(b)
+    finish_step(sched, plan := sched.schedule())  # a gets the partial allowance (4), b its whole prompt
+    assert [(c.request.request_id, c.num_tokens) for c in plan.chunks] == [("a", 4), ("b", 3)]
+    plan = sched.schedule()  # b's decode is scheduled first; a's next chunk then needs b's block
+    assert [(c.request.request_id, c.start, c.num_tokens) for c in plan.chunks] == [("a", 4, 4)]
+    assert plan.preempted == [b] and b.num_computed == 0 and b.num_preemptions == 1

@@ -134,8 +134,8 @@ PIECES = [
 ]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def guard():
+@pytest.fixture
+def guard():  # built per test (cheap), so each test that reads it also runs the index building
     return DuplicateKeyGuard(PIECES)
 
 
@@ -295,7 +295,6 @@ KEYS = ["a", "b", "ab"]
 KEY_VOCAB = [bytes([b]) for b in b'{}[]:," 1abnul'] + [k.encode() + b'"' for k in KEYS]
 CLOSES = {k: KEY_VOCAB.index(k.encode() + b'"') for k in KEYS}
 QUOTE = KEY_VOCAB.index(b'"')
-KEY_GUARD = DuplicateKeyGuard(KEY_VOCAB)
 
 
 def nested_json():
@@ -334,9 +333,30 @@ def open_objects(draw):
 @given(case=open_objects())
 def test_the_guard_refuses_exactly_the_keys_the_innermost_open_object_holds(case):
     text, keys = case
-    state = KEY_GUARD.new_state()
+    state = DuplicateKeyGuard(KEY_VOCAB).new_state()
     ids = [KEY_VOCAB.index(bytes([b])) for b in text.encode()]
     assert state.forbidden(ids) == sorted(CLOSES[k] for k in keys), text
     for k in KEYS:  # the key written out: its closing quote is refused exactly when the object has it
         typed = ids + [KEY_VOCAB.index(bytes([b])) for b in k.encode()]
         assert (QUOTE in state.forbidden(typed)) == (k in keys), (text, k)
+
+
+@pytest.mark.parametrize(
+    "history, forbidden",
+    [
+        (b'{"a":1 ,"', ESCAPED_A),  # a scalar ended by a space
+        (b'[{"a":1 },{"a":2,"', ESCAPED_A),  # ... inside an array, which goes on after the object closes
+        (b'{"\\c":1,"a":2,"', ESCAPED_A),  # a key whose bytes do not decode is never a duplicate, nor kept
+        # not JSON (a closer of the other kind, a second colon, a comma for a value, a scalar for a key):
+        # the scanner is lost and forbids nothing
+        (b'{"a":[1},"', []),
+        (b'{"a"::1,"', []),
+        (b'{"a":,"', []),
+        (b'{"a":1,b,"', []),
+        (b'{"a":1 2,"', []),
+    ],
+)
+def test_scalars_spaces_undecodable_keys_and_text_that_is_not_json(guard, history, forbidden):
+    ids = tokens_for(history, random.Random(0))
+    assert [PIECES[t] for t in guard.new_state().forbidden(ids)] == forbidden
+    assert guard.new_state().forbidden(ids) == slow_forbidden(PIECES, history, range(len(PIECES)))
