@@ -80,3 +80,17 @@ def test_an_engine_fault_reaches_exactly_the_faulty_requests_mailbox_wherever_it
     assert sorted(router.routes) == sorted(set(names) - {faulty})
     router.route([output(n, "y") for n in names])  # the others go on; the failed one gets nothing more
     assert len(boxes[faulty]) == 1 and all(len(boxes[n]) == 2 for n in names if n != faulty)
+
+
+def test_hooks_get_the_route_and_an_error_without_text_still_says_what_happened():
+    router, a, b = OutputRouter(), Inbox(), Inbox()
+    router.open("a", a, record="metrics of a")
+    router.open("b", b, record="metrics of b")
+    seen = []
+    router.route(
+        [output("a", "x"), output("b", finish="error")],
+        on_output=lambda route, out: seen.append((route.record, out.text)),
+        on_failed=lambda route, error: seen.append((route.record, str(error))),
+    )
+    assert seen == [("metrics of a", "x"), ("metrics of b", "the request failed")]
+    assert str(b[0].error) == "the request failed"

@@ -191,3 +191,9 @@ def test_an_embeddings_sampling_option_is_a_400_naming_it():
         sampling_of({"top_p": 0.5}, CONTEXT, generating=False)
     assert err.value.param == "options.top_p"
     assert err.value.message == "options.top_p does nothing for embeddings; leave it out"
+
+
+def test_the_largest_seed_is_accepted():
+    assert changed(chat_sampling({"seed": 2**63 - 1}), chat_sampling(None)) == {"seed": 2**63 - 1}
+    with pytest.raises(APIError, match=r"options.seed must be None or an integer in \[0, 2\*\*63\)"):
+        sampling_of({"seed": 2**63}, CONTEXT)
