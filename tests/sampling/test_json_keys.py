@@ -350,6 +350,7 @@ def test_the_guard_refuses_exactly_the_keys_the_innermost_open_object_holds(case
         # not JSON (a closer of the other kind, a second colon, a comma for a value, a scalar for a key):
         # the scanner is lost and forbids nothing
         (b'{"a":[1},"', []),
+        (b'{"a":{"b":1],"', []),
         (b'{"a"::1,"', []),
         (b'{"a":,"', []),
         (b'{"a":1,b,"', []),
