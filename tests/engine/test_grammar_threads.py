@@ -177,3 +177,34 @@ def test_warm_up_builds_the_token_table_off_the_caller(llm, smollm_tokenizer):
     grammars = Grammars(smollm_tokenizer, llm.config.vocab_size, llm.eos_ids)
     job = grammars.warm_up()
     assert job.result(timeout=60) is grammars._vocabulary()
+
+
+class HeldAfterFirst(GatedMatcher):
+    """Its first mask is ready at once; every later one waits on the gate: a request that is already running
+    when its grammar becomes slow."""
+
+    def compute_bitmask(self):
+        if not self.threads:
+            self.threads.append(threading.current_thread().name)
+            words = (self.vocab_size + 31) // 32
+            return np.full(words * 4, 0xFF, dtype=np.uint8).tobytes()
+        return super().compute_bitmask()
+
+
+def test_a_running_request_whose_next_mask_is_held_back_sits_out_while_the_others_decode(llm, monkeypatch):
+    engine = Engine(llm.parts)
+    gate = threading.Event()
+    with_matcher(monkeypatch, engine, HeldAfterFirst(llm.config.vocab_size, gate))
+    slow = engine.add_request([5, 90, 310, 7], SLOW)
+    plain = engine.add_request([44, 12, 900], PLAIN)
+    tokens = {slow: 0, plain: 0}
+    for _ in range(6):
+        for out in engine.step():
+            tokens[out.request_id] += len(out.token_ids)
+    assert tokens == {slow: 1, plain: 6}  # slow sampled its first token, then waits for its second mask
+    assert engine.requests[slow].num_computed == 4  # running, its prompt computed, not its first token
+    gate.set()
+    while engine.has_unfinished():
+        for out in engine.step():
+            tokens[out.request_id] += len(out.token_ids)
+    assert tokens == {slow: 4, plain: 12} and engine.generation(slow).finish_reason == "length"

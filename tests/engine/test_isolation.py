@@ -70,3 +70,47 @@ def test_a_fault_in_one_request_fails_it_alone(llm):
     text = "".join(o.text for o in faulty["c"])
     assert text == "".join(o.text for o in clean["c"]) and faulty["c"][-1].finish_reason == "length"
     assert engine.pool_stats().used == 0 and not engine.has_unfinished()
+
+
+def test_through_the_async_engine_a_fault_reaches_only_its_own_requests_stream(llm, monkeypatch):
+    import asyncio
+
+    from tinyllm.engine.async_engine import Accepted, AsyncEngine, EngineFault, Failed, Sink
+
+    engine = Engine(llm.parts, num_blocks=64)
+    add = engine.add_request
+
+    def add_and_break(prompt, params, request_id):  # the fault is injected into "b" as the engine adds it
+        rid = add(prompt, params, request_id)
+        if rid == "b":
+            engine.requests[rid].out.matcher = RaisingMatcher()
+        return rid
+
+    monkeypatch.setattr(engine, "add_request", add_and_break)
+    names = ["a", "b", "c", "d"]
+
+    async def serve() -> dict:
+        loop, queues = asyncio.get_running_loop(), {name: asyncio.Queue() for name in names}
+        for i, name in enumerate(names):
+            runner.add(name, [10 + i, 20, 30 + i], PARAMS, Sink(loop, queues[name]))
+
+        async def drain(name):
+            items = [await asyncio.wait_for(queues[name].get(), 10)]  # a stream left without an end fails
+            while not isinstance(items[-1], Failed) and not getattr(items[-1], "finished", False):
+                items.append(await asyncio.wait_for(queues[name].get(), 10))
+            await asyncio.sleep(0.05)  # anything sent to this stream after its end would arrive by now
+            return items + [queues[name].get_nowait() for _ in range(queues[name].qsize())]
+
+        return dict(zip(names, await asyncio.gather(*(drain(n) for n in names))))
+
+    runner = AsyncEngine(engine).start()
+    try:
+        got = asyncio.run(serve())
+    finally:
+        runner.shutdown()
+    assert isinstance(got["b"][0], Accepted) and isinstance(got["b"][-1], Failed)
+    assert got["b"][-1].request_id == "b" and isinstance(got["b"][-1].error, EngineFault)
+    assert "stop matcher" in str(got["b"][-1].error) and sum(isinstance(x, Failed) for x in got["b"]) == 1
+    for name in ("a", "c", "d"):  # the others run to their length with no Failed among their items
+        assert isinstance(got[name][0], Accepted) and not any(isinstance(x, Failed) for x in got[name])
+        assert got[name][-1].finish_reason == "length" and sum(len(o.token_ids) for o in got[name][1:]) == 10

@@ -1,5 +1,7 @@
 """The one output router of LLM and AsyncEngine: what a front gets for each engine output."""
 
+import pytest
+
 from tinyllm.engine.output_router import EngineFault, Failed, Inbox, OutputRouter
 from tinyllm.outputs import RequestOutput
 
@@ -42,4 +44,53 @@ def test_fail_all_fails_every_open_request_once():
     error = EngineFault("down")
     assert router.fail_all(error, lambda route, e: records.append(route.record)) == ["a", "b"]
     assert [x.error for x in (*a, *b)] == [error, error] and records == ["metrics of a", None]
+    assert [x.request_id for x in (*a, *b)] == ["a", "b"]
+    seen = []
+    router.open("c", Inbox())
+    router.fail_all(error, lambda route, e: seen.append(e))
+    assert seen == [error]
+
+
+def test_close_returns_the_route_and_stops_its_outputs():
+    router, a = OutputRouter(), Inbox()
+    router.open("a", a, record="metrics of a")
+    route = router.close("a")
+    assert route.mailbox is a and route.record == "metrics of a" and not router.routes
+    router.route([output("a", "x")])
+    assert not a
     assert not router.routes and router.close("a") is None
+
+
+@pytest.mark.parametrize("faulty", ["a", "b", "c", "d"])  # first, middle and last opened
+def test_an_engine_fault_reaches_exactly_the_faulty_requests_mailbox_wherever_it_was_opened(faulty):
+    names = ["a", "b", "c", "d"]
+    router = OutputRouter()
+    boxes = {name: Inbox() for name in names}
+    for name in names:
+        router.open(name, boxes[name], record=f"record of {name}")
+    failed = []
+    outputs = [output(n, "x") if n != faulty else output(n, finish="error", error="boom") for n in names]
+    finished = router.route(outputs, on_failed=lambda route, error: failed.append(route.record))
+    (item,) = boxes[faulty]
+    assert isinstance(item, Failed) and item.request_id == faulty and str(item.error) == "boom"
+    for name in names:
+        if name != faulty:
+            assert [(type(o), o.text) for o in boxes[name]] == [(RequestOutput, "x")]
+    assert failed == [f"record of {faulty}"] and finished == [faulty]
+    assert sorted(router.routes) == sorted(set(names) - {faulty})
+    router.route([output(n, "y") for n in names])  # the others go on; the failed one gets nothing more
+    assert len(boxes[faulty]) == 1 and all(len(boxes[n]) == 2 for n in names if n != faulty)
+
+
+def test_hooks_get_the_route_and_an_error_without_text_still_says_what_happened():
+    router, a, b = OutputRouter(), Inbox(), Inbox()
+    router.open("a", a, record="metrics of a")
+    router.open("b", b, record="metrics of b")
+    seen = []
+    router.route(
+        [output("a", "x"), output("b", finish="error")],
+        on_output=lambda route, out: seen.append((route.record, out.text)),
+        on_failed=lambda route, error: seen.append((route.record, str(error))),
+    )
+    assert seen == [("metrics of a", "x"), ("metrics of b", "the request failed")]
+    assert str(b[0].error) == "the request failed"

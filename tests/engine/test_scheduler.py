@@ -226,3 +226,61 @@ def test_the_block_a_requests_last_step_filled_is_registered_when_it_finishes():
     sched.add(again)
     (chunk,) = sched.schedule().chunks
     assert again.num_cached_tokens == 8 and (chunk.start, chunk.num_tokens) == (8, 1)
+
+
+class HeldMask:
+    """Stands in for a grammar's Constraint: the scheduler only asks whether the next masks are ready."""
+
+    def __init__(self, ready: bool = True):
+        self.ready = ready
+
+    def is_ready(self) -> bool:
+        return self.ready
+
+
+def test_a_running_constrained_request_whose_mask_is_not_ready_sits_out_the_step():
+    pool, kv, sched = make(budget=64)
+    plain, constrained = fake_request("plain", range(5)), fake_request("constrained", range(20, 25))
+    constrained.constraint = mask = HeldMask()
+    sched.add(plain)
+    sched.add(constrained)
+    finish_step(sched, sched.schedule())  # both prefilled, each sampled its first token
+    mask.ready = False
+    for _ in range(3):  # the plain one decodes every step; the constrained one keeps its place and blocks
+        plan = sched.schedule()
+        assert [(c.request.request_id, c.num_tokens) for c in plan.chunks] == [("plain", 1)]
+        assert constrained.status is RequestStatus.RUNNING and constrained in sched.running
+        assert plan.preempted == [] and constrained.request_id in kv.tables
+        finish_step(sched, plan)
+    mask.ready = True
+    plan = sched.schedule()
+    assert [(c.request.request_id, c.start, c.num_tokens) for c in plan.chunks] == [
+        ("plain", 8, 1),
+        ("constrained", 5, 1),
+    ]
+
+
+def test_a_constrained_prefill_runs_its_middle_chunks_while_the_mask_is_not_ready_and_holds_the_last():
+    pool, kv, sched = make(budget=8)
+    req = fake_request("r", range(20))  # 20 tokens: chunks of 8, 8, then the last 4 that is sampled
+    sched.add(req)
+    finish_step(sched, plan := sched.schedule())  # admitted while it had no grammar
+    assert [(c.start, c.num_tokens) for c in plan.chunks] == [(0, 8)]
+    req.constraint = mask = HeldMask(ready=False)
+    finish_step(sched, plan := sched.schedule())  # no logits are sampled: the mask is not needed yet
+    assert [(c.start, c.num_tokens, c.samples) for c in plan.chunks] == [(8, 8, False)]
+    assert sched.schedule().chunks == []  # the last chunk samples: it waits for the mask
+    mask.ready = True
+    assert [(c.start, c.num_tokens, c.samples) for c in sched.schedule().chunks] == [(16, 4, True)]
+
+
+def test_a_request_preempted_after_its_decode_was_scheduled_loses_that_chunk():
+    pool, kv, sched = make(num_blocks=2, budget=8)
+    a, b = fake_request("a", range(20)), fake_request("b", range(50, 53))
+    sched.add(a)
+    sched.add(b)
+    finish_step(sched, plan := sched.schedule())  # a gets the partial allowance (4), b its whole prompt
+    assert [(c.request.request_id, c.num_tokens) for c in plan.chunks] == [("a", 4), ("b", 3)]
+    plan = sched.schedule()  # b's decode is scheduled first; a's next chunk then needs b's block
+    assert [(c.request.request_id, c.start, c.num_tokens) for c in plan.chunks] == [("a", 4, 4)]
+    assert plan.preempted == [b] and b.num_computed == 0 and b.num_preemptions == 1

@@ -134,8 +134,8 @@ PIECES = [
 ]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def guard():
+@pytest.fixture
+def guard():  # built per test (cheap), so each test that reads it also runs the index building
     return DuplicateKeyGuard(PIECES)
 
 
@@ -259,3 +259,105 @@ def test_smollm_quote_tokens_against_the_slow_twin(ll_tokenizer, smollm_tokenize
 def test_a_history_with_a_duplicate_already_in_it_still_guards_the_rest(guard):
     ids = tokens_for(b'{"a":1,"a":2,"', random.Random(3))
     assert b'a"' in [PIECES[t] for t in guard.new_state().forbidden(ids)]
+
+
+# An empty container closes at once (`{}`, `[]`): the scanner must pop it and keep the keys of the objects
+# around it, at every depth.
+ESCAPED_A = [b'a"', b'\\u0061"', b'a":"a","a']  # the tokens that close the key "a" from inside a new key
+
+
+@pytest.mark.parametrize(
+    "history, forbidden",
+    [
+        (b'{"a":[{', [b'"a":1,"a"', b'}],"a":']),  # closing the empty object and the array repeats "a"
+        (b'{"a":{},"', ESCAPED_A),
+        (b'{"a":[],"', ESCAPED_A),
+        (b'{"a":[[]],"', ESCAPED_A),
+        (b'{"a":[{},[]],"', ESCAPED_A),
+        (b'{"a":[{}] ,"', ESCAPED_A),
+        (b'{"a":[{}],', [b'"a"', b'"a":', b'"a":1,"a"']),
+        (b'{"a":{"b":[{}]},"', ESCAPED_A),
+        (b'[{"a":[{}],"', ESCAPED_A),
+        (b'{"b":{"a":{},"', ESCAPED_A),  # the inner object's key
+        (b'{"a":[{}],"b":{},"', [b'a"', b'b":', b'\\u0061"', b'a":"a","a']),
+        (b'{"a":{"b":{}},"b":{},"', [b'a"', b'b":', b'\\u0061"', b'a":"a","a']),
+        (b'{"b":{},"a":{"', []),  # a new object after an empty one: no key yet
+    ],
+)
+def test_empty_containers_at_any_depth_keep_the_outer_keys(guard, history, forbidden):
+    ids = tokens_for(history, random.Random(0))
+    assert [PIECES[t] for t in guard.new_state().forbidden(ids)] == forbidden
+    assert guard.new_state().forbidden(ids) == slow_forbidden(PIECES, history, range(len(PIECES)))
+
+
+KEYS = ["a", "b", "ab"]
+# single bytes for everything, and one token per key that closes it: `a"`, `b"`, `ab"`
+KEY_VOCAB = [bytes([b]) for b in b'{}[]:," 1abnul'] + [k.encode() + b'"' for k in KEYS]
+CLOSES = {k: KEY_VOCAB.index(k.encode() + b'"') for k in KEYS}
+QUOTE = KEY_VOCAB.index(b'"')
+
+
+def nested_json():
+    """Complete JSON values over KEYS with many empty containers: `{}`, `[]` and nests of them."""
+    leaf = st.sampled_from(["1", "null", '"a"', "{}", "[]", "[{}]", "[[]]", '{"a":{}}'])
+    return st.recursive(
+        leaf,
+        lambda inner: (
+            st.lists(inner, max_size=3).map(lambda xs: "[" + ",".join(xs) + "]")
+            | st.dictionaries(st.sampled_from(KEYS), inner, max_size=3).map(
+                lambda d: "{" + ",".join(f'"{k}":{v}' for k, v in d.items()) + "}"
+            )
+        ),
+        max_leaves=8,
+    )
+
+
+@st.composite
+def open_objects(draw):
+    """A JSON prefix that opens containers down to some depth and ends inside an object that has some keys,
+    after `,"` (a new key starts): (the prefix, the keys of that innermost object)."""
+    text = ""
+    for _ in range(draw(st.integers(0, 3))):  # the containers around the innermost object
+        if draw(st.booleans()):
+            values = draw(st.lists(nested_json(), max_size=2))
+            text += "[" + "".join(v + "," for v in values)
+        else:
+            pairs = draw(st.dictionaries(st.sampled_from(KEYS), nested_json(), max_size=2))
+            key = draw(st.sampled_from([k for k in KEYS if k not in pairs] or KEYS))
+            text += "{" + "".join(f'"{k}":{v},' for k, v in pairs.items()) + f'"{key}":'
+    pairs = draw(st.dictionaries(st.sampled_from(KEYS), nested_json(), min_size=1, max_size=3))
+    return text + "{" + ",".join(f'"{k}":{v}' for k, v in pairs.items()) + ',"', set(pairs)
+
+
+@settings(max_examples=50, deadline=None)
+@given(case=open_objects())
+def test_the_guard_refuses_exactly_the_keys_the_innermost_open_object_holds(case):
+    text, keys = case
+    state = DuplicateKeyGuard(KEY_VOCAB).new_state()
+    ids = [KEY_VOCAB.index(bytes([b])) for b in text.encode()]
+    assert state.forbidden(ids) == sorted(CLOSES[k] for k in keys), text
+    for k in KEYS:  # the key written out: its closing quote is refused exactly when the object has it
+        typed = ids + [KEY_VOCAB.index(bytes([b])) for b in k.encode()]
+        assert (QUOTE in state.forbidden(typed)) == (k in keys), (text, k)
+
+
+@pytest.mark.parametrize(
+    "history, forbidden",
+    [
+        (b'{"a":1 ,"', ESCAPED_A),  # a scalar ended by a space
+        (b'[{"a":1 },{"a":2,"', ESCAPED_A),  # ... inside an array, which goes on after the object closes
+        (b'{"\\c":1,"a":2,"', ESCAPED_A),  # a key whose bytes do not decode is never a duplicate, nor kept
+        # not JSON (a closer of the other kind, a second colon, a comma for a value, a scalar for a key):
+        # the scanner is lost and forbids nothing
+        (b'{"a":[1},"', []),
+        (b'{"a":{"b":1],"', []),
+        (b'{"a"::1,"', []),
+        (b'{"a":,"', []),
+        (b'{"a":1,b,"', []),
+        (b'{"a":1 2,"', []),
+    ],
+)
+def test_scalars_spaces_undecodable_keys_and_text_that_is_not_json(guard, history, forbidden):
+    ids = tokens_for(history, random.Random(0))
+    assert [PIECES[t] for t in guard.new_state().forbidden(ids)] == forbidden
+    assert guard.new_state().forbidden(ids) == slow_forbidden(PIECES, history, range(len(PIECES)))

@@ -94,3 +94,44 @@ def test_bytes_not_characters_are_counted():
     limit = MAX_SPEC_BYTES["regex"]
     with pytest.raises(TinyLLMError, match=f"the regex is {2 * (limit // 2 + 1):,} bytes"):
         StructuredOutput.regex("é" * (limit // 2 + 1))  # two bytes each in UTF-8
+
+
+def spec_of_size(kind: str, size: int) -> str:
+    """A valid spec of `kind` of exactly `size` UTF-8 bytes."""
+    if kind == "json_schema":
+        head = '{"type": "string", "description": "'
+        return head + "x" * (size - len(head) - 2) + '"}'
+    if kind == "regex":
+        return "a" * size
+    return 'start: "' + "a" * (size - 9) + '"'
+
+
+# The documented limits written out as numbers, so a limit that drifts from them by any factor fails here
+# (the tests above read the limits from the constants they test).
+@pytest.mark.parametrize("kind, limit", [("json_schema", 65536), ("regex", 65536), ("grammar", 262144)])
+def test_the_byte_limits_are_64_kib_for_schemas_and_regexes_and_256_kib_for_grammars(kind, limit):
+    StructuredOutput(kind, spec_of_size(kind, limit))
+    with pytest.raises(TinyLLMError, match=f"the {kind} is {limit + 1:,} bytes; at most {limit:,} are allowed"):
+        StructuredOutput(kind, spec_of_size(kind, limit + 1))
+
+
+@pytest.mark.parametrize("as_text", [False, True])
+def test_the_depth_limit_is_64_levels_and_the_object_limit_4096(as_text):
+    def spec(doc):
+        return StructuredOutput.json_schema(json.dumps(doc) if as_text else doc)
+
+    spec(nested_arrays(64))
+    depth = "65" if as_text else "more than 64"  # text is measured; a walk of values stops one level past
+    with pytest.raises(TinyLLMError, match=f"nests {depth} levels of objects and arrays; at most 64 are allowed"):
+        spec(nested_arrays(65))
+    spec({"anyOf": [{} for _ in range(4095)]})  # 4,096 objects with the outer one
+    count = "4,097" if as_text else "more than 4,096"
+    with pytest.raises(TinyLLMError, match=f"the json_schema has {count} objects; at most 4,096 are allowed"):
+        spec({"anyOf": [{} for _ in range(4096)]})
+
+
+def test_a_schema_text_with_no_brackets_has_no_depth():
+    from tinyllm.sampling.spec_limits import check_json_text_shape
+
+    for text in ("true", '"a [string] {of} brackets"', ""):
+        check_json_text_shape(text)  # nothing to refuse: not a ValueError or TypeError from an empty max()

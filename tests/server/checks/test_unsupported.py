@@ -116,3 +116,18 @@ def test_tables_never_raise_on_odd_values():
         for entry in table.values():
             for value in (0, 1.5, "x", [], {}, True, [1], {"type": 1}):
                 assert entry.is_neutral(value, {"n": "2"}) in (True, False)
+
+
+@pytest.mark.parametrize("field, value", [("function_call", {"name": "f"}), ("audio", {"id": "a1"})])
+def test_a_messages_own_unsupported_field_is_a_400_naming_the_message(field, value):
+    from tinyllm.server.checks.unsupported import check_supported
+    from tinyllm.server.wire.errors import APIError
+    from tinyllm.server.wire.protocol import ChatCompletionRequest
+
+    messages = [*CHAT, {"role": "assistant", "content": "ok"}, {"role": "assistant", "content": "", field: value}]
+    with pytest.raises(APIError) as err:
+        check_supported(ChatCompletionRequest.model_validate({"messages": messages}), CHAT_FIELDS)
+    assert err.value.status == 400 and err.value.param == "messages"
+    assert err.value.message == f"messages[2].{field} is not supported by this server; send nothing or leave it out"
+    messages[2][field] = None  # null: not set
+    check_supported(ChatCompletionRequest.model_validate({"messages": messages}), CHAT_FIELDS)
