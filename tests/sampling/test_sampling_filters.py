@@ -5,6 +5,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from tinyllm.errors import TinyLLMError
 from tinyllm.sampling import (
     SamplingParams,
     apply_penalties,
@@ -342,3 +343,32 @@ def test_top_p_wide_rows_match_the_rule(seed, vocab, p):
     row = torch.randn(vocab, generator=gen) * float(torch.rand(1, generator=gen)) * 3
     assume(_margins(row, p) > 1e-5)
     assert set(kept(top_p_filter(row, p))) == set(_reference_top_p(row, p))
+
+
+@given(
+    prompt=st.lists(st.integers(0, 15), max_size=12),
+    generated=st.lists(st.integers(0, 15), max_size=12),
+    n=st.integers(1, 30),
+    seed=st.integers(0, 2**16),
+)
+def test_penalty_last_n_penalizes_as_the_last_n_tokens_alone(prompt, generated, n, seed):
+    """The window is the sequence's last n tokens, prompt included: the same as penalties over that tail, with
+    the tail's generated part (presence and frequency count only the answer's tokens)."""
+    logits = torch.randn(16, generator=torch.Generator().manual_seed(seed))
+    base = SamplingParams(repetition_penalty=1.7, presence_penalty=0.5, frequency_penalty=0.25)
+    tail = (prompt + generated)[-n:]
+    tail_generated = tail[max(0, len(tail) - len(generated)) :]
+    tail_prompt = tail[: len(tail) - len(tail_generated)]
+    windowed = apply_penalties(logits, base.replace(penalty_last_n=n), prompt, generated)
+    assert torch.equal(windowed, apply_penalties(logits, base, tail_prompt, tail_generated))
+    if n >= len(prompt) + len(generated):
+        assert torch.equal(windowed, apply_penalties(logits, base, prompt, generated))
+
+
+def test_penalty_last_n_counts_the_prompt_as_llama_cpp_does():
+    logits = torch.ones(8)
+    params = SamplingParams(repetition_penalty=2.0, penalty_last_n=2)
+    out = apply_penalties(logits, params, [1, 2, 3], [4])  # the window: 3 (prompt) and 4 (answer)
+    assert out.tolist() == [1, 1, 1, 0.5, 0.5, 1, 1, 1]
+    with pytest.raises(TinyLLMError, match="penalty_last_n must be None or an integer >= 1, got 0"):
+        SamplingParams(penalty_last_n=0)

@@ -208,12 +208,10 @@ def test_raw_generate_is_the_completion_of_the_prompt(client, http):
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"foo": 1}, "options.foo is not an option this server knows"),
         ({"mirostat": 2}, "options.mirostat 2 is not supported"),
         ({"typical_p": 0.5}, "options.typical_p 0.5 is not supported"),
-        ({"num_thread": 4}, "options.num_thread 4 is not supported"),
-        ({"repeat_penalty": 1.2, "repeat_last_n": 64}, "options.repeat_last_n 64 is not supported"),
-        ({"num_ctx": 99999}, "options.num_ctx must be between 1 and the model's context of 1024"),
+        ({"repeat_penalty": 1.2, "repeat_last_n": -7}, "options.repeat_last_n must be -1"),
+        ({"num_ctx": -1}, "options.num_ctx must be a positive number of tokens"),
         ({"num_predict": 0}, "options.num_predict must be -1"),
         ({"top_p": 1.5}, "options.top_p must be in"),
         ({"temperature": "hot"}, "options.temperature must be a number"),
@@ -228,6 +226,17 @@ def test_options_not_honoured_are_refused_by_name(http, options, message):
 def test_neutral_options_are_accepted(client):
     options = {"mirostat": 0, "typical_p": 1.0, "num_keep": 4, "repeat_last_n": 64, "seed": -1, "num_predict": 2}
     assert client.chat(MODEL, HI, options=options).eval_count == 2
+
+
+def test_ignored_options_and_a_clamped_context_are_served_and_logged(client, caplog):
+    options = {"num_thread": 4, "num_gpu": 99, "foo": 1, "num_ctx": 99999, "num_predict": 2, "temperature": 0}
+    with caplog.at_level("WARNING", logger="tinyllm.server"):
+        r = client.chat(MODEL, HI, options=options)
+    assert r.eval_count == 2
+    logged = " ".join(m for m in caplog.messages if "/api/chat" in m)
+    assert "num_thread, num_gpu are set when the server starts: ignored" in logged
+    assert "foo are not options this server knows: ignored" in logged
+    assert "options.num_ctx 99999 is more than the model's context length: 1024 is used" in logged
 
 
 @pytest.mark.parametrize(

@@ -61,12 +61,15 @@ def _as_id_tensor(ids: Sequence[int] | Tensor, vocab_size: int, device: torch.de
 def apply_penalties(
     logits: Tensor, params: SamplingParams, prompt_ids: Sequence[int] | Tensor, generated_ids: Sequence[int] | Tensor
 ) -> Tensor:
-    """Repetition (prompt + generated), then presence/frequency (generated only)."""
+    """Repetition (prompt + generated), then presence/frequency (generated only); with penalty_last_n, only the
+    sequence's last n tokens count (as llama.cpp's and Ollama's repeat_last_n)."""
     _check_logits(logits, dims=(1,))
     out = logits.clone()  # never modify the caller's logits
     frequency_or_presence = params.presence_penalty != 0.0 or params.frequency_penalty != 0.0
     if params.repetition_penalty == 1.0 and not frequency_or_presence:
         return out  # the common case: no id conversion at all
+    if params.penalty_last_n is not None:
+        prompt_ids, generated_ids = _last_n(prompt_ids, generated_ids, params.penalty_last_n)
     vocab, device = logits.shape[-1], logits.device
     generated = _as_id_tensor(generated_ids, vocab, device)
     if params.repetition_penalty != 1.0:
@@ -78,6 +81,14 @@ def apply_penalties(
         tokens, counts = torch.unique(generated, return_counts=True)  # [n_distinct] each
         out[tokens] -= counts.to(out.dtype) * params.frequency_penalty + params.presence_penalty
     return out
+
+
+def _last_n(prompt_ids, generated_ids, n: int):
+    """The last n tokens of prompt + generated, still split where the answer begins."""
+    num_generated = len(generated_ids)
+    if n <= num_generated:
+        return prompt_ids[:0], generated_ids[num_generated - n :]
+    return prompt_ids[max(0, len(prompt_ids) - (n - num_generated)) :], generated_ids
 
 
 def apply_temperature(logits: Tensor, temperature: float) -> Tensor:

@@ -39,6 +39,7 @@ class SamplingParams:
     repetition_penalty: float = 1.0  # in [1e-3, 1e3]; 1 = off
     presence_penalty: float = 0.0  # [-2, 2]
     frequency_penalty: float = 0.0  # [-2, 2]
+    penalty_last_n: int | None = None  # the penalties look at the sequence's last n tokens (>= 1); None = all
     seed: int | None = None  # None -> 0 in the library; else int in [0, 2**63)
     max_tokens: int | None = 256  # >= 1; None = until the context is full
     min_tokens: int = 0  # >= 0, <= max_tokens: before this many output tokens, no stop id or stop string ends it
@@ -83,6 +84,9 @@ def _validated_fields(p: SamplingParams) -> dict[str, Any]:
         ),
         "presence_penalty": _real("presence_penalty", p.presence_penalty, lambda v: -2 <= v <= 2, "in [-2, 2]"),
         "frequency_penalty": _real("frequency_penalty", p.frequency_penalty, lambda v: -2 <= v <= 2, "in [-2, 2]"),
+        "penalty_last_n": _optional_int(
+            "penalty_last_n", p.penalty_last_n, lambda v: v >= 1, "None or an integer >= 1"
+        ),
         "seed": _optional_int("seed", p.seed, lambda v: 0 <= v < _SEED_LIMIT, "None or an integer in [0, 2**63)"),
         "max_tokens": _optional_int("max_tokens", p.max_tokens, lambda v: v >= 1, "None or an integer >= 1"),
         "min_tokens": _min_tokens(p.min_tokens, p.max_tokens),

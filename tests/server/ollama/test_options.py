@@ -1,6 +1,7 @@
 """Each Ollama option alone, through the path a request takes (options -> the OpenAI request -> the engine's
 SamplingParams), changes exactly the SamplingParams field it names and nothing else; options that ask for
-nothing change nothing, and the others are a 400 naming the option."""
+nothing change nothing; unknown options and the runner's settings are ignored and noted for the log, as Ollama
+does; bad values and sampling this server does not do are a 400 naming the option."""
 
 import dataclasses
 
@@ -50,6 +51,7 @@ ALONE = [
     ({"presence_penalty": 0.75}, {"presence_penalty": 0.75}),
     ({"frequency_penalty": -0.5}, {"frequency_penalty": -0.5}),
     ({"seed": 42}, {"seed": 42}),
+    ({"repeat_last_n": 64}, {"penalty_last_n": 64}),
 ]
 
 
@@ -90,12 +92,6 @@ NEUTRAL = [
     {"mirostat": 0},
     {"mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1},
     {"penalize_newline": True},
-    {"repeat_last_n": 64},  # no penalty is on: what they look at does not matter
-    {"repeat_last_n": -1, "repeat_penalty": 1.1},
-    {"repeat_last_n": 64, "repeat_penalty": 1, "presence_penalty": 0, "frequency_penalty": 0},
-    {"num_keep": 5},
-    {"numa": False, "low_vram": False, "vocab_only": False, "logits_all": False},
-    {"embedding_only": False, "use_mlock": False, "use_mmap": True},
     {"temperature": None},  # null means not set
 ]
 
@@ -109,27 +105,20 @@ def test_options_that_ask_for_nothing_are_accepted_and_change_nothing(options):
 
 
 REFUSED = [
-    ({"foo": 1}, "options.foo", "options.foo is not an option this server knows"),
     ({"typical_p": 0.5}, "options.typical_p", "options.typical_p 0.5 is not supported"),
     ({"tfs_z": 0.9}, "options.tfs_z", "send 1 or leave it out"),
     ({"mirostat": 1}, "options.mirostat", "options.mirostat 1 is not supported"),
     ({"mirostat": 2, "mirostat_tau": 5.0}, "options.mirostat", "options.mirostat 2"),
     ({"penalize_newline": False}, "options.penalize_newline", "penalize_newline False"),
-    ({"repeat_penalty": 1.1, "repeat_last_n": 64}, "options.repeat_last_n", "repeat_last_n 64"),
-    ({"presence_penalty": 0.5, "repeat_last_n": 64}, "options.repeat_last_n", "repeat_last_n 64"),
-    ({"frequency_penalty": 0.5, "repeat_last_n": 64}, "options.repeat_last_n", "repeat_last_n 64"),
-    ({"numa": True}, "options.numa", "options.numa True"),
-    ({"use_mmap": False}, "options.use_mmap", "options.use_mmap False"),
-    ({"num_thread": 4}, "options.num_thread", "tinyllm serve --threads"),
-    ({"num_gpu": 1}, "options.num_gpu", "options.num_gpu 1"),
+    ({"repeat_last_n": -2, "repeat_penalty": 1.1}, "options.repeat_last_n", "options.repeat_last_n must be -1"),
+    ({"repeat_last_n": 2.5}, "options.repeat_last_n", "options.repeat_last_n must be an integer"),
     ({"temperature": "hot"}, "options.temperature", "options.temperature must be a number, got 'hot'"),
     ({"temperature": True}, "options.temperature", "options.temperature must be a number"),
     ({"top_k": 2.5}, "options.top_k", "options.top_k must be an integer, got 2.5"),
     ({"stop": [1]}, "options.stop", "options.stop must be a string or a list of strings"),
     ({"num_predict": 0}, "options.num_predict", "got 0"),
     ({"num_predict": -3}, "options.num_predict", "got -3"),
-    ({"num_ctx": 0}, "options.num_ctx", "got 0"),
-    ({"num_ctx": CONTEXT + 1}, "options.num_ctx", f"context of {CONTEXT} tokens, got {CONTEXT + 1}"),
+    ({"num_ctx": 0}, "options.num_ctx", "must be a positive number of tokens, got 0"),
     ({"seed": "x"}, "options.seed", "options.seed must be an integer"),
     ({"top_p": 1.5}, "options.top_p", "options.top_p must be in (0, 1]"),
     ({"repeat_penalty": 0}, "options.repeat_penalty", "options.repeat_penalty"),
@@ -151,14 +140,44 @@ def test_embeddings_take_no_sampling_option(option):
     assert sampling_of({"num_ctx": 10}, CONTEXT, generating=False).num_ctx == 10
 
 
-def test_an_unknown_option_is_answered_with_every_option_honoured():
-    with pytest.raises(APIError) as err:
-        sampling_of({"foo": 1}, CONTEXT)
-    assert err.value.message == (
-        "options.foo is not an option this server knows; it honours temperature, top_k, top_p, min_p, "
-        "repeat_penalty, presence_penalty, frequency_penalty, stop, num_predict, seed, num_ctx "
-        "(and other Ollama options only with values that ask for nothing)"
+def test_unknown_options_and_the_runners_settings_are_ignored_and_noted():
+    options = {"foo": 1, "num_thread": 4, "num_gpu": 1, "use_mmap": False, "numa": True, "temperature": 0.5}
+    sampling = sampling_of(options, CONTEXT)
+    assert sampling.fields == {"temperature": 0.5} and sampling.num_ctx is None
+    assert sampling.notes == (
+        "options num_thread, num_gpu, use_mmap, numa are set when the server starts: ignored",
+        "options foo are not options this server knows: ignored",
     )
+    assert changed(chat_sampling(options), chat_sampling(None)) == {"temperature": 0.5}
+    assert sampling_of({"temperature": 0.5}, CONTEXT).notes == ()
+
+
+def test_a_context_past_the_models_is_the_models_and_noted():
+    sampling = sampling_of({"num_ctx": 99999}, CONTEXT)
+    assert sampling.num_ctx == CONTEXT
+    assert sampling.notes == (f"options.num_ctx 99999 is more than the model's context length: {CONTEXT} is used",)
+
+
+def test_repeat_last_n_zero_turns_every_penalty_off_and_minus_one_looks_at_all():
+    on = {"repeat_penalty": 1.3, "presence_penalty": 0.5, "frequency_penalty": 0.25}
+    assert changed(chat_sampling({**on, "repeat_last_n": 0}), chat_sampling(None)) == {}
+    whole = changed(chat_sampling({**on, "repeat_last_n": -1}), chat_sampling(None))
+    assert whole == {"repetition_penalty": 1.3, "presence_penalty": 0.5, "frequency_penalty": 0.25}
+    assert changed(raw_sampling({**on, "repeat_last_n": 33}), raw_sampling(None)) == {**whole, "penalty_last_n": 33}
+
+
+def test_ollamas_generate_request_with_options_example_is_accepted():
+    """The options of Ollama's API documentation's "generate request (with options)" example."""
+    options = {
+        "num_keep": 5, "seed": 42, "num_predict": 100, "top_k": 20, "top_p": 0.9, "min_p": 0.0, "typical_p": 0.7,
+        "repeat_last_n": 33, "temperature": 0.8, "repeat_penalty": 1.2, "presence_penalty": 1.5,
+        "frequency_penalty": 1.0, "penalize_newline": True, "stop": ["\n", "user:"], "numa": False,
+        "num_ctx": 1024, "num_batch": 2, "num_gpu": 1, "main_gpu": 0, "use_mmap": True, "num_thread": 8,
+    }  # fmt: skip
+    with pytest.raises(APIError, match="options.typical_p 0.7 is not supported"):
+        sampling_of(options, CONTEXT)  # typical sampling is the one thing in it this server does not do
+    params = chat_sampling({**options, "typical_p": 1.0})
+    assert (params.penalty_last_n, params.repetition_penalty, params.max_tokens, params.seed) == (33, 1.2, 100, 42)
 
 
 def test_mirostat_settings_are_refused_only_while_mirostat_is_on():
@@ -182,7 +201,7 @@ def test_integer_options_name_themselves_when_not_integers(option):
 
 def test_the_smallest_context_is_one_token():
     assert sampling_of({"num_ctx": 1}, CONTEXT).num_ctx == 1
-    with pytest.raises(APIError, match="options.num_ctx must be between 1 and the model's context of 1024 tokens"):
+    with pytest.raises(APIError, match="options.num_ctx must be a positive number of tokens, got 0"):
         sampling_of({"num_ctx": 0}, CONTEXT)
 
 

@@ -45,10 +45,26 @@ def _common(req) -> dict:
         ignore_eos=req.ignore_eos,
     )
     values["min_tokens"] = req.min_tokens or None  # vLLM's: stop ids and strings wait for this many tokens
+    values.update(penalty_window(req.repeat_last_n))
     values["stop"] = check_stops(req.stop) if req.stop is not None else None
     values["logit_bias"] = _logit_bias(req.logit_bias) if req.logit_bias else None
     # None means "not set": leave SamplingParams' default (which matches OpenAI's) in place.
     return {k: v for k, v in values.items() if v is not None}
+
+
+def penalty_window(repeat_last_n: int | None) -> dict:
+    """llama.cpp's repeat_last_n: -1 the whole sequence, 0 no penalties at all, n the last n tokens."""
+    if repeat_last_n is None or repeat_last_n == -1:
+        return {}
+    if repeat_last_n == 0:
+        return {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+    if repeat_last_n < 0:
+        raise bad_request(
+            f"repeat_last_n must be -1 (the whole sequence), 0 (no penalties) or a positive integer, got "
+            f"{repeat_last_n}",
+            "repeat_last_n",
+        )
+    return {"penalty_last_n": repeat_last_n}
 
 
 def _logit_bias(bias: dict[str, float]) -> dict[int, float]:

@@ -1,13 +1,16 @@
 """Ollama's `options` onto the server's sampling: each honoured option becomes the OpenAI request field that
-sets the same SamplingParams value; every other option is a 400 naming it unless its value asks for nothing.
+sets the same SamplingParams value; a value of the wrong type or out of range is a 400 naming the option.
+
+As Ollama does, an option name it does not know is ignored (and named in the server's log line for the
+request), and so are the runner's settings, which `tinyllm serve` fixes when it starts (num_thread, num_gpu,
+use_mmap, numa, ...). `num_ctx` is the request's context: the prompt and the answer together stay within it (a
+prompt that does not fit is a 400; nothing is cut); above the model's context it is that context (logged).
+`repeat_last_n` is the penalties' window (-1 the whole sequence, 0 no penalties, n the last n tokens, prompt
+included, as llama.cpp counts them). Sampling this server does not do (mirostat, tail-free sampling, typical
+sampling) is accepted only with the values that turn it off.
 
 Left-out options take the OpenAI routes' defaults (temperature 1, no top-k, top-p or penalties, no length
-limit but the context), not Ollama's built-in ones. What the penalties look at follows the OpenAI routes:
-repeat_penalty every token of the prompt and the answer, presence and frequency penalty the answer's tokens,
-so repeat_last_n is accepted as -1 (all of them), or with any value while no penalty is on.
-
-num_ctx is honoured as the request's context: the prompt and the answer together stay within it (a prompt
-that does not fit is a 400; nothing is cut). It cannot be more than the model's context.
+limit but the context), not Ollama's built-in ones.
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..checks.sampling_params import per_choice
+from ..checks.sampling_params import penalty_window, per_choice
 from ..checks.unsupported import Unsupported, field_table, is_one_of
-from ..wire.errors import bad_request
+from ..wire.errors import APIError, bad_request
 
 # Ollama's option -> (the OpenAI request field, and SamplingParams field, it sets; the JSON type it must have)
 SAMPLING = {
@@ -28,30 +31,25 @@ SAMPLING = {
     "repeat_penalty": ("repetition_penalty", "number"),
     "presence_penalty": ("presence_penalty", "number"),
     "frequency_penalty": ("frequency_penalty", "number"),
+    "repeat_last_n": ("repeat_last_n", "integer"),
     "stop": ("stop", "stops"),
 }
 PARAM_NAMES = {field: f"options.{option}" for option, (field, _) in SAMPLING.items()}
 PARAM_NAMES.update(max_tokens="options.num_predict", seed="options.seed")
 NO_LIMIT = (-1, -2)  # num_predict: -1 until the context is full, -2 fill the context (the same here)
-_NEUTRAL_PENALTIES = {"repeat_penalty": 1, "presence_penalty": 0, "frequency_penalty": 0}
-
-
-def _any(value: Any, options: dict) -> bool:
-    return True
-
-
-def _without_penalties(value: Any, options: dict) -> bool:
-    """repeat_last_n: the whole sequence (-1), or anything while no penalty is on."""
-    off = all(options.get(name, neutral) == neutral for name, neutral in _NEUTRAL_PENALTIES.items())
-    return off or is_one_of(-1)(value, options)
+# The runner's settings: fixed when `tinyllm serve` starts, so a request's value changes nothing (as in Ollama,
+# where they only matter when a model is loaded).
+RUNNER = frozenset(
+    {"num_thread", "num_gpu", "main_gpu", "num_batch", "numa", "low_vram", "vocab_only", "use_mmap", "use_mlock",
+     "f16_kv", "logits_all", "embedding_only", "num_keep", "num_gqa", "rope_frequency_base", "rope_frequency_scale"}
+)  # fmt: skip
 
 
 def _without_mirostat(value: Any, options: dict) -> bool:
     return options.get("mirostat", 0) == 0
 
 
-# Options accepted only with the values that ask for nothing (sampling this server does not do, and settings of
-# Ollama's runner that are fixed when `tinyllm serve` starts).
+# Sampling this server does not do: accepted only with the values that turn it off.
 NEUTRAL: dict[str, Unsupported] = field_table(
     ("typical_p", is_one_of(1, 1.0), "1"),
     ("tfs_z", is_one_of(1, 1.0), "1"),
@@ -59,39 +57,21 @@ NEUTRAL: dict[str, Unsupported] = field_table(
     ("mirostat_tau", _without_mirostat, "nothing while mirostat is 0"),
     ("mirostat_eta", _without_mirostat, "nothing while mirostat is 0"),
     ("penalize_newline", is_one_of(True), "true (a newline is penalized as any token)"),
-    ("repeat_last_n", _without_penalties, "-1 (the penalties look at the whole sequence)"),
-    ("num_keep", _any, "any value (nothing is ever cut from the context)"),
-    ("numa", is_one_of(False), "false"),
-    ("low_vram", is_one_of(False), "false"),
-    ("vocab_only", is_one_of(False), "false"),
-    ("logits_all", is_one_of(False), "false"),
-    ("embedding_only", is_one_of(False), "false"),
-    ("use_mlock", is_one_of(False), "false"),
-    ("use_mmap", is_one_of(True), "true"),
-    ("num_batch", is_one_of(), "nothing (the engine's batch is set when the server starts)"),
-    ("num_gpu", is_one_of(), "nothing (the device is chosen when the server starts)"),
-    ("main_gpu", is_one_of(), "nothing (the device is chosen when the server starts)"),
-    ("num_thread", is_one_of(), "nothing (threads are set when the server starts: tinyllm serve --threads)"),
 )
 
 
 @dataclass(frozen=True)
 class Sampling:
-    """The OpenAI request fields the options set, and the request's own context (None: the model's)."""
+    """The OpenAI request fields the options set, the request's own context (None: the model's), and what was
+    ignored or changed on the way (for the request's log line)."""
 
     fields: dict
     num_ctx: int | None = None
+    notes: tuple[str, ...] = ()
 
 
 def _check_neutral(name: str, value: Any, options: dict) -> None:
-    entry = NEUTRAL.get(name)
-    if entry is None:
-        known = ", ".join([*SAMPLING, "num_predict", "seed", "num_ctx"])
-        raise bad_request(
-            f"options.{name} is not an option this server knows; it honours {known} "
-            f"(and other Ollama options only with values that ask for nothing)",
-            f"options.{name}",
-        )
+    entry = NEUTRAL[name]
     if not entry.is_neutral(value, options):
         raise bad_request(
             f"options.{name} {value!r} is not supported by this server (it would be ignored); "
@@ -129,25 +109,25 @@ def _num_predict(value: Any) -> int | None:
     return None if n in NO_LIMIT else n
 
 
-def _num_ctx(value: Any, model_context: int) -> int:
+def _num_ctx(value: Any, model_context: int, notes: list[str]) -> int:
     n = _int("num_ctx", value)
-    if not 1 <= n <= model_context:
-        raise bad_request(
-            f"options.num_ctx must be between 1 and the model's context of {model_context} tokens, got {n}",
-            "options.num_ctx",
-        )
+    if n < 1:
+        raise bad_request(f"options.num_ctx must be a positive number of tokens, got {n}", "options.num_ctx")
+    if n > model_context:
+        notes.append(f"options.num_ctx {n} is more than the model's context length: {model_context} is used")
+        return model_context
     return n
 
 
 def sampling_of(options: dict | None, model_context: int, *, generating: bool = True) -> Sampling:
-    """The fields `options` set; a 400 naming the first option that is unknown, has a bad value, or asks for
-    what this server does not do. Without `generating` (embeddings) no sampling option is accepted."""
+    """The fields `options` set; a 400 naming the first option with a bad value or one asking for sampling this
+    server does not do. Without `generating` (embeddings) no sampling option is accepted."""
     options = {k: v for k, v in (options or {}).items() if v is not None}  # null means "not set"
     fields: dict = {}
-    num_ctx = None
+    num_ctx, notes, ignored = None, [], []
     for name, value in options.items():
         if name == "num_ctx":
-            num_ctx = _num_ctx(value, model_context)
+            num_ctx = _num_ctx(value, model_context, notes)
         elif name in (*SAMPLING, "num_predict", "seed") and not generating:
             raise bad_request(f"options.{name} does nothing for embeddings; leave it out", f"options.{name}")
         elif name in SAMPLING:
@@ -158,10 +138,28 @@ def sampling_of(options: dict | None, model_context: int, *, generating: bool = 
         elif name == "seed":
             seed = _int(name, value)
             fields["seed"] = None if seed == -1 else seed  # -1: a fresh random seed, as Ollama's
-        else:
+        elif name in NEUTRAL:
             _check_neutral(name, value, options)
+        else:
+            ignored.append(name)
+    if ignored:
+        unknown = [n for n in ignored if n not in RUNNER]
+        runner = [n for n in ignored if n in RUNNER]
+        if runner:
+            notes.append(f"options {', '.join(runner)} are set when the server starts: ignored")
+        if unknown:
+            notes.append(f"options {', '.join(unknown)} are not options this server knows: ignored")
     if generating:
         # Each value checked by SamplingParams itself, so the rules live in one place; the 400 names the option.
         values = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items() if k != "seed"}
+        values.update(_penalty_window(values.pop("repeat_last_n", None)))
         per_choice({k: v for k, v in values.items() if v is not None}, PARAM_NAMES, fields.get("seed") or 0, 1)
-    return Sampling(fields, num_ctx)
+    return Sampling(fields, num_ctx, tuple(notes))
+
+
+def _penalty_window(repeat_last_n: int | None) -> dict:
+    try:
+        return penalty_window(repeat_last_n)
+    except APIError as exc:
+        message = exc.message.replace("repeat_last_n", "options.repeat_last_n")
+        raise bad_request(message, "options.repeat_last_n") from None

@@ -7,6 +7,7 @@ as /v1/chat/completions and /v1/completions; embeddings go through the same Embe
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import replace
 
@@ -47,6 +48,8 @@ from .requests import (
 )
 
 NOT_HERE = ("pull", "push", "create", "copy", "delete", "blobs")  # managing models: this server serves one
+
+log = logging.getLogger("tinyllm.server")
 
 
 def error_response(exc: APIError) -> JSONResponse:
@@ -131,7 +134,7 @@ def add_ollama_routes(app: FastAPI, auth: list, ready, embedder: Embedder) -> No
     async def chat(request: Request, ctx: Ready = Depends(ready)) -> Response:
         arrival = time.perf_counter()
         body = await parse_body(request, ChatBody, chat_counts(ctx.limits))
-        sampling = sampling_of(body.options, ctx.context_length)
+        sampling = noted(request, sampling_of(body.options, ctx.context_length))
         refuse_unsupported(body)
         if not body.messages:
             ctx.check_model(model_name(body.model))
@@ -144,7 +147,7 @@ def add_ollama_routes(app: FastAPI, auth: list, ready, embedder: Embedder) -> No
     async def generate(request: Request, ctx: Ready = Depends(ready)) -> Response:
         arrival = time.perf_counter()
         body = await parse_body(request, GenerateBody, ids_counts(ctx.limits, "context"))
-        sampling = sampling_of(body.options, ctx.context_length)
+        sampling = noted(request, sampling_of(body.options, ctx.context_length))
         refuse_unsupported(body)
         if not body.prompt:
             ctx.check_model(model_name(body.model))
@@ -159,7 +162,7 @@ def add_ollama_routes(app: FastAPI, auth: list, ready, embedder: Embedder) -> No
         arrival = time.perf_counter()
         body = await parse_body(request, EmbedBody, input_counts(ctx.limits, "input"))
         ctx.check_model(model_name(body.model))
-        sampling = sampling_of(body.options, ctx.context_length, generating=False)
+        sampling = noted(request, sampling_of(body.options, ctx.context_length, generating=False))
         width = _embed_width(body.dimensions, ctx)
         if body.input is None:
             raise bad_request("input is missing; send a text or a list of texts", "input")
@@ -184,7 +187,7 @@ def add_ollama_routes(app: FastAPI, auth: list, ready, embedder: Embedder) -> No
         """Ollama's older route: one prompt's mean-pooled final hidden states, not normalized (as Ollama's)."""
         body = await parse_body(request, LegacyEmbeddingsBody)
         ctx.check_model(model_name(body.model))
-        sampling = sampling_of(body.options, ctx.context_length, generating=False)
+        sampling = noted(request, sampling_of(body.options, ctx.context_length, generating=False))
         if not body.prompt:
             raise bad_request("prompt is missing or empty; send the text to embed", "prompt")
         try:
@@ -197,6 +200,13 @@ def add_ollama_routes(app: FastAPI, auth: list, ready, embedder: Embedder) -> No
 
     _add_model_routes(router, ready)
     app.include_router(router)
+
+
+def noted(request: Request, sampling: Sampling) -> Sampling:
+    """The options as read, with what was ignored or changed in them in the server's log, as Ollama logs it."""
+    if sampling.notes:
+        log.warning("%s %s: %s", request.method, request.url.path, "; ".join(sampling.notes))
+    return sampling
 
 
 def _embed_width(dimensions: int | None, ctx: Ready) -> int | None:

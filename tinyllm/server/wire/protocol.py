@@ -55,6 +55,7 @@ class _GenerationRequest(_OpenBody):
     repetition_penalty: float | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    repeat_last_n: int | None = None  # llama.cpp's: the penalties look at the last n tokens (-1: all of them)
     seed: int | None = None
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
