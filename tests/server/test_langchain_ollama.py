@@ -61,6 +61,12 @@ def test_structured_output_by_json_schema_returns_the_model(url):
     assert isinstance(person.invoke("Make up a person."), Person)
 
 
+def test_the_options_langchain_users_set_are_served(url):
+    """num_ctx past the model's context, the runner's num_thread, a penalty window and mirostat off."""
+    model = chat(url, num_ctx=16384, num_thread=4, repeat_last_n=64, mirostat=0, num_predict=3, seed=2)
+    assert model.invoke("Hi").usage_metadata["output_tokens"] == 3
+
+
 def test_an_option_the_server_does_not_honour_fails_loudly(url):
     with pytest.raises(Exception, match="options.mirostat 2 is not supported"):
         chat(url, mirostat=2).invoke("Hi")
