@@ -11,13 +11,12 @@ took and the longest gap between /health answers and between stream chunks.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import threading
 import time
 
 import httpx
-from stall_probe import longest_gap, poll_health, run_stream
+from stall_probe import child_server, longest_gap, poll_health, run_stream
 
 MESSAGES = [{"role": "user", "content": "x"}] * 300_000
 IDS = [1] * 5_000_000
@@ -57,25 +56,10 @@ def probe(url: str, path: str, raw: bytes) -> None:
 
 
 def main() -> None:
-    from tinyllm.server.transport.server_thread import free_port
-
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    child = subprocess.Popen([sys.executable, "tests/server/stall_probe.py", "serve", str(port)])
-    try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
+    with child_server("tests/server/stall_probe.py") as url:
         for path, body in BODIES.items():
             if len(sys.argv) < 2 or path in sys.argv[1:]:
                 probe(url, path, json.dumps(body, separators=(",", ":")).encode())
-    finally:
-        child.terminate()
-        child.wait(30)
 
 
 if __name__ == "__main__":

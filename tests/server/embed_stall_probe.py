@@ -17,12 +17,12 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
 
 import httpx
+from stall_probe import child_server
 
 STREAM_TOKENS = 48
 SMALL_CLIENTS = 44  # more than the 40 threads Starlette lends handlers: none of them may wait holding one
@@ -160,25 +160,10 @@ def cost(sizes: list[str]) -> None:
 
 
 def main(batch_tokens: int) -> None:
-    from tinyllm.server.transport.server_thread import free_port
-
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    child = subprocess.Popen([sys.executable, __file__, "serve", str(port), str(batch_tokens)])
-    try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
+    with child_server(__file__, str(batch_tokens)) as url:
         print(f"embedding batch tokens: {batch_tokens}; load average before: {os.getloadavg()[0]:.1f}")
         storm(url)
         print(f"load average after: {os.getloadavg()[0]:.1f} (other processes share these cores)")
-    finally:
-        child.terminate()
-        child.wait(30)
 
 
 if __name__ == "__main__":

@@ -11,12 +11,12 @@ stream's chunks and between /health answers in the window around it.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import threading
 import time
 
 import httpx
+from stall_probe import child_server
 
 POLL_S = 0.02
 CHAT = "/v1/chat/completions"
@@ -119,24 +119,9 @@ def probe(url: str, name: str, body: dict) -> None:
 
 
 def main() -> None:
-    from tinyllm.server.transport.server_thread import free_port
-
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    child = subprocess.Popen([sys.executable, __file__, "serve", str(port)])
-    try:
-        for _ in range(900):
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
+    with child_server(__file__) as url:
         for name in sys.argv[1:] or PROBES:
             probe(url, name, PROBES[name])
-    finally:
-        child.terminate()
-        child.wait(30)
 
 
 if __name__ == "__main__":

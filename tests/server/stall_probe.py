@@ -10,6 +10,7 @@ chunks in the window around each body.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -87,12 +88,14 @@ def probe(url: str, name: str, raw: bytes) -> None:
     )
 
 
-def main() -> None:
+@contextlib.contextmanager
+def child_server(script: str, *args: str):
+    """`python script serve PORT *args` in a child process, until its /health says 200; yields its URL."""
     from tinyllm.server.transport.server_thread import free_port
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    child = subprocess.Popen([sys.executable, __file__, "serve", str(port)])
+    child = subprocess.Popen([sys.executable, script, "serve", str(port), *args])
     try:
         for _ in range(600):
             try:
@@ -101,13 +104,18 @@ def main() -> None:
             except httpx.TransportError:
                 pass
             time.sleep(0.2)
+        yield url
+    finally:
+        child.terminate()
+        child.wait(30)
+
+
+def main() -> None:
+    with child_server(__file__) as url:
         messages = json.dumps({"messages": [{"role": "user", "content": "x"}] * 400_000}).encode()
         ids = json.dumps({"prompt": [1] * 4_000_000}, separators=(",", ":")).encode()
         for name, raw in (("chat/completions", messages), ("completions", ids)):
             probe(url, name, raw)
-    finally:
-        child.terminate()
-        child.wait(30)
 
 
 if __name__ == "__main__":
