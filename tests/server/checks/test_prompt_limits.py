@@ -38,13 +38,13 @@ def test_text_and_ids_at_the_limit_pass_and_one_more_is_refused():
     err = refused(LIMITS.check_text, 31, "prompt")
     assert err.param == "prompt" and err.code == CONTEXT_CODE
     assert err.message == (
-        "prompt has 31 characters, more than any prompt that fits the 10-token context can have (30)"
+        "prompt has 31 characters, more than any prompt within the context length of 10 tokens can have (30)"
     )
     LIMITS.check_ids(9, "input")
     err = refused(LIMITS.check_ids, 10, "input")
     assert err.param == "input" and err.code == CONTEXT_CODE
     assert err.message == (
-        "input has 10 tokens, but the model's context holds 10 (at most 9 leave room for one new token)"
+        "input has 10 tokens, but the model's context length is 10 (at most 9 leave room for one new token)"
     )
 
 
@@ -52,7 +52,7 @@ def test_message_count_and_characters_against_the_context():
     LIMITS.check_message_count(10)
     err = refused(LIMITS.check_message_count, 11)
     assert err.param == "messages"
-    assert err.message == "messages has 11 entries, more than the 10 tokens of the context can hold"
+    assert err.message == "messages has 11 entries, more than the context length of 10 tokens can hold"
     LIMITS.check_messages([ChatMessage(role="user", content="x" * 30)])
     parts = [{"type": "text", "text": "x" * 20}, {"type": "text", "text": "y" * 11}]
     err = refused(LIMITS.check_messages, [ChatMessage(role="user", content=parts)])
@@ -89,7 +89,7 @@ def test_room_for_the_answer_names_the_field_that_asked_for_it():
     err = refused(LIMITS.check_room, 4, 7, "prompt", "max_completion_tokens")
     assert err.param == "max_completion_tokens" and err.code == CONTEXT_CODE
     assert err.message == (
-        "the prompt has 4 tokens and max_completion_tokens is 7, more than the model's context of 10 tokens"
+        "the prompt has 4 tokens and max_completion_tokens is 7, more than the model's context length of 10 tokens"
     )
     assert refused(LIMITS.check_room, 4, 7, "prompt").param == "max_tokens"
     assert refused(LIMITS.check_room, 10, None, "prompt").param == "prompt"

@@ -6,14 +6,15 @@ import pytest
 from tinyllm.errors import TinyLLMError
 from tinyllm.server.checks.admission import PromptLimits
 from tinyllm.server.checks.prompts import (
+    chat_prompt,
     chat_prompt_ids,
-    chat_prompt_text,
     check_prompts,
     completion_prompt_ids,
     split_prompts,
 )
 from tinyllm.server.wire.errors import APIError
 from tinyllm.server.wire.protocol import ChatMessage
+from tinyllm.text.chat_prompt import ChatPrompt
 
 LIMITS = PromptLimits(context_length=10, max_token_chars=3)
 
@@ -32,6 +33,14 @@ class Template:
 
     def encode(self, text, add_special_tokens=True):
         return [ord(c) for c in text] + ([1] if add_special_tokens else [])
+
+    def encode_chat(self, messages, add_generation_prompt, tools):
+        text = self.apply_chat_template(messages, add_generation_prompt, tools)
+        return ChatPrompt(text, [ord(c) for c in text])
+
+
+def chat_prompt_text(tokenizer, messages, add_generation_prompt=True, tools=None) -> str:
+    return chat_prompt(tokenizer, messages, add_generation_prompt, tools).text
 
 
 def refused(call, *args) -> APIError:
