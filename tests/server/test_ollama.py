@@ -209,7 +209,7 @@ def test_raw_generate_is_the_completion_of_the_prompt(client, http):
     ("options", "message"),
     [
         ({"mirostat": 2}, "options.mirostat 2 is not supported"),
-        ({"typical_p": 0.5}, "options.typical_p 0.5 is not supported"),
+        ({"typical_p": 0}, "options.typical_p must be in (0, 1]"),
         ({"repeat_penalty": 1.2, "repeat_last_n": -7}, "options.repeat_last_n must be -1"),
         ({"num_ctx": -1}, "options.num_ctx must be a positive number of tokens"),
         ({"num_predict": 0}, "options.num_predict must be -1"),

@@ -29,6 +29,7 @@ from torch import Tensor
 from tinyllm.errors import TinyLLMError
 from tinyllm.sampling.logit_bias import apply_logit_bias
 from tinyllm.sampling.params import SamplingParams
+from tinyllm.sampling.typical import typical_filter
 
 # Probabilities carry float32 rounding (~1e-7), so a mass or ratio that equals p only up
 # to rounding counts as reaching it: the result then does not depend on summation order
@@ -174,9 +175,10 @@ def min_p_filter(logits: Tensor, min_p: float) -> Tensor:
 
 
 def apply_filters(logits: Tensor, params: SamplingParams) -> Tensor:
-    """Temperature, then top-k, top-p, min-p (steps 3-6); not for greedy params."""
+    """Temperature, then top-k, typical, top-p, min-p (steps 3-6, typical beside them); not for greedy params."""
     out = apply_temperature(logits, params.temperature)
     out = top_k_filter(out, params.top_k)
+    out = typical_filter(out, params.typical_p)
     out = top_p_filter(out, params.top_p)
     return min_p_filter(out, params.min_p)
 

@@ -35,6 +35,7 @@ class SamplingParams:
     temperature: float = 1.0  # >= 0; below GREEDY_TEMPERATURE (1e-5) = greedy
     top_k: int = 0  # 0 (or -1, normalised to 0) = disabled; else >= 1
     top_p: float = 1.0  # (0, 1]
+    typical_p: float = 1.0  # (0, 1]; 1 = off (locally typical sampling, sampling/typical.py)
     min_p: float = 0.0  # [0, 1]
     repetition_penalty: float = 1.0  # in [1e-3, 1e3]; 1 = off
     presence_penalty: float = 0.0  # [-2, 2]
@@ -75,6 +76,7 @@ def _validated_fields(p: SamplingParams) -> dict[str, Any]:
         "temperature": _real("temperature", p.temperature, lambda v: 0 <= v < math.inf, "a finite number >= 0"),
         "top_k": _top_k(p.top_k),
         "top_p": _real("top_p", p.top_p, lambda v: 0 < v <= 1, "in (0, 1]"),
+        "typical_p": _real("typical_p", p.typical_p, lambda v: 0 < v <= 1, "in (0, 1]"),
         "min_p": _real("min_p", p.min_p, lambda v: 0 <= v <= 1, "in [0, 1]"),
         "repetition_penalty": _real(
             "repetition_penalty",

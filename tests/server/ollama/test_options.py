@@ -47,6 +47,7 @@ ALONE = [
     ({"top_k": 7}, {"top_k": 7}),
     ({"top_p": 0.5}, {"top_p": 0.5}),
     ({"min_p": 0.125}, {"min_p": 0.125}),
+    ({"typical_p": 0.7}, {"typical_p": 0.7}),
     ({"repeat_penalty": 1.25}, {"repetition_penalty": 1.25}),
     ({"presence_penalty": 0.75}, {"presence_penalty": 0.75}),
     ({"frequency_penalty": -0.5}, {"frequency_penalty": -0.5}),
@@ -86,8 +87,6 @@ def test_num_ctx_is_the_requests_context_and_no_sampling_field():
 
 
 NEUTRAL = [
-    {"typical_p": 1},
-    {"typical_p": 1.0},
     {"tfs_z": 1},
     {"mirostat": 0},
     {"mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1},
@@ -105,7 +104,7 @@ def test_options_that_ask_for_nothing_are_accepted_and_change_nothing(options):
 
 
 REFUSED = [
-    ({"typical_p": 0.5}, "options.typical_p", "options.typical_p 0.5 is not supported"),
+    ({"typical_p": 1.5}, "options.typical_p", "options.typical_p must be in (0, 1]"),
     ({"tfs_z": 0.9}, "options.tfs_z", "send 1 or leave it out"),
     ({"mirostat": 1}, "options.mirostat", "options.mirostat 1 is not supported"),
     ({"mirostat": 2, "mirostat_tau": 5.0}, "options.mirostat", "options.mirostat 2"),
@@ -174,9 +173,11 @@ def test_ollamas_generate_request_with_options_example_is_accepted():
         "frequency_penalty": 1.0, "penalize_newline": True, "stop": ["\n", "user:"], "numa": False,
         "num_ctx": 1024, "num_batch": 2, "num_gpu": 1, "main_gpu": 0, "use_mmap": True, "num_thread": 8,
     }  # fmt: skip
-    with pytest.raises(APIError, match="options.typical_p 0.7 is not supported"):
-        sampling_of(options, CONTEXT)  # typical sampling is the one thing in it this server does not do
-    params = chat_sampling({**options, "typical_p": 1.0})
+    params = chat_sampling(options)
+    notes = sampling_of(options, CONTEXT).notes
+    assert notes == ("options num_keep, numa, num_batch, num_gpu, main_gpu, use_mmap, num_thread are set when the "
+                     "server starts: ignored",)  # fmt: skip
+    assert params.typical_p == 0.7
     assert (params.penalty_last_n, params.repetition_penalty, params.max_tokens, params.seed) == (33, 1.2, 100, 42)
 
 

@@ -37,6 +37,7 @@ def _common(req) -> dict:
         top_p=req.top_p,
         top_k=req.top_k,
         min_p=req.min_p,
+        typical_p=req.typical_p,
         repetition_penalty=req.repetition_penalty,
         presence_penalty=req.presence_penalty,
         frequency_penalty=req.frequency_penalty,

@@ -6,8 +6,8 @@ request), and so are the runner's settings, which `tinyllm serve` fixes when it 
 use_mmap, numa, ...). `num_ctx` is the request's context: the prompt and the answer together stay within it (a
 prompt that does not fit is a 400; nothing is cut); above the model's context it is that context (logged).
 `repeat_last_n` is the penalties' window (-1 the whole sequence, 0 no penalties, n the last n tokens, prompt
-included, as llama.cpp counts them). Sampling this server does not do (mirostat, tail-free sampling, typical
-sampling) is accepted only with the values that turn it off.
+included, as llama.cpp counts them). Sampling this server does not do (mirostat, tail-free sampling) is
+accepted only with the values that turn it off.
 
 Left-out options take the OpenAI routes' defaults (temperature 1, no top-k, top-p or penalties, no length
 limit but the context), not Ollama's built-in ones.
@@ -28,6 +28,7 @@ SAMPLING = {
     "top_k": ("top_k", "integer"),
     "top_p": ("top_p", "number"),
     "min_p": ("min_p", "number"),
+    "typical_p": ("typical_p", "number"),
     "repeat_penalty": ("repetition_penalty", "number"),
     "presence_penalty": ("presence_penalty", "number"),
     "frequency_penalty": ("frequency_penalty", "number"),
@@ -51,7 +52,6 @@ def _without_mirostat(value: Any, options: dict) -> bool:
 
 # Sampling this server does not do: accepted only with the values that turn it off.
 NEUTRAL: dict[str, Unsupported] = field_table(
-    ("typical_p", is_one_of(1, 1.0), "1"),
     ("tfs_z", is_one_of(1, 1.0), "1"),
     ("mirostat", is_one_of(0), "0"),
     ("mirostat_tau", _without_mirostat, "nothing while mirostat is 0"),

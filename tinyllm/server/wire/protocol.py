@@ -52,6 +52,7 @@ class _GenerationRequest(_OpenBody):
     top_p: float | None = None
     top_k: int | None = None
     min_p: float | None = None
+    typical_p: float | None = None  # llama.cpp's: locally typical sampling
     repetition_penalty: float | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
