@@ -80,3 +80,12 @@ def test_typical_p_is_checked_and_reaches_sampling():
     logits = torch.tensor([0.4, 0.3, 0.2, 0.1]).log()
     out = process_logits(logits, SamplingParams(typical_p=0.25, temperature=1.0), [], [])
     assert [x > -math.inf for x in out.tolist()] == [False, True, False, False]  # in the sampling stack
+
+
+def test_the_filter_checks_its_own_argument_and_cuts_at_an_exact_mass():
+    for bad in (0.0, 1.5):
+        with pytest.raises(TinyLLMError, match=rf"typical_p must be in \(0, 1\], got {bad}"):
+            typical_filter(torch.zeros(4), bad)
+    # two equal halves: the first reaches 0.5 exactly, so the second (mass before it 0.5) is dropped
+    out = typical_filter(torch.zeros(2), 0.5)
+    assert [x > -math.inf for x in out.tolist()] == [True, False]

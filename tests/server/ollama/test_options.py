@@ -149,6 +149,8 @@ def test_unknown_options_and_the_runners_settings_are_ignored_and_noted():
     )
     assert changed(chat_sampling(options), chat_sampling(None)) == {"temperature": 0.5}
     assert sampling_of({"temperature": 0.5}, CONTEXT).notes == ()
+    two = sampling_of({"foo": 1, "bar": 2}, CONTEXT).notes
+    assert two == ("options foo, bar are not options this server knows: ignored",)
 
 
 def test_a_context_past_the_models_is_the_models_and_noted():
