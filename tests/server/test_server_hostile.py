@@ -320,3 +320,16 @@ def test_a_grammar_that_gives_up_in_a_stream_ends_that_choice_with_an_error_even
     assert "error" in finishes
     error = chunks[-1]["error"]
     assert error["type"] == "invalid_request_error" and "injected" in error["message"]
+
+
+def test_llama_cpps_typical_p_and_repeat_last_n_are_honoured_on_v1(server):
+    for body in (
+        {"prompt": "x", "max_tokens": 2, "typical_p": 0.5, "temperature": 1.0, "seed": 3},
+        {"prompt": "x", "max_tokens": 2, "repeat_last_n": 10**30, "repetition_penalty": 1.2},
+        {"prompt": "x", "max_tokens": 2, "repeat_last_n": 0, "repetition_penalty": 1.2},
+    ):
+        r = post(server, "/v1/completions", body)
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2, r.text
+    for bad, words in (({"typical_p": 0}, "typical_p must be in (0, 1]"), ({"repeat_last_n": -2}, "repeat_last_n")):
+        r = post(server, "/v1/completions", {"prompt": "x", "max_tokens": 2, **bad})
+        assert r.status_code == 400 and words in r.json()["error"]["message"], r.text
