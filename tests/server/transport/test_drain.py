@@ -88,10 +88,15 @@ def lines_of(url: str, path: str, body: dict, started: threading.Event, out: lis
     """Every non-empty line of a streamed answer; `started` is set once its first line came."""
     with httpx.Client(timeout=120) as c, c.stream("POST", url + path, json=body) as r:
         assert r.status_code == 200
-        for line in r.iter_lines():
-            if line:
-                out.append(line)
-                started.set()
+        # Lines end at b"\n" alone: iter_lines would also cut at U+2028 or U+0085, which a random model's text
+        # holds unescaped in the JSON.
+        pending = b""
+        for chunk in r.iter_bytes():
+            *done, pending = (pending + chunk).split(b"\n")
+            for line in done:
+                if line.strip():
+                    out.append(line.decode().rstrip("\r"))
+                    started.set()
 
 
 def openai_events(lines: list[str]) -> list:
