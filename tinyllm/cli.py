@@ -114,7 +114,7 @@ def load(args):
         torch.set_num_threads(args.threads)
     parallel = parallel_from_args(args) if hasattr(args, "tensor_parallel_size") else None
     options = dict(dtype=args.dtype, device=args.device, weights=args.weights, quantize=args.quantize)
-    return LLM(args.model, parallel=parallel, **options)
+    return LLM(args.model, parallel=parallel, ctx_size=getattr(args, "ctx_size", None), **options)
 
 
 def cmd_generate(args) -> int:

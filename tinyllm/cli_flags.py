@@ -126,6 +126,16 @@ def add_model_args(p: argparse.ArgumentParser, device: bool = True) -> None:
     )
 
 
+def add_ctx_size_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--ctx-size",
+        type=POSITIVE,
+        default=None,
+        metavar="N",
+        help="run the model below its trained context: prompt and answer within N tokens (default: the model's)",
+    )
+
+
 def add_threads_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--threads", type=POSITIVE, default=None, metavar="N", help="torch threads (default: torch's own choice)"

@@ -12,6 +12,7 @@ from .cli_flags import (
     MAX_LOGPROBS,
     IntRange,
     Parser,
+    add_ctx_size_arg,
     add_engine_args,
     add_kv_dtype_arg,
     add_model_args,
@@ -77,6 +78,7 @@ def add_generate(sub, run: Callable) -> None:
     )
     out.add_argument("--timings", action="store_true", help="with --json: each token's time since the call")
     add_model_args(g)
+    add_ctx_size_arg(g)
     add_threads_arg(g)
     add_sampling_args(g, temperature=0.0)
     add_structured_args(g)
@@ -92,6 +94,7 @@ def add_chat(sub, run: Callable) -> None:
     )
     c.add_argument("--system", default=None, metavar="TEXT", help="the system message (default: none)")
     add_model_args(c)
+    add_ctx_size_arg(c)
     add_threads_arg(c)
     add_sampling_args(c, temperature=CHAT_TEMPERATURE)
     add_structured_args(c)

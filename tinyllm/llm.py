@@ -8,6 +8,7 @@ against. An LLM is not thread-safe; streams of one LLM may be interleaved in one
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import weakref
 from collections.abc import Iterator, Sequence
@@ -15,7 +16,7 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from .cache.q8_kv import bytes_per_value
-from .config import KV_DTYPES, kv_dtype_name, parse_dtype, parse_kv_dtype
+from .config import KV_DTYPES, ModelConfig, kv_dtype_name, parse_dtype, parse_kv_dtype
 from .distributed.config import ParallelConfig
 from .distributed.driver import TensorParallel
 from .distributed.worker import ModelSource
@@ -95,18 +96,21 @@ class LLM:
         quantize: str | None = None,
         tensor_parallel_size: int = 1,
         parallel: ParallelConfig | None = None,
+        ctx_size: int | None = None,
     ):
         """weights: "native" keeps GGUF block formats as blocks, "native-int8" too with activations quantized
         to 8 bits per 32 (faster, not equal to the reference), "native-int24" to three 8-bit limbs (within
         float32's rounding, faster where memory bounds decode), "dequantized" expands them to float (the
         reference); default native on the CPU. quantize: "int8" | "int4" quantizes a float model at load.
         tensor_parallel_size: split the model over that many processes (or `parallel`: where they meet,
-        how long a silent one is waited for); close() stops them."""
+        how long a silent one is waited for); close() stops them. ctx_size: run the model below its trained
+        context (prompt and answer together stay within ctx_size tokens)."""
         parallel = parallel_config(tensor_parallel_size, parallel)
         sharded = parallel.tensor_parallel_size > 1  # the blocks stay to be cut
         loaded = load(model, parse_dtype(dtype), device, weights=weights, quantize=quantize, keep_blocks=sharded)
         self.path, self.format = loaded.path, loaded.format
-        self.config, self.model, self.tokenizer = loaded.config, loaded.model, loaded.tokenizer
+        self.model, self.tokenizer = loaded.model, loaded.tokenizer
+        self.config = within_context(loaded.config, ctx_size)
         self.eos_ids = loaded.eos_ids
         self.weight_types = loaded.weight_types
         source = ModelSource(loaded.path, parse_dtype(dtype), str(device), weights, quantize)
@@ -389,6 +393,18 @@ class LLM:
             "tokenizer": self.tokenizer.kind,
             "eos_ids": list(self.eos_ids),
         }
+
+
+def within_context(config: ModelConfig, ctx_size: int | None) -> ModelConfig:
+    """The config a model runs under: its trained context, or less (ctx_size)."""
+    if ctx_size is None:
+        return config
+    if isinstance(ctx_size, bool) or not isinstance(ctx_size, int) or not 1 <= ctx_size <= config.context_length:
+        raise TinyLLMError(
+            f"ctx_size must be an integer from 1 to the model's trained context of {config.context_length}, "
+            f"got {ctx_size!r}"
+        )
+    return dataclasses.replace(config, max_position_embeddings=ctx_size)
 
 
 class TextStream:

@@ -300,7 +300,7 @@ def test_the_model_routes_describe_the_one_model(client, http, llm):
     assert running.model == MODEL and running.context_length == 1024
     assert http.get("/api/version").json() == {"version": __import__("tinyllm").__version__}
     r = http.post("/api/pull", json={"model": "llama3"})
-    assert r.status_code == 501 and "serves the one model it started with" in r.json()["error"]
+    assert r.status_code == 501 and "tinyllm pull" in r.json()["error"]
 
 
 def test_the_api_key_guards_ollamas_routes_too(llm):

@@ -22,9 +22,12 @@ from .. import __version__
 from ..engine.embedding_queue import EmbeddingLimits
 from .endpoints.chat import chat_completion
 from .endpoints.completions import completion
+from .endpoints.embeddings import Embedder
 from .endpoints.responses import create_response
 from .endpoints.tokenization import add_tokenizer_routes
+from .leases import ModelLeases, leases_of
 from .metrics import CONTENT_TYPE, ServerMetrics
+from .model_slots import ModelSource, SlotLimits
 from .state import Ready, ServerState
 from .surfaces import add_local_routes
 from .transport.body import (
@@ -32,6 +35,7 @@ from .transport.body import (
     chat_counts,
     completion_counts,
     parse_body,
+    peek_json,
     request_body_doc,
     responses_counts,
 )
@@ -70,8 +74,10 @@ def _auth_dependency(api_key: str | None):
 
 
 def create_app(
-    llm_or_loader,
+    llm_or_loader=None,
     *,
+    models: Sequence[ModelSource] | None = None,
+    slot_limits: SlotLimits | None = None,
     served_model_name: str | None = None,
     api_key: str | None = None,
     allowed_origins: list[str] | None = None,
@@ -80,13 +86,16 @@ def create_app(
     embedding_limits: EmbeddingLimits | None = None,
     **engine_options,
 ) -> FastAPI:
-    """An app serving `llm_or_loader`: an LLM, or a callable returning one (called in a background
-    thread at startup). engine_options go to the Engine (max_num_seqs, kv_memory_bytes, ...);
-    `allowed_origins` turns CORS on for those browser origins ("*" for any); `allowed_hosts` are the Host
-    header values answered (hosts.py; None: any); `embedding_limits` bound what embeddings may cost and queue."""
+    """An app serving `llm_or_loader` (an LLM, or a callable returning one, called in a background thread at
+    startup), or the `models` named in their ModelSources (model_slots.py: loaded on first use or at start-up,
+    unloaded after their keep_alive or for room within `slot_limits`). engine_options go to each model's Engine
+    (max_num_seqs, kv_memory_bytes, ...); `allowed_origins` turns CORS on for those browser origins ("*" for
+    any); `allowed_hosts` are the Host header values answered (hosts.py; None: any); `embedding_limits` bound
+    what embeddings may cost and queue (per model)."""
     limits = limits or ConnectionLimits()
     metrics = ServerMetrics()
-    state = ServerState(llm_or_loader, engine_options, served_model_name, metrics)
+    sources = list(models or ()) or [_only_source(llm_or_loader, served_model_name)]
+    state = ServerState(sources, engine_options, metrics, lambda: Embedder(embedding_limits), slot_limits)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -94,8 +103,7 @@ def create_app(
         try:
             yield
         finally:
-            app.state.embedder.close()  # before the engine: queued embeddings answer 503
-            state.shutdown()
+            state.shutdown()  # queued embeddings answer 503, then the engines stop
 
     app = FastAPI(
         title="tinyllm",
@@ -110,6 +118,7 @@ def create_app(
         "reproduces the answer; choice i of n samples with seed + i.",
     )
     app.state.server = state
+    app.add_middleware(ModelLeases, state=state)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES, body_timeout_s=limits.body_timeout_s)
     if allowed_origins:
         app.add_middleware(
@@ -125,14 +134,15 @@ def create_app(
     auth = [Depends(_auth_dependency(api_key))]
     _add_docs_routes(app, auth)
 
-    def ready() -> Ready:
-        return state.require()
+    async def ready(request: Request) -> Ready:
+        """The model the request names (its body's `model`), loaded first if it is not, held until the
+        response ends (leases.py)."""
+        return await state.acquire(await requested_model(request), leases_of(request.scope))
 
     _add_generation_routes(app, auth, ready)
-    _add_model_routes(app, auth, ready)
+    _add_model_routes(app, auth, state)
     add_tokenizer_routes(app, auth, ready)
-    app.state.embedder = add_local_routes(app, auth, ready, embedding_limits)  # surfaces.py: beside OpenAI's API
-    state.also_end(app.state.embedder.close)  # a drain's deadline answers queued embeddings 503 too
+    add_local_routes(app, auth, ready, state)  # surfaces.py: beside OpenAI's API
     _add_ops_routes(app, state, metrics)
     add_body_schemas(
         app, [ChatCompletionRequest, CompletionRequest, ResponsesRequest, TokenizeRequest, DetokenizeRequest]
@@ -195,16 +205,46 @@ def _add_generation_routes(app: FastAPI, auth: list, ready) -> None:
         return await create_response(body, request, ctx)
 
 
-def _add_model_routes(app: FastAPI, auth: list, ready) -> None:
+def _only_source(llm_or_loader, served_model_name: str | None) -> ModelSource:
+    """The one model of a server made from an LLM or a loader, named after its file unless named here."""
+    if llm_or_loader is None:
+        raise TypeError("create_app needs an LLM, a loader or models")
+    aliases = None if served_model_name is None else frozenset()
+    if callable(llm_or_loader):
+        return ModelSource(served_model_name, load=llm_or_loader, aliases=aliases, preload=True)
+    return ModelSource(served_model_name, llm=llm_or_loader, aliases=aliases, preload=True)
+
+
+async def requested_model(request: Request) -> str | None:
+    """The `model` a POST body names (Ollama's /api/show may say `name`), read before the route parses it."""
+    if request.method != "POST":
+        return None
+    data = await peek_json(request)
+    if not isinstance(data, dict):
+        return None  # the route's parse answers 400
+    model = data.get("model") or data.get("name")
+    return model if isinstance(model, str) and model else None
+
+
+def _add_model_routes(app: FastAPI, auth: list, state: ServerState) -> None:
+    def card(slot) -> ModelCard:
+        if slot.seen_name is None and not state.many:
+            state.require(slot)  # never loaded yet: 503 while it loads, or why it failed
+        return ModelCard(id=slot.name, max_model_len=slot.context_length)
+
     @_both(app.get, "/models", dependencies=auth, response_model=ModelList)
-    async def models(ctx: Ready = Depends(ready)) -> ModelList:
-        return ModelList(data=[ModelCard(id=ctx.model_name, max_model_len=ctx.context_length)])
+    async def models() -> ModelList:
+        """Every model served here, loaded or not (max_model_len once it is loaded)."""
+        return ModelList(data=[card(slot) for slot in state.slots])
 
     @_both(app.get, "/models/{model_id:path}", dependencies=auth, response_model=ModelCard)
-    async def model(model_id: str, ctx: Ready = Depends(ready)) -> ModelCard:
-        """The served model by its name or an alias (its file name); any other name is a 404."""
-        ctx.check_model(model_id)
-        return ModelCard(id=ctx.model_name, max_model_len=ctx.context_length)
+    async def model(model_id: str) -> ModelCard:
+        """A served model by its name or an alias (its file name); any other name is a 404."""
+        slot = state.slot_for(model_id)
+        if not state.many:
+            card(slot)
+            slot.check_name(model_id)
+        return card(slot)
 
 
 def first_line(text: str | None) -> str | None:
@@ -214,27 +254,27 @@ def first_line(text: str | None) -> str | None:
 def _add_ops_routes(app: FastAPI, state: ServerState, metrics: ServerMetrics) -> None:
     @app.get("/health")
     async def health() -> JSONResponse:
-        """503 while the model loads (or if it failed to) and while the server shuts down, 200 with the engine's
-        state once ready."""
-        ready = state.ready
+        """503 while the default model first loads (or if it failed to), while the server shuts down, or when an
+        engine stopped; 200 with the default engine's state (once loaded) and the models loaded."""
         if state.draining:  # a balancer stops sending here; running requests go on (transport/drain.py)
             return JSONResponse({"status": "shutting_down", "error": None}, status_code=503)
-        if ready is None or not ready.engine.alive:
-            status = state.status if ready is None else "engine_stopped"
-            # Only the kind of failure, or the first line of why the engine stopped (which tensor-parallel rank,
-            # how): the rest (a rank's last output) may name files; the server log has the whole of it.
-            error = state.error_kind if ready is None else first_line(ready.engine.error)
-            return JSONResponse({"status": status, "error": error}, status_code=503)
-        s = ready.engine.state
-        return JSONResponse(
-            {
-                "status": "ok",
-                "model": ready.model_name,
-                "running": s.running,
-                "waiting": s.waiting,
-                "kv_blocks": {"total": s.blocks_total, "used": s.blocks_used, "cached": s.blocks_cached},
-            }
-        )
+        slot = state.default
+        if slot.status == "failed" or (slot.status == "loading" and slot.seen_name is None):
+            return JSONResponse({"status": slot.status, "error": slot.error_kind}, status_code=503)
+        loaded = [s.ready for s in state.slots if s.ready is not None]
+        stopped = [r for r in loaded if not r.engine.alive]
+        if stopped:
+            # Only the first line of why the engine stopped (which tensor-parallel rank, how): the rest (a rank's
+            # last output) may name files; the server log has the whole of it.
+            return JSONResponse(
+                {"status": "engine_stopped", "error": first_line(stopped[0].engine.error)}, status_code=503
+            )
+        answer = {"status": "ok", "model": slot.name, "loaded": [r.model_name for r in loaded]}
+        if slot.ready is not None:
+            s = slot.ready.engine.state
+            kv = {"total": s.blocks_total, "used": s.blocks_used, "cached": s.blocks_cached}
+            answer.update(running=s.running, waiting=s.waiting, kv_blocks=kv)
+        return JSONResponse(answer)
 
     @app.get("/metrics")
     async def prometheus() -> Response:

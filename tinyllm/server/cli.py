@@ -10,6 +10,7 @@ from ..cli_flags import (
     PORT,
     POSITIVE,
     FloatRange,
+    add_ctx_size_arg,
     add_kv_dtype_arg,
     add_model_args,
     add_speculative_args,
@@ -20,16 +21,22 @@ from ..errors import TinyLLMError
 
 API_KEY_ENV = "TINYLLM_API_KEY"
 SHUTDOWN_TIMEOUT_S = 30.0
+KEEP_ALIVE_DEFAULT = "5m"  # Ollama's
+MAX_LOADED_DEFAULT = 3  # Ollama's, on a machine without a GPU
 
 
 def add_serve_command(subparsers) -> None:
     p = subparsers.add_parser(
         "serve",
-        help="an OpenAI-compatible HTTP server (chat, completions, metrics)",
-        description="Serve one model over an OpenAI-compatible HTTP API. The port "
-        "answers at once; /health says 503 until the model has loaded.",
+        help="an OpenAI- and Ollama-compatible HTTP server (chat, completions, embeddings, metrics)",
+        description="Serve --model, or without it every model this machine has (the default model and those in "
+        "the models folder: tinyllm list), over OpenAI's and Ollama's HTTP APIs; a request names its model. The "
+        "port answers at once; /health says 503 until the first model has loaded. Other models load on first "
+        "use and unload after --keep-alive idle, or for room (--max-loaded-models, --max-memory-gb).",
     )
     add_model_args(p)
+    add_ctx_size_arg(p)
+    add_model_slot_args(p)
     p.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it)"
     )
@@ -87,7 +94,12 @@ def add_serve_command(subparsers) -> None:
         help="sequences batched together (default 32; 1 serves one request at a time)",
     )
     p.add_argument("--max-num-batched-tokens", type=POSITIVE, default=256, help="tokens per engine step (default 256)")
-    p.add_argument("--kv-memory-gb", type=float, default=1.0, help="KV cache pool size in GiB (default 1)")
+    p.add_argument(
+        "--kv-memory-gb",
+        type=float,
+        default=None,
+        help="KV cache pool size in GiB, per model (default 1, or with --ctx-size what that many tokens take)",
+    )
     p.add_argument("--block-size", type=POSITIVE, default=16, help="tokens per KV block (default 16)")
     add_embedding_args(p)
     add_kv_dtype_arg(p)
@@ -101,6 +113,34 @@ def add_serve_command(subparsers) -> None:
         help="uvicorn's log level (default info)",
     )
     p.set_defaults(func=cmd_serve)
+
+
+def add_model_slot_args(p) -> None:
+    g = p.add_argument_group("models loaded at once")
+    g.add_argument(
+        "--keep-alive",
+        default=None,
+        metavar="DURATION",
+        help='how long a model stays loaded with no request: seconds or a duration ("5m", "1h"), negative to '
+        "keep it; a request's own keep_alive (Ollama's) overrides it (default: the first model stays, "
+        f"others {KEEP_ALIVE_DEFAULT})",
+    )
+    g.add_argument(
+        "--max-loaded-models",
+        type=POSITIVE,
+        default=MAX_LOADED_DEFAULT,
+        metavar="N",
+        help="models loaded at once; the least recently used idle one unloads for another "
+        f"(default {MAX_LOADED_DEFAULT})",
+    )
+    g.add_argument(
+        "--max-memory-gb",
+        type=FloatRange(lambda v: v > 0, "a positive number of GiB"),
+        default=None,
+        metavar="GIB",
+        help="memory the loaded models may hold together (each: its file's size + its KV pool); the least recently "
+        "used idle one unloads for another (default: 3/4 of this machine's memory)",
+    )
 
 
 EMBEDDING_FLAGS = {  # flag -> EmbeddingLimits field, default (engine/embedding_queue.py's, without torch here)
@@ -131,18 +171,21 @@ def embedding_limits(args):
 
 
 def engine_options(args) -> dict:
-    if not args.kv_memory_gb > 0:
+    if args.kv_memory_gb is not None and not args.kv_memory_gb > 0:
         raise TinyLLMError(f"--kv-memory-gb must be > 0, got {args.kv_memory_gb}")
     options = dict(
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         block_size=args.block_size,
-        kv_memory_bytes=int(args.kv_memory_gb * (1 << 30)),
         kv_dtype=args.kv_dtype,
         # the KV pool is written at start-up, as llama.cpp allocates its cache at load: no stream stalls later
         # while the first sequences fault its fresh pages in (docs/server.md, "Start-up and shutdown")
         resident_kv=True,
     )
+    if getattr(args, "ctx_size", None) is not None and args.kv_memory_gb is None:
+        options["num_blocks"] = -(-args.ctx_size // args.block_size)  # the pool holds --ctx-size tokens, as llama.cpp's
+    else:
+        options["kv_memory_bytes"] = int((args.kv_memory_gb or 1.0) * (1 << 30))
     if args.speculative is not None:
         from ..speculative.proposer import SpeculativeConfig
 
@@ -188,6 +231,82 @@ def allowed_hosts(args) -> tuple[str, ...] | None:
         raise TinyLLMError(str(exc)) from None
 
 
+def loader(args, path: str | None, parallel):
+    """A function that loads `path` (None: --model) as the flags say, in the server's loading thread."""
+
+    def load():
+        import torch
+
+        from ..llm import LLM
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        options = dict(dtype=args.dtype, device=args.device, weights=args.weights, quantize=args.quantize)
+        return LLM(args.model if path is None else path, parallel=parallel, ctx_size=args.ctx_size, **options)
+
+    return load
+
+
+def keep_alive_flag(args) -> tuple[float | None, float | None]:
+    """(the first model's keep_alive, the others'), in seconds; None: stays loaded."""
+    from .ollama.keep_alive import keep_alive_seconds
+    from .wire.errors import APIError
+
+    try:
+        if args.keep_alive is None:
+            return None, keep_alive_seconds(KEEP_ALIVE_DEFAULT)
+        seconds = keep_alive_seconds(args.keep_alive)
+    except APIError:
+        raise TinyLLMError(
+            f'--keep-alive must be seconds or a duration such as "5m" or "1h", got {args.keep_alive!r}'
+        ) from None
+    return seconds, seconds
+
+
+def model_sources(args, parallel) -> list:
+    """--model alone (named after its file, or --served-model-name), or every model this machine has, the
+    default model first and loaded at start-up, the others on first use."""
+    from ..loading.file_summary import summary_of
+    from ..loading.model_store import stored_models
+    from .model_slots import ModelSource
+
+    first_keep, others_keep = keep_alive_flag(args)
+    if args.model is not None:
+        aliases = None if args.served_model_name is None else frozenset()
+        load = loader(args, None, parallel)
+        return [ModelSource(args.served_model_name, load=load, aliases=aliases, keep_alive_s=first_keep, preload=True)]
+    if args.served_model_name is not None:
+        raise TinyLLMError("--served-model-name names the model of --model; add --model")
+    found = stored_models()
+    if not found:
+        raise TinyLLMError(
+            "no model to serve: the default model is not installed and the models folder is empty; "
+            "give --model, or see tinyllm pull"
+        )
+    return [
+        ModelSource(
+            m.name,
+            load=loader(args, m.path, parallel),
+            aliases=m.aliases,
+            path=m.path,
+            keep_alive_s=first_keep if i == 0 else others_keep,
+            preload=i == 0,
+            context_length=summary_of(m.path)["context_length"],
+        )
+        for i, m in enumerate(found)
+    ]
+
+
+def slot_limits(args):
+    from .model_slots import SlotLimits
+
+    if args.max_memory_gb is not None:
+        budget = int(args.max_memory_gb * (1 << 30))
+    else:
+        budget = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 4
+    return SlotLimits(max_loaded=args.max_loaded_models, memory_budget=budget)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise TinyLLMError(f"--port must be in 1..65535, got {args.port}")
@@ -204,27 +323,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"install them with: pip install fastapi uvicorn prometheus-client"
         ) from None
 
-    def load():
-        import torch
-
-        from ..llm import LLM
-
-        if args.threads:
-            torch.set_num_threads(args.threads)
-
-        return LLM(
-            args.model,
-            dtype=args.dtype,
-            device=args.device,
-            weights=args.weights,
-            quantize=args.quantize,
-            parallel=parallel,
-        )
-
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     app = create_app(
-        load,
-        served_model_name=args.served_model_name,
+        models=model_sources(args, parallel),
+        slot_limits=slot_limits(args),
         api_key=api_key,
         allowed_origins=args.allowed_origins,
         allowed_hosts=allowed_hosts(args),

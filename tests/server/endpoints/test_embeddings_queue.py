@@ -73,7 +73,7 @@ def own(smollm_tokenizer, one_thread):
 
 
 def queue_of(srv):
-    return srv.server.config.app.state.embedder.queue
+    return srv.server.config.app.state.server.ready.embedder.queue
 
 
 def wait_for(condition, what: str) -> None:
@@ -141,7 +141,7 @@ def test_a_client_that_disconnects_has_its_inputs_skipped(gated):
 def test_shutting_down_finishes_the_running_batch_and_answers_the_queued_503(own, caplog):
     srv, gate, pool = own
     admitted = fill(srv, pool)
-    embedder = srv.server.config.app.state.embedder
+    embedder = srv.server.config.app.state.server.ready.embedder
     closing = pool.submit(embedder.close)  # waits for the running batch
     wait_for(lambda: queue_of(srv).is_closed, "the queue to close")
     r = embed(srv, {"input": "late"})

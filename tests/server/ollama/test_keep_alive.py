@@ -7,7 +7,9 @@ import pytest
 
 from helpers.live_server import tiny_llm
 from tinyllm.server import create_app
+from tinyllm.server.ollama.keep_alive import keep_alive_seconds
 from tinyllm.server.transport.server_thread import ServerThread
+from tinyllm.server.wire.errors import APIError
 
 MODEL = "tiny"
 BODIES = {
@@ -43,3 +45,36 @@ def test_a_keep_alive_that_is_not_a_finite_number_is_a_400_naming_it(http, path,
 @pytest.mark.parametrize("keep_alive", ['"5m"', "2.5", "-1"])
 def test_durations_and_finite_seconds_are_accepted(http, path, keep_alive):
     assert post(http, path, keep_alive).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("sent", "seconds"),
+    [
+        (300, 300.0),
+        (2.5, 2.5),
+        (0, 0.0),
+        ("0", 0.0),
+        ("0s", 0.0),
+        ("300", 300.0),
+        ("5m", 300.0),
+        ("1h30m", 5400.0),
+        ("1.5h", 5400.0),
+        ("90s", 90.0),
+        ("250ms", 0.25),
+        (" 10s ", 10.0),
+        (-1, None),
+        ("-1", None),
+        ("-5m", None),
+        (-0.5, None),
+    ],
+)
+def test_keep_alive_reads_seconds_and_go_durations_as_ollama_does(sent, seconds):
+    assert keep_alive_seconds(sent) == seconds
+
+
+@pytest.mark.parametrize("sent", ["5 minutes", "m", "", "1h-5m", "5x", "--1", True, [1], float("nan")])
+def test_keep_alive_that_is_no_duration_is_a_400_naming_it(sent):
+    with pytest.raises(APIError) as caught:
+        keep_alive_seconds(sent)
+    assert caught.value.status == 400 and caught.value.param == "keep_alive"
+    assert caught.value.message.startswith("keep_alive: ") and repr(sent) in caught.value.message

@@ -117,8 +117,7 @@ def shutting_down() -> APIError:
 
 
 class Embedder:
-    """Embeds for one app on one EmbeddingQueue, started at the first request (the model loads after the app
-    is made) and closed with the app."""
+    """Embeds for one model on one EmbeddingQueue, started at its first request and closed with its engine."""
 
     def __init__(self, limits: EmbeddingLimits | None = None):
         self.limits = limits or EmbeddingLimits()
@@ -222,7 +221,7 @@ def _encoded(vector: torch.Tensor, encoding_format: str | None) -> list[float] |
     return vector.tolist()
 
 
-def add_embedding_routes(app: FastAPI, auth: list, ready, embedder: Embedder) -> None:
+def add_embedding_routes(app: FastAPI, auth: list, ready) -> None:
     async def embeddings(request: Request, ctx: Ready = Depends(ready)) -> Response:
         """Pooled final hidden states of each input (see the `pooling` and `normalize` extras)."""
         body = await parse_body(request, EmbeddingRequest, input_counts(ctx.limits))
@@ -230,7 +229,7 @@ def add_embedding_routes(app: FastAPI, auth: list, ready, embedder: Embedder) ->
         check_dimensions(body.dimensions, ctx)
         how, normalize = pooling_options(body.pooling, body.normalize)
         try:
-            done = await embedder.embed(request, ctx, split_inputs(body.input), how, normalize)
+            done = await ctx.embedder.embed(request, ctx, split_inputs(body.input), how, normalize)
         except ClientGone:
             return client_gone_response()
         data = [

@@ -104,11 +104,15 @@ class Shape:
         return out
 
 
-def load_answer(model: str, is_chat: bool) -> dict:
-    """Ollama's answer to a request with nothing to generate: the model is loaded (it always is)."""
+def load_answer(model: str, is_chat: bool, reason: str = "load") -> dict:
+    """Ollama's answer to a request with nothing to generate: the model is loaded (or, "unload", unloaded)."""
     out: dict = {"model": model, "created_at": created_at()}
     out.update({"message": {"role": "assistant", "content": ""}} if is_chat else {"response": ""})
-    return {**out, "done": True, "done_reason": "load"}
+    return {**out, "done": True, "done_reason": reason}
+
+
+def unload_answer(model: str, is_chat: bool) -> dict:
+    return load_answer(model, is_chat, "unload")
 
 
 def ollama_calls(parsed) -> list[dict]:

@@ -1,21 +1,24 @@
-"""What Ollama's clients ask about the model: GET /api/tags (the models there are: this one), POST /api/show,
-GET /api/ps (the models loaded: this one, for as long as the server runs) and GET /api/version (tinyllm's).
+"""What Ollama's clients ask about the models: GET /api/tags (the models served here, loaded or not), POST
+/api/show, GET /api/ps (the models loaded, and when each will unload) and GET /api/version (tinyllm's).
 
 No file-system path is shown. `digest` is the SHA-256 of the model's file (loading/digest.py: hashed once, off
-the event loop, on the first request that shows it), absent for a model built in memory.
+the event loop, on the first request that shows it), absent for a model built in memory. A model not loaded is
+described from its file's header (loading/file_summary.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ... import __version__
 from ..state import Ready
 
 CAPABILITIES = ["completion", "tools", "embedding"]
-NEVER = "2999-12-31T23:59:59Z"  # expires_at of /api/ps: the model stays loaded until the server stops
+NEVER = "2999-12-31T23:59:59Z"  # expires_at of /api/ps for a model kept loaded (keep_alive < 0)
 
 
 def parameter_size(n: int) -> str:
@@ -33,9 +36,12 @@ def quantization_level(weight_types: dict) -> str:
     return max(chosen, key=chosen.get) if chosen else "F32"
 
 
-def modified_at(llm) -> str:
-    path = str(getattr(llm, "path", "") or "")
+def modified_at(path: str | None) -> str:
     stamp = os.path.getmtime(path) if path and os.path.exists(path) else datetime.now(timezone.utc).timestamp()
+    return _iso(stamp)
+
+
+def _iso(stamp: float) -> str:
     return datetime.fromtimestamp(stamp, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
@@ -54,29 +60,39 @@ def _with_digest(entry: dict, digest: str | None) -> dict:
     return {**entry, "digest": digest} if digest else entry
 
 
-def tags(ctx: Ready, info: dict, digest: str | None) -> dict:
-    entry = {
-        "name": ctx.model_name,
-        "model": ctx.model_name,
-        "modified_at": modified_at(ctx.llm),
-        "size": info["weight_bytes"],
-        "details": details(info),
-    }
-    return {"models": [_with_digest(entry, digest)]}
+@dataclass(frozen=True)
+class Listed:
+    """One model as the listings show it: `info` is the loaded LLM's info() or its file's summary."""
+
+    name: str
+    path: str | None
+    info: dict
+    digest: str | None
 
 
-def running(ctx: Ready, info: dict, digest: str | None) -> dict:
-    on_gpu = str(getattr(ctx.llm.model, "device", "cpu")).startswith("cuda")
+def tag(model: Listed) -> dict:
     entry = {
-        "name": ctx.model_name,
-        "model": ctx.model_name,
-        "size": info["weight_bytes"],
-        "details": details(info),
-        "expires_at": NEVER,
-        "size_vram": info["weight_bytes"] if on_gpu else 0,
-        "context_length": ctx.context_length,
+        "name": model.name,
+        "model": model.name,
+        "modified_at": modified_at(model.path),
+        "size": model.info["weight_bytes"],
+        "details": details(model.info),
     }
-    return {"models": [_with_digest(entry, digest)]}
+    return _with_digest(entry, model.digest)
+
+
+def running(model: Listed, context_length: int, on_gpu: bool, expires_in_s: float | None) -> dict:
+    """An /api/ps entry; expires_in_s: seconds until it unloads if left idle (None: it stays)."""
+    entry = {
+        "name": model.name,
+        "model": model.name,
+        "size": model.info["weight_bytes"],
+        "details": details(model.info),
+        "expires_at": NEVER if expires_in_s is None else _iso(time.time() + expires_in_s),
+        "size_vram": model.info["weight_bytes"] if on_gpu else 0,
+        "context_length": context_length,
+    }
+    return _with_digest(entry, model.digest)
 
 
 def parameters(ctx: Ready) -> str:
@@ -117,7 +133,7 @@ def show(ctx: Ready, info: dict, license_text: str | None = None) -> dict:
         "details": details(info),
         "model_info": model_info,
         "capabilities": CAPABILITIES,
-        "modified_at": modified_at(ctx.llm),
+        "modified_at": modified_at(str(getattr(ctx.llm, "path", "") or "")),
     }
     return {**shown, "license": license_text} if license_text else shown
 

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from ...loading.digest import model_digest
+from ...loading.file_summary import summary_of
 from ...loading.model_card import model_license
 from ...model.pooling import Pooling
 from ...sampling.params import SamplingParams
@@ -28,13 +29,14 @@ from ..checks.admission import context_error
 from ..checks.prompts import encode_text
 from ..endpoints.chat import prepare_chat
 from ..endpoints.completions import prepare_completion
-from ..endpoints.embeddings import Embedder, input_counts, split_inputs
+from ..endpoints.embeddings import input_counts, split_inputs
 from ..endpoints.serving import ClientGone, client_gone_response
 from ..state import Ready
-from ..transport.body import chat_counts, ids_counts, parse_body
+from ..transport.body import chat_counts, ids_counts, parse_body, peek_json
 from ..wire.errors import APIError, bad_request, nesting_is_400, validation_error
 from . import models
-from .answer import Job, Shape, answer, load_answer
+from .answer import Job, Shape, answer, load_answer, unload_answer
+from .keep_alive import keep_alive_seconds
 from .options import Sampling, sampling_of
 from .protocol import ChatBody, EmbedBody, GenerateBody, LegacyEmbeddingsBody, ShowBody, nanos
 from .requests import (
@@ -47,7 +49,7 @@ from .requests import (
     renamed,
 )
 
-NOT_HERE = ("pull", "push", "create", "copy", "delete", "blobs")  # managing models: this server serves one
+NOT_HERE = ("pull", "push", "create", "copy", "delete", "blobs")  # managing models: on the command line
 
 log = logging.getLogger("tinyllm.server")
 
@@ -65,6 +67,8 @@ class OllamaRoute(APIRoute):
         async def run(request: Request) -> Response:
             try:
                 return await handler(request)
+            except Unloaded as done:
+                return JSONResponse(unload_answer(done.model, done.is_chat))
             except APIError as exc:
                 return error_response(renamed(exc))
             except RequestValidationError as exc:
@@ -127,11 +131,24 @@ async def _generate_job(body: GenerateBody, sampling: Sampling, ctx: Ready) -> J
     return Job(ids, params[0], None, "prompt", returns_context=True)
 
 
-def add_ollama_routes(app: FastAPI, auth: list, ready, embedder: Embedder) -> None:
+def add_ollama_routes(app: FastAPI, auth: list, ready, state) -> None:
+    """`ready`: the app's model dependency; `state`: its ServerState (the models to list and unload)."""
     router = APIRouter(route_class=OllamaRoute, dependencies=auth, include_in_schema=False)
 
+    async def generating(request: Request) -> Ready:
+        """The model, as `ready` gives it; but a request with nothing to generate and keep_alive 0 unloads it."""
+        data = await peek_json(request)
+        path = request.url.path
+        if path in ("/api/chat", "/api/generate") and isinstance(data, dict) and _unloads(data, path == "/api/chat"):
+            await state.unload(model_name(data.get("model")))
+            raise Unloaded(model_name(data.get("model")) or state.default.name, path == "/api/chat")
+        ctx = await ready(request)
+        if isinstance(data, dict) and data.get("keep_alive") is not None:
+            state.keep(ctx, keep_alive_seconds(data["keep_alive"]))
+        return ctx
+
     @router.post("/api/chat")
-    async def chat(request: Request, ctx: Ready = Depends(ready)) -> Response:
+    async def chat(request: Request, ctx: Ready = Depends(generating)) -> Response:
         arrival = time.perf_counter()
         body = await parse_body(request, ChatBody, chat_counts(ctx.limits))
         sampling = noted(request, sampling_of(body.options, ctx.context_length))
@@ -144,7 +161,7 @@ def add_ollama_routes(app: FastAPI, auth: list, ready, embedder: Embedder) -> No
         return await answer(request, ctx, job, shape, body.stream is not False, arrival)
 
     @router.post("/api/generate")
-    async def generate(request: Request, ctx: Ready = Depends(ready)) -> Response:
+    async def generate(request: Request, ctx: Ready = Depends(generating)) -> Response:
         arrival = time.perf_counter()
         body = await parse_body(request, GenerateBody, ids_counts(ctx.limits, "context"))
         sampling = noted(request, sampling_of(body.options, ctx.context_length))
@@ -157,7 +174,7 @@ def add_ollama_routes(app: FastAPI, auth: list, ready, embedder: Embedder) -> No
         return await answer(request, ctx, job, shape, body.stream is not False, arrival)
 
     @router.post("/api/embed")
-    async def embed(request: Request, ctx: Ready = Depends(ready)) -> Response:
+    async def embed(request: Request, ctx: Ready = Depends(generating)) -> Response:
         """Mean-pooled, L2-normalized final hidden states of each input."""
         arrival = time.perf_counter()
         body = await parse_body(request, EmbedBody, input_counts(ctx.limits, "input"))
@@ -169,7 +186,8 @@ def add_ollama_routes(app: FastAPI, auth: list, ready, embedder: Embedder) -> No
         items = split_inputs(body.input)
         cut = body.truncate is not False  # Ollama's default: an input longer than the context is cut to it
         try:
-            done = await embedder.embed(request, ctx, items, Pooling.MEAN, True, truncate=cut, context=sampling.num_ctx)
+            context = sampling.num_ctx
+            done = await ctx.embedder.embed(request, ctx, items, Pooling.MEAN, True, truncate=cut, context=context)
         except ClientGone:
             return client_gone_response()
         return JSONResponse(
@@ -191,15 +209,30 @@ def add_ollama_routes(app: FastAPI, auth: list, ready, embedder: Embedder) -> No
         if not body.prompt:
             raise bad_request("prompt is missing or empty; send the text to embed", "prompt")
         try:
-            done = await embedder.embed(
+            done = await ctx.embedder.embed(
                 request, ctx, [body.prompt], Pooling.MEAN, False, "prompt", context=sampling.num_ctx
             )
         except ClientGone:
             return client_gone_response()
         return JSONResponse({"embedding": done.vectors[0].tolist()})
 
-    _add_model_routes(router, ready)
+    _add_model_routes(router, ready, state)
     app.include_router(router)
+
+
+class Unloaded(Exception):
+    """Raised by a request that unloads its model: answered with Ollama's `done_reason: "unload"`."""
+
+    def __init__(self, model: str, is_chat: bool):
+        super().__init__(model)
+        self.model, self.is_chat = model, is_chat
+
+
+def _unloads(data: dict, is_chat: bool) -> bool:
+    """keep_alive 0 (or "0s", ...) and nothing to generate: Ollama's way to unload a model."""
+    if data.get("keep_alive") is None or data.get("messages" if is_chat else "prompt"):
+        return False
+    return keep_alive_seconds(data["keep_alive"]) == 0
 
 
 def noted(request: Request, sampling: Sampling) -> Sampling:
@@ -228,27 +261,42 @@ def _shortened(vectors: torch.Tensor, width: int | None) -> torch.Tensor:
     return torch.nn.functional.normalize(vectors[:, :width], dim=-1)  # [N, width]
 
 
-def _add_model_routes(router: APIRouter, ready) -> None:
-    async def info(ctx: Ready) -> dict:
-        return await run_in_threadpool(ctx.llm.info)
-
-    async def digest(ctx: Ready) -> str | None:
-        return await run_in_threadpool(model_digest, str(getattr(ctx.llm, "path", "") or ""))
+def _add_model_routes(router: APIRouter, ready, state) -> None:
+    async def listed(slot) -> models.Listed:
+        """A slot as the listings show it: from its loaded model, or from its file's header."""
+        ready_now = slot.ready if slot.ready is not None or state.many else state.require(slot)
+        if ready_now is not None:
+            path = str(getattr(ready_now.llm, "path", "") or "")
+            info = await run_in_threadpool(ready_now.llm.info)
+        else:
+            path = slot.source.path
+            info = await run_in_threadpool(summary_of, path or "")
+        return models.Listed(slot.name, path or None, info, await run_in_threadpool(model_digest, path or ""))
 
     @router.get("/api/tags")
-    async def tags(ctx: Ready = Depends(ready)) -> dict:
-        return models.tags(ctx, await info(ctx), await digest(ctx))
+    async def tags() -> dict:
+        """Every model served here, loaded or not."""
+        return {"models": [models.tag(await listed(slot)) for slot in state.slots if slot.status != "failed"]}
 
     @router.get("/api/ps")
-    async def ps(ctx: Ready = Depends(ready)) -> dict:
-        return models.running(ctx, await info(ctx), await digest(ctx))
+    async def ps() -> dict:
+        """The models loaded now, each with when it unloads if left idle."""
+        now, shown = time.monotonic(), []
+        for slot in [s for s in state.slots if s.ready is not None]:
+            ready_now = slot.ready
+            on_gpu = str(getattr(ready_now.llm.model, "device", "cpu")).startswith("cuda")
+            left = None if slot.keep_alive_s is None else max(0.0, slot.keep_alive_s - slot.idle_s(now))
+            shown.append(models.running(await listed(slot), ready_now.context_length, on_gpu, left))
+        if not shown and not state.many and state.default.seen_name is None:
+            state.require()  # a server of one model: 503 while it first loads, as before
+        return {"models": shown}
 
     @router.post("/api/show")
     async def show(request: Request, ctx: Ready = Depends(ready)) -> dict:
         body = await parse_body(request, ShowBody)
         ctx.check_model(model_name(body.model or body.name))
         path = str(getattr(ctx.llm, "path", "") or "")
-        return models.show(ctx, await info(ctx), await run_in_threadpool(model_license, path))
+        return models.show(ctx, await run_in_threadpool(ctx.llm.info), await run_in_threadpool(model_license, path))
 
     @router.get("/api/version")
     async def version() -> dict:
@@ -256,7 +304,11 @@ def _add_model_routes(router: APIRouter, ready) -> None:
 
     async def not_here(request: Request) -> Response:
         what = request.url.path.rsplit("/", 1)[-1]
-        raise APIError(501, f"/api/{what} is not supported: this server serves the one model it started with")
+        raise APIError(
+            501,
+            f"/api/{what} is not supported: models are managed on the server's machine with tinyllm pull, list "
+            "and rm, and the server serves the models it found when it started",
+        )
 
     for name in NOT_HERE:
         router.add_api_route(f"/api/{name}", not_here, methods=["POST", "DELETE", "HEAD"])

@@ -43,14 +43,35 @@ _REF = "#/components/schemas/{model}"
 YIELDING_PARSE_BYTES = 1 << 20
 
 
+PEEKED = "tinyllm.json"  # the scope key of a body parsed before its route (peek_json)
+
+
+async def peek_json(request: Request) -> object:
+    """The body's JSON, parsed once (here, off the loop) and kept for parse_body: what a dependency reads before
+    the route parses the body (the model it names). 400 for a body that is not JSON."""
+    if PEEKED not in request.scope:
+        raw = await request.body()
+        request.scope[PEEKED] = await run_in_threadpool(_load_any, raw)
+    return request.scope[PEEKED]
+
+
 async def parse_body(request: Request, model: type[Model], check_counts: CountCheck | None = None) -> Model:
     """The request's body as `model`; 400 for a body that is not a JSON object or fails validation."""
+    if PEEKED in request.scope:
+        return await run_in_threadpool(_validate, request.scope[PEEKED], model, check_counts)
     raw = await request.body()
     return await run_in_threadpool(_parse, raw, model, check_counts)
 
 
+def _load_any(raw: bytes) -> object:
+    return _load_yielding(raw) if len(raw) > YIELDING_PARSE_BYTES else _load(raw)
+
+
 def _parse(raw: bytes, model: type[Model], check_counts: CountCheck | None) -> Model:
-    data = _load_yielding(raw) if len(raw) > YIELDING_PARSE_BYTES else _load(raw)
+    return _validate(_load_any(raw), model, check_counts)
+
+
+def _validate(data: object, model: type[Model], check_counts: CountCheck | None) -> Model:
     if not isinstance(data, dict):
         raise bad_request(f"the request body must be a JSON object, got a JSON {type(data).__name__}")
     if check_counts is not None:

@@ -267,7 +267,7 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int = Field(default_factory=_now)
     owned_by: str = "tinyllm"
-    max_model_len: int
+    max_model_len: int | None = None  # None: not loaded yet, and its file did not say
 
 
 class ModelList(BaseModel):
