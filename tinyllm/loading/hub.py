@@ -75,8 +75,9 @@ def _listed(files: list[str]) -> str:
     return ", ".join(names[:MAX_LISTED]) + more
 
 
-def _one_gguf(hub_id: HubId, found: list[str], why: str, ggufs: list[str]) -> str:
-    """The one loadable file among `found` (the files that match `why`), or the error naming them."""
+def _one_gguf(hub_id: HubId, found: list[str], why: tuple[str, str], ggufs: list[str]) -> str:
+    """The one loadable file among `found` (the files that match `why`: said of one file, of several), or the
+    error naming them."""
     whole = [f for f in found if not is_split_part(f)]
     if len(whole) == 1:
         return whole[0]
@@ -86,10 +87,14 @@ def _one_gguf(hub_id: HubId, found: list[str], why: str, ggufs: list[str]) -> st
             "with llama.cpp's llama-gguf-split --merge and give the merged file"
         )
     if not whole:
-        raise TinyLLMError(f"no .gguf file of {hub_id.repo} {why}; its .gguf files are: {_listed(ggufs) or 'none'}")
+        raise TinyLLMError(f"no .gguf file of {hub_id.repo} {why[0]}; its .gguf files are: {_listed(ggufs) or 'none'}")
     raise TinyLLMError(
-        f"{len(whole)} .gguf files of {hub_id.repo} {why} ({_listed(whole)}); name one as {hub_id.repo}/FILE.gguf"
+        f"{len(whole)} .gguf files of {hub_id.repo} {why[1]} ({_listed(whole)}); name one as {hub_id.repo}/FILE.gguf"
     )
+
+
+def _holding(tag: str) -> tuple[str, str]:
+    return f"has {tag!r} in its name", f"have {tag!r} in their names"
 
 
 def choose_files(hub_id: HubId, files: list[str]) -> list[str]:
@@ -97,17 +102,17 @@ def choose_files(hub_id: HubId, files: list[str]) -> list[str]:
     ggufs = [f for f in files if f.lower().endswith(GGUF_SUFFIX) and not os.path.basename(f).startswith("mmproj")]
     if hub_id.file is not None:
         found = [f for f in files if f.lower() == hub_id.file.lower()]
-        return [_one_gguf(hub_id, found, f"is named {hub_id.file!r}", ggufs)]
+        return [_one_gguf(hub_id, found, (f"is named {hub_id.file!r}",) * 2, ggufs)]
     if hub_id.tag is not None:
         found = [f for f in ggufs if hub_id.tag.lower() in os.path.basename(f).lower()]
-        return [_one_gguf(hub_id, found, f"has {hub_id.tag!r} in its name", ggufs)]
+        return [_one_gguf(hub_id, found, _holding(hub_id.tag), ggufs)]
     whole = [f for f in ggufs if not is_split_part(f)]
     if len(whole) == 1:
         return whole
-    if ggufs:
-        found = [f for f in ggufs if DEFAULT_QUANT.lower() in os.path.basename(f).lower()]
+    if ggufs:  # several, or the parts of one split model (which _one_gguf refuses)
+        found = [f for f in ggufs if DEFAULT_QUANT.lower() in os.path.basename(f).lower()] or ([] if whole else ggufs)
         if found:
-            return [_one_gguf(hub_id, found, f"has {DEFAULT_QUANT} in its name", ggufs)]
+            return [_one_gguf(hub_id, found, _holding(DEFAULT_QUANT), ggufs)]
         raise TinyLLMError(
             f"{hub_id.repo} holds {len(ggufs)} .gguf files ({_listed(ggufs)}); name one as {hub_id.repo}:QUANT"
         )

@@ -95,7 +95,7 @@ def find_stored(name: str, root: str | None = None) -> str | None:
         found = _file_in(base, tag + GGUF_SUFFIX)
         if found is not None or tag != LATEST:
             return found
-    exact = [p for p in (base + GGUF_SUFFIX, base) if os.path.isfile(p) or _is_hf_folder(p)]
+    exact = [p for p, found in ((base + GGUF_SUFFIX, os.path.isfile), (base, _is_hf_folder)) if found(p)]
     if len(exact) > 1:
         raise TinyLLMError(f"{name!r} names both {exact[0]} and the folder {exact[1]}; rename one of them")
     if exact:
