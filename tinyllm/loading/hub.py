@@ -138,12 +138,9 @@ def cached(hub_id: HubId) -> HubFiles | None:
         folder = hf.snapshot_download(hub_id.repo, local_files_only=True, allow_patterns=[])
     except (hf.errors.LocalEntryNotFoundError, OSError):
         return None
-    present = [
-        os.path.relpath(os.path.join(d, f), folder).replace(os.sep, "/") for d, _, fs in os.walk(folder) for f in fs
-    ]
     listing = _cached_listing(hf, hub_id.repo)
     try:
-        chosen = choose_files(hub_id, listing if listing is not None else present)
+        chosen = choose_files(hub_id, listing if listing is not None else _files_under(folder))
     except TinyLLMError:
         if listing is not None:
             raise  # the repo's own listing: the same answer as online
@@ -153,14 +150,20 @@ def cached(hub_id: HubId) -> HubFiles | None:
     return HubFiles(folder, tuple(chosen))
 
 
+def _files_under(folder: str) -> list[str]:
+    """Every file under folder, as repo paths (a/b.gguf)."""
+    paths = (os.path.join(d, f) for d, _, files in os.walk(folder) for f in files)
+    return [os.path.relpath(p, folder).replace(os.sep, "/") for p in paths]
+
+
 def _cached_listing(hf, repo: str) -> list[str] | None:
-    """The repo's whole file listing as snapshot_download cached it (huggingface_hub 1.x and later), or None."""
+    """The repo's whole file listing as snapshot_download cached it (recent huggingface_hub versions), or None."""
     get_tree = getattr(hf, "get_cached_repo_tree", None)
     if get_tree is None:
         return None
     try:
         return [f.path for f in get_tree(repo)]
-    except Exception:  # noqa: BLE001 - no listing cached (its error type is as new as the function)
+    except (hf.errors.CachedRepoTreeNotFoundError, OSError, ValueError):  # none cached, or unreadable
         return None
 
 

@@ -101,9 +101,11 @@ def find_stored(name: str, root: str | None = None) -> str | None:
     if exact:
         return exact[0]
     ggufs = _ggufs_in(base)
+    if len(ggufs) == 1:
+        return ggufs[0]
     latest = _file_in(base, LATEST + GGUF_SUFFIX)
-    if len(ggufs) == 1 or (ggufs and latest is not None):
-        return ggufs[0] if len(ggufs) == 1 else latest
+    if ggufs and latest is not None:
+        return latest
     if ggufs:
         names = ", ".join(f"{'/'.join(parts)}:{os.path.basename(p)[: -len(GGUF_SUFFIX)]}" for p in ggufs)
         raise TinyLLMError(f"{name!r} names {len(ggufs)} models ({names}); give one of these names")
