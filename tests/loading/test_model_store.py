@@ -206,3 +206,14 @@ def test_load_takes_a_name(models):
     assert loaded.path == path and loaded.format == "gguf"
     folder = put("org/tinyhf/")
     assert load("org/tinyhf").path == folder
+
+
+def test_a_linked_folder_is_listed_and_a_loop_is_walked_once(models, tmp_path, tiny_files):
+    root, put = models
+    outside = tmp_path / "outside"
+    shutil.copytree(tiny_files[1], outside / "hfmodel")
+    os.symlink(outside, root / "linked")
+    os.symlink(root, root / "loop")
+    names = [m.name for m in stored_models()]
+    assert names[1:] == ["linked/hfmodel"]
+    assert find_stored("linked/hfmodel") == str(root / "linked" / "hfmodel")

@@ -194,18 +194,25 @@ def _aliases(name: str, path: str) -> set[str]:
 def _scan(root: str) -> tuple[list[tuple[str, str, str]], list[str]]:
     """(name, path, format) of every model under root, and the files skipped: split GGUF parts, .gguf files
     whose path spells no name."""
-    found, skipped = [], []
-    for folder, dirs, files in os.walk(root):
+    found, skipped, seen = [], [], set()
+    for folder, dirs, files in os.walk(root, followlinks=True):  # a linked folder is a model too
+        if os.path.realpath(folder) in seen:  # a link back up (a loop), or a second link to one place
+            dirs[:] = []
+            continue
+        seen.add(os.path.realpath(folder))
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         parts = [] if folder == root else os.path.relpath(folder, root).split(os.sep)
-        if parts and "config.json" in files:
-            name = folder_name(parts)
-            (found.append((name, folder, "safetensors")) if name else skipped.append(folder))
-        for f in sorted(files):
-            if f.startswith(".") or not f.lower().endswith(GGUF_SUFFIX):
-                continue
-            name = None if is_split_part(f) or not f.endswith(GGUF_SUFFIX) else gguf_name([*parts, f[:-5]])
-            (found.append((name, os.path.join(folder, f), "gguf")) if name else skipped.append(os.path.join(folder, f)))
+        models = [(folder_name(parts), folder, "safetensors")] if parts and "config.json" in files else []
+        for f in sorted(f for f in files if f.lower().endswith(GGUF_SUFFIX) and not f.startswith(".")):
+            loadable = f.endswith(GGUF_SUFFIX) and not is_split_part(f)  # .GGUF would not map back to its name
+            models.append(
+                (gguf_name([*parts, f[: -len(GGUF_SUFFIX)]]) if loadable else None, os.path.join(folder, f), "gguf")
+            )
+        for name, path, fmt in models:
+            if name is None:
+                skipped.append(path)
+            else:
+                found.append((name, path, fmt))
     return found, skipped
 
 
