@@ -148,12 +148,13 @@ def pulled(tmp_path_factory, tiny_files):
         },
         "org/tiny": {"README.md": b"# tiny", **{f.name: f.read_bytes() for f in (tiny_files / "hf").iterdir()}},
     }
-    with fake_hub(served) as hub:
+    with fake_hub(served, gated=frozenset({"org/gated"})) as hub:
         env = {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp / "hf"), "TINYLLM_MODELS": str(tmp / "models")}
         runs = {spec: tinyllm(env, "pull", spec) for spec in ("org/tiny-GGUF:q8_0", "org/tiny-GGUF", "org/tiny")}
         runs["list"] = tinyllm(env, "list")
         runs["bad quant"] = tinyllm(env, "pull", "org/tiny-GGUF:Q5")
         runs["no repo"] = tinyllm(env, "pull", "org/missing")
+        runs["gated"] = tinyllm(env, "pull", "org/gated:Q8_0")
         before = len(repo_requests(hub))
         fresh = {**env, "TINYLLM_MODELS": str(tmp / "empty")}  # so the id goes through the Hub's cache
         runs["cached"] = resolve(fresh, "org/tiny-GGUF:Q8_0")
@@ -197,6 +198,7 @@ def test_what_the_hub_has_not_is_one_line(pulled):
     _, _, _, runs, _ = pulled
     one_line_error(runs["bad quant"], "no .gguf file of org/tiny-GGUF has 'Q5' in its name", "tiny-Q8_0.gguf")
     one_line_error(runs["no repo"], "'org/missing' is not a model repository on the Hugging Face Hub")
+    one_line_error(runs["gated"], "org/gated is gated on the Hugging Face Hub: accept its terms")
 
 
 @pytest.mark.slow
@@ -209,6 +211,9 @@ def test_offline_a_cached_id_loads_and_an_uncached_one_is_one_line(pulled):
     assert r.returncode == 0 and r.stdout.strip().endswith(f"snapshots/{commit_of('org/tiny')}"), r.stderr
     r = tinyllm(offline, "generate", "--model", "org/other:Q8_0", "hi")
     one_line_error(r, "'org/other:Q8_0' is not in the Hugging Face cache", "HF_HUB_OFFLINE is set", "tinyllm pull")
+    r = tinyllm({**offline, "TINYLLM_MODELS": str(tmp / "offline-models")}, "pull", "org/tiny-GGUF:Q8_0")
+    assert r.returncode == 0, r.stderr  # pull asks the Hub first, then takes the cache's copy
+    assert (tmp / "offline-models" / "org" / "tiny-GGUF" / "Q8_0.gguf").exists()
 
 
 @pytest.mark.slow

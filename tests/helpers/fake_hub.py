@@ -6,7 +6,8 @@ the real client (pointed at it by HF_ENDPOINT) lays out its own cache:
     HEAD /ORG/NAME/resolve/REV/PATH                 X-Repo-Commit, ETag, Content-Length
     GET  /ORG/NAME/resolve/REV/PATH                 the bytes
 
-An unknown repo answers 404 with X-Error-Code RepoNotFound, as the Hub does. Every request's path is recorded."""
+An unknown repo answers 404 with X-Error-Code RepoNotFound, a gated one 403 with GatedRepo, as the Hub does.
+Every request's path is recorded."""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ def commit_of(repo: str) -> str:
 
 
 class FakeHub:
-    def __init__(self, repos: dict[str, dict[str, bytes]]):
+    def __init__(self, repos: dict[str, dict[str, bytes]], gated: frozenset[str] = frozenset()):
         self.repos = repos  # repo id -> {path in the repo: content}
+        self.gated = gated  # repo ids whose terms the (anonymous) client has not accepted
         self.requests: list[str] = []
         hub = self
 
@@ -46,6 +48,8 @@ class FakeHub:
         parts = unquote(urlparse(handler.path).path).strip("/").split("/")
         api = parts[:2] == ["api", "models"]
         repo = "/".join(parts[2:4] if api else parts[:2])
+        if repo in self.gated:
+            return self.send(handler, 403, b'{"error": "gated"}', {"X-Error-Code": "GatedRepo"}, body)
         files = self.repos.get(repo)
         if files is None:
             return self.send(handler, 404, b'{"error": "Repository not found"}', {"X-Error-Code": "RepoNotFound"}, body)
@@ -78,9 +82,9 @@ class FakeHub:
 
 
 @contextlib.contextmanager
-def fake_hub(repos: dict[str, dict[str, bytes]]):
+def fake_hub(repos: dict[str, dict[str, bytes]], gated: frozenset[str] = frozenset()):
     """A FakeHub serving `repos` on a thread until the block ends."""
-    hub = FakeHub(repos)
+    hub = FakeHub(repos, gated)
     thread = threading.Thread(target=hub.server.serve_forever, daemon=True)
     thread.start()
     try:
