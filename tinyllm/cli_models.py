@@ -25,7 +25,7 @@ def add_models_commands(sub) -> None:
         p = sub.add_parser(
             name,
             help=help,
-            description=f"{help[0].upper()}{help[1:]}. {description}",
+            description=f"{help[0].upper()}{help[1:]}.\n\n{description}",
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         if name != "list":
@@ -36,11 +36,13 @@ def add_models_commands(sub) -> None:
 
 
 def human_size(num_bytes: int) -> str:
+    """Decimal units, as `ollama list` prints sizes: 812 B, 161.7 KB, 98.4 MB, 4.9 GB."""
+    size, unit = float(num_bytes), "B"
     for unit in ("B", "KB", "MB", "GB"):
-        if num_bytes < 1000 or unit == "GB":
-            return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
-        num_bytes /= 1000
-    raise AssertionError("unreachable")
+        if size < 1000 or unit == "GB":
+            break
+        size /= 1000
+    return f"{size:.0f} B" if unit == "B" else f"{size:.1f} {unit}"
 
 
 def table_rows() -> list[tuple[str, str, str, str, str]]:
