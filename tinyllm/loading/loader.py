@@ -219,8 +219,20 @@ def _type_counts(state: dict) -> dict[str, int]:
     return counts
 
 
+def _refuse_split(path: str, metadata: dict) -> None:
+    """One file of a split GGUF (llama.cpp's gguf-split) holds some of the tensors only: refused by its header."""
+    count = metadata.get("split.count", 1)
+    if isinstance(count, int) and count > 1:
+        part = metadata.get("split.no", 0) + 1
+        raise TinyLLMError(
+            f"{path!r} is part {part} of a GGUF split into {count} files, which tinyllm cannot load; merge them with "
+            "llama.cpp's llama-gguf-split --merge and give the merged file"
+        )
+
+
 def _load_gguf(path: str, dtype, device, options: WeightOptions) -> LoadedModel:
     g = open_gguf(path)
+    _refuse_split(path, g.metadata)
     config = config_from_gguf(g)
     quantized = sorted({g.tensor_type(n) for n in g.tensors} - {"F32", "F16", "BF16"})
     if options.quantize and quantized:
