@@ -64,7 +64,18 @@ LAYERS = [  # lowest first; a module imports only from its own layer or below
     ("engine", "reference"),
     ("distributed",),
     ("llm", "perplexity"),
-    ("server", "cli", "cli_chat", "cli_checks", "cli_flags", "cli_parser", "bench", "llm_plugin", "smollm2_plugin"),
+    (
+        "server",
+        "cli",
+        "cli_chat",
+        "cli_checks",
+        "cli_flags",
+        "cli_models",
+        "cli_parser",
+        "bench",
+        "llm_plugin",
+        "smollm2_plugin",
+    ),
 ]
 
 

@@ -4,7 +4,6 @@ Each failure is a TinyLLMError whose one sentence names the flag as the user typ
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 
@@ -43,20 +42,16 @@ def flag_names(message: str) -> str:
 
 
 def check_model_path(path: str | None, flag: str = "--model") -> None:
-    """The model exists (the default one is installed), as the loader will find it; the loader's words."""
-    if path is None:
-        from .loading.default_model import default_model_path
+    """The model exists (the default one is installed), as the loader will find it, in the loader's words: a
+    path, a name of `tinyllm list`, or a Hugging Face id spelled as one (looked up and fetched at load)."""
+    from .loading.model_store import check_model_spec
 
-        default_model_path()
-        return
-    prefix = "" if flag == "--model" else f"{flag}: "
-    if os.path.isdir(path):
-        if not os.path.isfile(os.path.join(path, "config.json")):
-            raise TinyLLMError(f"{prefix}model folder {path!r} has no config.json")
-    elif not os.path.exists(path):
-        raise TinyLLMError(
-            f"{prefix}model path {path!r} does not exist (expected a .gguf file or a Hugging Face folder)"
-        )
+    try:
+        check_model_spec(path)
+    except TinyLLMError as exc:
+        if flag == "--model":
+            raise
+        raise TinyLLMError(f"{flag}: {exc}") from None
 
 
 def check_speculative(args) -> None:

@@ -101,7 +101,10 @@ def stop_string(text: str) -> str:
 def add_model_args(p: argparse.ArgumentParser, device: bool = True) -> None:
     g = p.add_argument_group("model")
     g.add_argument(
-        "--model", default=None, help=f"a .gguf file or a Hugging Face folder (default: {DEFAULT_MODEL_HELP})"
+        "--model",
+        default=None,
+        help="a .gguf file, a Hugging Face folder, a name from `tinyllm list` (smollm2:135m, org/repo:Q4_K_M, ...) "
+        f"or a Hugging Face id (org/name, org/name:QUANT, org/name/file.gguf) (default: {DEFAULT_MODEL_HELP})",
     )
     g.add_argument(
         "--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="compute dtype (default float32)"

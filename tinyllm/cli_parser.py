@@ -21,6 +21,7 @@ from .cli_flags import (
     add_structured_args,
     add_threads_arg,
 )
+from .cli_models import add_models_commands
 from .distributed.cli_args import add_parallel_args, add_worker_command
 
 EXIT_STATUS = """exit status: 0 done; 1 the output of --json-object or --json-schema is not whole JSON, as --max-tokens
@@ -34,7 +35,8 @@ stays), /system TEXT sets the system message (/system alone removes it), /help l
 
 
 def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
-    """The whole command line; `commands` maps generate, chat, info and perplexity to what runs them."""
+    """The whole command line; `commands` maps generate, chat, info and perplexity to what runs them (list,
+    pull and rm bring their own, from cli_models.py)."""
     parser = Parser(prog="tinyllm", description="Run Llama-family models exactly, on your machine.")
     parser.add_argument("--version", action="version", version=f"tinyllm {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -42,6 +44,7 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
     add_chat(sub, commands["chat"])
     add_info(sub, commands["info"])
     add_perplexity(sub, commands["perplexity"])
+    add_models_commands(sub)
     add_worker_command(sub, add_model_args)
     add_optional_commands(sub)
     return parser

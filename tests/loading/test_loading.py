@@ -166,3 +166,18 @@ def test_unsupported_tensor_type(tmp_path):
     w.close()
     with pytest.raises(TinyLLMError, match="type F64"):
         LLM(str(tmp_path / "odd.gguf"))
+
+
+def test_a_split_gguf_part_given_by_path_is_refused_by_its_header(tmp_path):
+    import gguf
+
+    path = tmp_path / "m-00001-of-00002.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_uint16("split.no", 0)
+    w.add_uint16("split.count", 2)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(TinyLLMError, match="is part 1 of a GGUF split into 2 files, which tinyllm cannot load"):
+        load(str(path))

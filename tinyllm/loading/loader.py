@@ -1,4 +1,5 @@
-"""Load a model from a path (a .gguf file or a Hugging Face folder), or the default model."""
+"""Load a model from a path (a .gguf file or a Hugging Face folder), a name or a Hugging Face id (resolved by
+model_store.py), or the default model."""
 
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ from ..model.plan import ModelPlan
 from ..model.quant_bias import BiasedQuantLinear
 from ..model.quant_linear import QuantEmbedding, QuantLinear, quant_weights
 from ..text.tokenizer import Tokenizer
-from .default_model import default_model_path
 from .fusion import fuse
 from .gguf_file import open_gguf
 from .gguf_model import config_from_gguf, state_dict_from_gguf
 from .hf_config import config_from_hf
 from .hf_model import read_json, state_dict_from_hf
+from .model_store import resolve_model
 from .quantize import QUANTIZE_MODES, quantize_state
 from .residency import release_unread_pages
 
@@ -218,8 +219,20 @@ def _type_counts(state: dict) -> dict[str, int]:
     return counts
 
 
+def _refuse_split(path: str, metadata: dict) -> None:
+    """One file of a split GGUF (llama.cpp's gguf-split) holds some of the tensors only: refused by its header."""
+    count = metadata.get("split.count", 1)
+    if isinstance(count, int) and count > 1:
+        part = metadata.get("split.no", 0) + 1
+        raise TinyLLMError(
+            f"{path!r} is part {part} of a GGUF split into {count} files, which tinyllm cannot load; merge them with "
+            "llama.cpp's llama-gguf-split --merge and give the merged file"
+        )
+
+
 def _load_gguf(path: str, dtype, device, options: WeightOptions) -> LoadedModel:
     g = open_gguf(path)
+    _refuse_split(path, g.metadata)
     config = config_from_gguf(g)
     quantized = sorted({g.tensor_type(n) for n in g.tensors} - {"F32", "F16", "BF16"})
     if options.quantize and quantized:
@@ -281,7 +294,7 @@ def load(
         options = WeightOptions(weights, quantize, keep_blocks)
     except ValueError as exc:
         raise TinyLLMError(str(exc)) from None
-    path = default_model_path() if path is None else os.fspath(path)
+    path = resolve_model(path)
     if os.path.isdir(path):
         return _load_hf(path, dtype, device, options)
     if not os.path.exists(path):
