@@ -1,6 +1,6 @@
 """Mirostat in the engine: mu travels with the request's accepted tokens, so seeded output is the same with and
 without speculative decoding (rejected drafts roll back to the mu of their position), after preemption and
-recompute, and batched or alone; and mirostat really changes the tokens."""
+recompute, batched or alone, and in the reference loop; and mirostat really changes the tokens."""
 
 import pytest
 
@@ -72,6 +72,8 @@ def test_preemption_batching_and_seeds_keep_the_tokens(llm):
     prompt = workload()[1]
     alone, _ = run(Engine(llm.parts, **OPTIONS), [prompt], params)
     assert alone[0].ids == plain[1].ids
+    oracle = llm.generate(prompt, params=params, cache="contiguous")  # the reference loop
+    assert oracle.ids == plain[1].ids
     without, no_mu = run(Engine(llm.parts, **OPTIONS), workload(), params.replace(mirostat=0))
     assert no_mu == [None] * 5
     assert [g.ids for g in without] != [g.ids for g in plain]  # mirostat changed what was drawn

@@ -189,7 +189,8 @@ def apply_filters(logits: Tensor, params: SamplingParams, mu: float | None = Non
         mus = torch.full(rows.shape[:1], mu, dtype=torch.float64, device=rows.device)  # [B]
         return mirostat_filter(rows, mus, params.mirostat).reshape(out.shape)
     out = top_k_filter(out, params.top_k)
-    out = tail_free_filter(out, params.tfs_z)
+    if params.tfs_z != 1.0:  # off by default: not even a copy of the row
+        out = tail_free_filter(out, params.tfs_z)
     out = typical_filter(out, params.typical_p)
     out = top_p_filter(out, params.top_p)
     return min_p_filter(out, params.min_p)
