@@ -103,6 +103,29 @@ def test_sample_follows_the_plain_twin_token_and_mu_step_after_step(data, versio
         mu = got.mu_after
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    version=st.sampled_from([1, 2]),
+    tau=st.floats(0.5, 8),
+    scale=st.floats(0.5, 6),
+    seed=st.integers(0, 2**32),
+    vocab=st.integers(101, 400),
+)
+def test_rows_longer_than_the_hundred_tokens_v1_fits_on_follow_the_twin(version, tau, scale, seed, vocab):
+    params = SamplingParams(mirostat=version, mirostat_tau=tau, mirostat_eta=0.5, seed=seed)
+    rng, mu = request_rng(seed), 2 * tau
+    generator = torch.Generator().manual_seed(seed)
+    for position in range(3):
+        logits = torch.randn(vocab, generator=generator) * scale
+        logits = logits - logits.max()
+        got = sample(logits, params, prompt_ids=[], generated_ids=[], rng=rng, position=position, mu=mu)
+        token, twin_mu, margin = plain_step(logits.tolist(), mu, version, rng.uniform(position), tau, 0.5)
+        if margin < 1e-6:
+            return
+        assert (got.token, got.mu_after) == (token, pytest.approx(twin_mu, rel=1e-12, abs=1e-12))
+        mu = got.mu_after
+
+
 @pytest.mark.parametrize("s", [1.3, 2.0])
 def test_v1_recovers_the_exponent_of_a_zipf_row(s):
     """p_i proportional to 1 / i^s: every log-ratio is s * t_i, so s_hat = s and k follows the paper's formula."""

@@ -53,7 +53,7 @@ def _v2_keep(log_probs: Tensor, mu: Tensor) -> Tensor:
 def _v1_keep(rows: Tensor, log_probs: Tensor, mu: Tensor) -> Tensor:
     """keep [B, V]: each row's top k (ties at the k-th logit kept), k from s_hat and mu."""
     k = v1_k(log_probs, mu.reshape(-1))  # [B]
-    ordered = torch.sort(rows, dim=-1, descending=True).values  # [B, V]
+    ordered = torch.topk(rows, int(k.max()), dim=-1).values  # [B, max k], descending: k is often small
     kth = ordered.gather(-1, (k - 1).reshape(-1, 1))  # [B, 1]
     return (rows >= kth) & (rows > float("-inf"))
 
