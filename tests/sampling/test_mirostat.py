@@ -137,6 +137,22 @@ def test_v1_recovers_the_exponent_of_a_zipf_row(s):
     assert 1 < math.floor(expected) < vocab
 
 
+@pytest.mark.parametrize("version", [1, 2])
+def test_one_token_a_flat_row_and_a_grammar_that_leaves_one_token(version):
+    def kept(row, mu):
+        return (mirostat_filter(torch.tensor([row]), torch.tensor([mu]), version) > -math.inf).tolist()[0]
+
+    assert kept([0.5], 3.0) == [True]
+    assert kept([0.5, -math.inf, 0.2], -3.0) == [True, False, False]
+    assert kept([-math.inf, 0.1, -math.inf], 8.0) == [False, True, False]
+    # a flat row: v1's s_hat is 0 and k is V or 1 as 2^mu is above or below V - 1 (4 here), but a tie at the k-th
+    # logit stays, so v1 keeps the row whole; v2 keeps every token's 2.32 bits from mu = 3 and the first below
+    flat = torch.zeros(1, 5, dtype=torch.float64)
+    assert [int(v1_k(torch.log_softmax(flat, -1), torch.tensor([mu]))) for mu in (3.0, 1.0)] == [5, 1]
+    assert kept([0.0] * 5, 3.0) == [True] * 5
+    assert kept([0.0] * 5, 1.0) == ([True] * 5 if version == 1 else [True] + [False] * 4)
+
+
 def test_v2_keeps_the_surprises_up_to_mu_and_the_top_when_none_is():
     logits = torch.tensor([[0.4, 0.3, 0.2, 0.1]]).log()  # surprises 1.32, 1.74, 2.32, 3.32 bits
     kept = mirostat_filter(logits, torch.tensor([2.0]), 2) > -math.inf

@@ -6,6 +6,10 @@ at 2 * tau; after each draw, mu <- mu - eta * (surprise - tau). Before the draw:
 - v1 fits the exponent s of a Zipf law to the m = 100 most likely tokens (s_hat, least squares on the log-ratios
   of neighbours), computes from it and mu the k whose top-k would give a surprise of mu, and keeps the top k;
 - v2 keeps the tokens whose surprise is at most mu (the most likely one when none is).
+Where llama.cpp leaves it to chance or to float32 we choose: the fit and the cut are in float64, v1 fits on the
+live tokens only (a token a grammar dropped has p = 0, which would make s_hat infinite), keeps the ties at its
+k-th logit as our top-k does (llama.cpp keeps k after an unstable sort), and takes the limits of its formula
+where it would divide by zero (see v1_k).
 
 Mirostat takes the place of top-k, tail-free, typical, top-p and min-p, as in llama.cpp; the grammar mask, the
 min_tokens hold-back, logit bias, penalties and temperature come before it (filters.py). At temperature 0 the
@@ -72,7 +76,7 @@ def v1_k(log_probs: Tensor, mu: Tensor) -> Tensor:
     pairs = i < num_live - 1  # [B, m-1]: both tokens of the pair live
     s_hat = torch.where(pairs, t * b, 0.0).sum(-1) / torch.where(pairs, t * t, 0.0).sum(-1)  # [B]
     eps = s_hat - 1
-    ln_v = math.log(vocab)
+    ln_v = math.log(max(vocab, 2))  # a one-token vocabulary has s_hat = 0/0 and k = 1 whatever this is
     ratio = torch.where(eps == 0, 1 / ln_v, eps / -torch.expm1(-eps * ln_v))  # [B]: eps / (1 - V^-eps)
     log_k = (mu.to(torch.float64) * _LN2 + torch.log(ratio)) / s_hat  # [B]
     k = torch.exp(log_k.clamp(max=ln_v + 1)).nan_to_num(nan=1.0)  # [B]; capped past V before exp overflows
