@@ -113,6 +113,7 @@ def sample_next(req: Request, logits: torch.Tensor) -> SampleResult:
         rng=req.rng,
         position=len(req.output_ids),
         constraint=req.constraint,
+        mu=req.mirostat_mu(),
     )
 
 
@@ -127,7 +128,9 @@ def speculative_step(seq: SequenceState, req: Request, proposer, k: int) -> list
     num_committed = req.num_committed
     drafts = proposer.propose(req.prompt_ids + req.output_ids, min(k, req.tokens_left - 1))
     rows = seq.feed([req.output_ids[-1]] + drafts, rows="all")  # [1 + m, V]
-    results = verify_drafts(rows, drafts, req.params, req.prompt_ids, req.output_ids, req.rng, req.constraint)
+    results = verify_drafts(
+        rows, drafts, req.params, req.prompt_ids, req.output_ids, req.rng, req.constraint, req.mirostat_mu()
+    )
     req.num_drafted += len(drafts)
     req.num_accepted += len(results) - 1
     seq.rollback(num_committed + len(results) - 1)  # keep the fed token and the accepted drafts only

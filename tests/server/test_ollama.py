@@ -12,7 +12,7 @@ import torch
 
 from helpers.bigram_model import scripted_llama
 from helpers.live_server import tiny_llm
-from tinyllm import LLM
+from tinyllm import LLM, SamplingParams
 from tinyllm.server import create_app
 from tinyllm.server.transport.server_thread import ServerThread
 
@@ -100,6 +100,31 @@ def test_the_same_seeded_request_gives_the_same_text_as_the_openai_route(client,
     openai = http.post("/v1/chat/completions", json=body).json()["choices"][0]
     assert ours.message.content == openai["message"]["content"]
     assert ours.done_reason == openai["finish_reason"]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_mirostat_from_ollama_and_v1_samples_as_the_llm_api_does(client, http, llm, version):
+    settings = dict(mirostat=version, mirostat_tau=3.0, mirostat_eta=1.0, temperature=0.3)
+    ours = client.chat(MODEL, HI, options={**settings, "seed": 7, "num_predict": 10}).message.content
+    body = dict(model=MODEL, messages=HI, seed=7, max_tokens=10, **settings)
+    openai = http.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]["content"]
+    params = SamplingParams(seed=7, max_tokens=10, **settings)
+    assert ours == openai == llm.chat(HI, params=params).text
+    assert ours != llm.chat(HI, params=params.replace(mirostat=0)).text  # the option reached the sampler
+
+
+def test_mirostat_and_tfs_z_on_v1_are_checked_by_name(http):
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 2, "seed": 3}
+    ok = http.post("/v1/completions", json={**body, "mirostat": 2, "tfs_z": 0.9, "mirostat_eta": 0.5})
+    assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 2, ok.text
+    for bad, message in (
+        ({"mirostat": 3}, "mirostat must be 0 (off), 1 or 2, got 3"),
+        ({"mirostat_tau": -1.0}, "mirostat_tau must be a finite number > 0, got -1.0"),
+        ({"tfs_z": 0}, "tfs_z must be in (0, 1], got 0.0"),
+    ):
+        r = http.post("/v1/completions", json={**body, **bad})
+        error = r.json()["error"]
+        assert r.status_code == 400 and error["message"] == message and error["param"] == next(iter(bad)), r.text
 
 
 def test_format_holds_the_answer_to_a_schema_and_to_json(client, http):
@@ -208,7 +233,7 @@ def test_raw_generate_is_the_completion_of_the_prompt(client, http):
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"mirostat": 2}, "options.mirostat 2 is not supported"),
+        ({"mirostat": 3}, "options.mirostat must be 0 (off), 1 or 2, got 3"),
         ({"typical_p": 0}, "options.typical_p must be in (0, 1]"),
         ({"repeat_penalty": 1.2, "repeat_last_n": -7}, "options.repeat_last_n must be -1"),
         ({"num_ctx": -1}, "options.num_ctx must be a positive number of tokens"),

@@ -255,6 +255,7 @@ class Engine:
                     req.output_ids,
                     req.rng,
                     req.constraint,
+                    req.mirostat_mu(),
                 ),
             )
         return [

@@ -29,6 +29,7 @@ def _draw(rows, reqs: list[Request]) -> list[SampleResult]:
         [r.rng for r in reqs],
         [len(r.output_ids) for r in reqs],
         [r.constraint for r in reqs],
+        [r.mirostat_mu() for r in reqs],
     )
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ..outputs import STATS_KEYS, FinishReason, Generation, Timings, TokenLogprob
 from ..sampling.constraint import Constraint
+from ..sampling.mirostat import MuTrail
 from ..sampling.params import SamplingParams
 from ..sampling.rng import RequestRng, request_rng
 from ..sampling.sampler import SampleResult
@@ -81,6 +82,7 @@ class Request:
     num_sampling_forwards: int = 0
     prompt_logprobs: list = field(default_factory=list)  # [None, TokenLogprob, ...] (prompt_logprobs.py)
     constraint: Constraint | None = None  # the grammar matcher of a structured request (sampling/constraint.py)
+    mirostat: MuTrail | None = None  # mirostat's mu per output position (sampling/mirostat.py); None without it
     times: RequestTimes = field(default_factory=RequestTimes)
 
     @classmethod
@@ -110,6 +112,7 @@ class Request:
             request_rng(params.seed),
             stop_ids,
             constraint=constraint,
+            mirostat=MuTrail.start(params.mirostat_tau) if params.uses_mirostat else None,
         )
         if params.prompt_logprobs is not None:
             req.prompt_logprobs.append(None)  # the first token has nothing before it
@@ -118,6 +121,10 @@ class Request:
     @property
     def output_ids(self) -> list[int]:
         return self.out.ids
+
+    def mirostat_mu(self) -> float | None:
+        """Mirostat's mu for the next output token; None without mirostat."""
+        return None if self.mirostat is None else self.mirostat.at(len(self.output_ids))
 
     @property
     def num_tokens(self) -> int:
@@ -166,6 +173,8 @@ def accept_tokens(req: Request, results: list[SampleResult], now: float) -> Acce
         if len(req.output_ids) + 1 == req.params.min_tokens and req.params.stop:
             req.out.matcher = StopMatcher(req.params.stop)  # stop strings count from token number min_tokens on
         out.text += req.out.add(r.token, TokenLogprob(r.token, r.logprob, list(r.top_logprobs), r.entropy))
+        if req.mirostat is not None:
+            req.mirostat.record(len(req.output_ids) - 1, r.mu_after)
         out.num_new += 1
         req.times.token_times.append(now)
         if req.out.stopped:

@@ -3,8 +3,8 @@
 Order of operations (see filters.py and sampler.py): grammar mask (constraint.py) -> the
 min_tokens hold-back (stop ids at -inf before min_tokens output tokens) -> logit bias ->
 repetition penalty (prompt + generated ids) -> presence / frequency penalties (generated ids
-only) -> temperature -> top-k -> top-p -> min-p -> inverse-CDF draw with the uniform for
-(seed, position).
+only) -> temperature -> top-k -> tail-free -> typical -> top-p -> min-p (or mirostat in place of
+these five, mirostat.py) -> inverse-CDF draw with the uniform for (seed, position).
 Temperature 0 is greedy: the argmax of the penalised logits, lowest index on ties.
 """
 

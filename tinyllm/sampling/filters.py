@@ -7,10 +7,13 @@
    `presence` once per distinct generated token and `frequency * count`;
 3. temperature: divide the logits (temperature 0 = greedy stops here; the caller takes
    the argmax of the penalised logits);
-4. top-k: keep every token whose logit is >= the k-th largest (ties at the edge kept);
+4. top-k: keep every token whose logit is >= the k-th largest (ties at the edge kept); then tail-free
+   (tail_free.py) and locally typical (typical.py) sampling;
 5. top-p: drop a token iff the probability mass strictly before it, in descending
    order of logit (lower index first among equal logits), is already >= p;
 6. min-p: keep tokens with probability >= min_p * p_max.
+
+With mirostat (mirostat.py), mirostat v1 or v2 follows temperature in place of steps 4-6, as in llama.cpp.
 
 Every step takes logits and returns a NEW tensor of logits with -inf where a token is
 dropped, so the steps compose: each filter sees the renormalised distribution left by
@@ -28,7 +31,9 @@ from torch import Tensor
 
 from tinyllm.errors import TinyLLMError
 from tinyllm.sampling.logit_bias import apply_logit_bias
+from tinyllm.sampling.mirostat import mirostat_filter, start_mu
 from tinyllm.sampling.params import SamplingParams
+from tinyllm.sampling.tail_free import tail_free_filter
 from tinyllm.sampling.typical import typical_filter
 
 # Probabilities carry float32 rounding (~1e-7), so a mass or ratio that equals p only up
@@ -174,23 +179,36 @@ def min_p_filter(logits: Tensor, min_p: float) -> Tensor:
     return logits.masked_fill(shifted < math.log(min_p) + math.log1p(-_RATIO_RTOL), float("-inf"))
 
 
-def apply_filters(logits: Tensor, params: SamplingParams) -> Tensor:
-    """Temperature, then top-k, typical, top-p, min-p (steps 3-6, typical beside them); not for greedy params."""
+def apply_filters(logits: Tensor, params: SamplingParams, mu: float | None = None) -> Tensor:
+    """Temperature, then top-k, tail-free, typical, top-p, min-p (steps 3-6), or mirostat with the request's mu at
+    this position (None: its start, 2 * tau) in their place; not for greedy params."""
     out = apply_temperature(logits, params.temperature)
+    if params.mirostat:
+        rows = out.reshape(-1, out.shape[-1])  # [B, V]
+        mu = start_mu(params.mirostat_tau) if mu is None else mu
+        mus = torch.full(rows.shape[:1], mu, dtype=torch.float64, device=rows.device)  # [B]
+        return mirostat_filter(rows, mus, params.mirostat).reshape(out.shape)
     out = top_k_filter(out, params.top_k)
+    if params.tfs_z != 1.0:  # off by default: not even a copy of the row
+        out = tail_free_filter(out, params.tfs_z)
     out = typical_filter(out, params.typical_p)
     out = top_p_filter(out, params.top_p)
     return min_p_filter(out, params.min_p)
 
 
 def process_logits(
-    logits: Tensor, params: SamplingParams, prompt_ids: Sequence[int] | Tensor, generated_ids: Sequence[int] | Tensor
+    logits: Tensor,
+    params: SamplingParams,
+    prompt_ids: Sequence[int] | Tensor,
+    generated_ids: Sequence[int] | Tensor,
+    mu: float | None = None,
 ) -> Tensor:
-    """The distribution a token is drawn from, as float32 logits with -inf where dropped.
+    """The distribution a token is drawn from, as float32 logits with -inf where dropped; `mu` is mirostat's at
+    this position.
 
     For greedy params this is the biased, penalised logits (the argmax is taken from them).
     """
     _check_logits(logits, dims=(1,))
     biased = apply_logit_bias(logits.float(), params.logit_bias)  # [V]
     out = apply_penalties(biased, params, prompt_ids, generated_ids)
-    return out if params.is_greedy else apply_filters(out, params)
+    return out if params.is_greedy else apply_filters(out, params, mu)

@@ -37,6 +37,10 @@ class SamplingParams:
     top_p: float = 1.0  # (0, 1]
     typical_p: float = 1.0  # (0, 1]; 1 = off (locally typical sampling, sampling/typical.py)
     min_p: float = 0.0  # [0, 1]
+    tfs_z: float = 1.0  # (0, 1]; 1 = off (tail-free sampling, sampling/tail_free.py)
+    mirostat: int = 0  # 0 = off; 1 or 2: mirostat v1 / v2 in place of top-k, tfs, typical, top-p and min-p
+    mirostat_tau: float = 5.0  # > 0: mirostat's target surprise, in bits per token
+    mirostat_eta: float = 0.1  # > 0: how fast mirostat's mu follows the surprise of the drawn tokens
     repetition_penalty: float = 1.0  # in [1e-3, 1e3]; 1 = off
     presence_penalty: float = 0.0  # [-2, 2]
     frequency_penalty: float = 0.0  # [-2, 2]
@@ -61,6 +65,11 @@ class SamplingParams:
     def is_greedy(self) -> bool:
         return self.temperature < GREEDY_TEMPERATURE
 
+    @property
+    def uses_mirostat(self) -> bool:
+        """Mirostat shapes the draws (greedy takes the argmax, which every mirostat keeps)."""
+        return self.mirostat != 0 and not self.is_greedy
+
     def replace(self, **changes: Any) -> SamplingParams:
         """A copy with `changes` applied; the copy is validated again."""
         names = {f.name for f in dataclasses.fields(self)}
@@ -78,6 +87,10 @@ def _validated_fields(p: SamplingParams) -> dict[str, Any]:
         "top_p": _real("top_p", p.top_p, lambda v: 0 < v <= 1, "in (0, 1]"),
         "typical_p": _real("typical_p", p.typical_p, lambda v: 0 < v <= 1, "in (0, 1]"),
         "min_p": _real("min_p", p.min_p, lambda v: 0 <= v <= 1, "in [0, 1]"),
+        "tfs_z": _real("tfs_z", p.tfs_z, lambda v: 0 < v <= 1, "in (0, 1]"),
+        "mirostat": _mirostat(p.mirostat),
+        "mirostat_tau": _real("mirostat_tau", p.mirostat_tau, lambda v: 0 < v < math.inf, "a finite number > 0"),
+        "mirostat_eta": _real("mirostat_eta", p.mirostat_eta, lambda v: 0 < v < math.inf, "a finite number > 0"),
         "repetition_penalty": _real(
             "repetition_penalty",
             p.repetition_penalty,
@@ -133,6 +146,12 @@ def _min_tokens(value: Any, max_tokens: Any) -> int:
         raise TinyLLMError(f"min_tokens must be an integer >= 0, got {value!r}")
     if _is_int(max_tokens) and int(value) > int(max_tokens):
         raise TinyLLMError(f"min_tokens must be at most max_tokens ({max_tokens}), got {value!r}")
+    return int(value)
+
+
+def _mirostat(value: Any) -> int:
+    if not _is_int(value) or int(value) not in (0, 1, 2):
+        raise TinyLLMError(f"mirostat must be 0 (off), 1 or 2, got {value!r}")
     return int(value)
 
 

@@ -4,15 +4,16 @@
 stop ids while fewer than `min_tokens` tokens have been generated (params.stop_token_ids -> -inf; the
 request puts its EOS ids there, request.py; when the grammar allows nothing but a stop id, the text is
 complete and the stop ids stay), then runs
-`process_logits` (logit bias -> penalties -> temperature -> top-k -> top-p -> min-p, see
-filters.py), then either takes the argmax (temperature 0: lowest index on ties, seed
-ignored) or draws by inverse CDF with ONE uniform u = rng.uniform(position): the token is
-the first index, in vocab order, whose cumulative probability exceeds u * total. The
-cumulative sum is float64 so the draw is exact and reproducible; a probability-0 token
+`process_logits` (logit bias -> penalties -> temperature -> top-k -> tail-free -> typical -> top-p
+-> min-p, or mirostat in place of the last five, see filters.py), then either takes the argmax
+(temperature 0: lowest index on ties, seed ignored) or draws by inverse CDF with ONE uniform
+u = rng.uniform(position): the token is the first index, in vocab order, whose cumulative probability
+exceeds u * total. The cumulative sum is float64 so the draw is exact and reproducible; a probability-0 token
 can never be chosen because its cumulative value equals its predecessor's.
 
 logprob, top_logprobs and entropy all describe the distribution the token was drawn
-from (for greedy: the softmax of the penalised logits).
+from (for greedy: the softmax of the penalised logits). With mirostat, the result also carries
+the request's mu after this draw (mirostat.py), which samples the next position.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tinyllm.errors import TinyLLMError
 from tinyllm.kernels.greedy import greedy_rows
 from tinyllm.sampling.constraint import Constraint
 from tinyllm.sampling.filters import process_logits
+from tinyllm.sampling.mirostat import next_mu, start_mu, surprise_bits
 from tinyllm.sampling.params import SamplingParams
 from tinyllm.sampling.rng import RequestRng
 
@@ -38,6 +40,7 @@ class SampleResult:
     logprob: float  # of `token` under the distribution it was drawn from
     top_logprobs: list[tuple[int, float]] = field(default_factory=list)  # descending
     entropy: float = 0.0  # nats, of that same distribution
+    mu_after: float | None = None  # mirostat's mu for the next position; None without mirostat
 
 
 def _entropy_rows(logits: Tensor, logp: Tensor | None = None) -> Tensor:
@@ -119,20 +122,28 @@ def sample(
     rng: RequestRng,
     position: int,
     constraint: Constraint | None = None,
+    mu: float | None = None,
 ) -> SampleResult:
     """Pick generated token number `position` (0 = first) from one [V] row of logits; with a constraint,
-    only from the tokens its grammar allows after generated_ids."""
+    only from the tokens its grammar allows after generated_ids; with mirostat, `mu` is the request's at this
+    position (None: its start, 2 * tau)."""
     _check_row(logits)
     if constraint is not None:
         logits = constraint.mask_logits(logits, generated_ids)  # [V]
     logits = _hold_back_stops(logits, params, position)  # [V]
-    processed = process_logits(logits, params, prompt_ids, generated_ids)  # [V] float32
+    if params.uses_mirostat and mu is None:
+        mu = start_mu(params.mirostat_tau)
+    processed = process_logits(logits, params, prompt_ids, generated_ids, mu)  # [V] float32
     _check_processed(processed)
     if params.is_greedy:
         token = int(torch.argmax(processed))  # torch returns the first maximum: lowest index
     else:
         token = _inverse_cdf(processed, rng.uniform(position))
-    return _describe(processed, token, params.logprobs)
+    result = _describe(processed, token, params.logprobs)
+    if params.uses_mirostat:
+        surprise = float(surprise_bits(processed.reshape(1, -1), torch.tensor([token], device=processed.device)))
+        result.mu_after = next_mu(mu, surprise, params.mirostat_tau, params.mirostat_eta)
+    return result
 
 
 def _hold_back_stops(logits: Tensor, params: SamplingParams, position: int) -> Tensor:
@@ -192,14 +203,16 @@ def sample_batch(
     rngs: list[RequestRng],
     positions: list[int],
     constraints: list[Constraint | None] | None = None,
+    mus: list[float | None] | None = None,
 ) -> list[SampleResult]:
     """sample() for each row of logits [B, V]; plain-greedy rows share one argmax. `constraints` holds each
-    row's grammar matcher (None: unconstrained)."""
+    row's grammar matcher (None: unconstrained), `mus` each row's mirostat mu (None: none, or its start)."""
     if not isinstance(logits, Tensor) or logits.dim() != 2:
         shape = getattr(logits, "shape", type(logits).__name__)
         raise TinyLLMError(f"logits must be a [B, V] tensor, got {shape}")
     batch = logits.shape[0]
     constraints = [None] * batch if constraints is None else constraints
+    mus = [None] * batch if mus is None else mus
     for name, seq in (
         ("params", params),
         ("prompt_ids", prompt_ids),
@@ -207,6 +220,7 @@ def sample_batch(
         ("rngs", rngs),
         ("positions", positions),
         ("constraints", constraints),
+        ("mus", mus),
     ):
         if len(seq) != batch:
             raise TinyLLMError(f"{name} must have one entry per row ({batch}), got {len(seq)}")
@@ -226,5 +240,6 @@ def sample_batch(
                 rng=rngs[i],
                 position=positions[i],
                 constraint=constraints[i],
+                mu=mus[i],
             )
     return results  # type: ignore[return-value]

@@ -48,6 +48,10 @@ ALONE = [
     ({"top_p": 0.5}, {"top_p": 0.5}),
     ({"min_p": 0.125}, {"min_p": 0.125}),
     ({"typical_p": 0.7}, {"typical_p": 0.7}),
+    ({"tfs_z": 0.95}, {"tfs_z": 0.95}),
+    ({"mirostat": 2}, {"mirostat": 2}),
+    ({"mirostat_tau": 3.5}, {"mirostat_tau": 3.5}),
+    ({"mirostat_eta": 0.25}, {"mirostat_eta": 0.25}),
     ({"repeat_penalty": 1.25}, {"repetition_penalty": 1.25}),
     ({"presence_penalty": 0.75}, {"presence_penalty": 0.75}),
     ({"frequency_penalty": -0.5}, {"frequency_penalty": -0.5}),
@@ -87,9 +91,6 @@ def test_num_ctx_is_the_requests_context_and_no_sampling_field():
 
 
 NEUTRAL = [
-    {"tfs_z": 1},
-    {"mirostat": 0},
-    {"mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1},
     {"penalize_newline": True},
     {"temperature": None},  # null means not set
 ]
@@ -105,9 +106,11 @@ def test_options_that_ask_for_nothing_are_accepted_and_change_nothing(options):
 
 REFUSED = [
     ({"typical_p": 1.5}, "options.typical_p", "options.typical_p must be in (0, 1]"),
-    ({"tfs_z": 0.9}, "options.tfs_z", "send 1 or leave it out"),
-    ({"mirostat": 1}, "options.mirostat", "options.mirostat 1 is not supported"),
-    ({"mirostat": 2, "mirostat_tau": 5.0}, "options.mirostat", "options.mirostat 2"),
+    ({"tfs_z": 0}, "options.tfs_z", "options.tfs_z must be in (0, 1], got 0.0"),
+    ({"mirostat": 3}, "options.mirostat", "options.mirostat must be 0 (off), 1 or 2, got 3"),
+    ({"mirostat": 1.0}, "options.mirostat", "options.mirostat must be an integer, got 1.0"),
+    ({"mirostat": 2, "mirostat_tau": 0}, "options.mirostat_tau", "options.mirostat_tau must be a finite number > 0"),
+    ({"mirostat_eta": -1}, "options.mirostat_eta", "options.mirostat_eta must be a finite number > 0, got -1.0"),
     ({"penalize_newline": False}, "options.penalize_newline", "penalize_newline False"),
     ({"repeat_last_n": -2, "repeat_penalty": 1.1}, "options.repeat_last_n", "options.repeat_last_n must be -1"),
     ({"repeat_last_n": 2.5}, "options.repeat_last_n", "options.repeat_last_n must be an integer"),
@@ -183,15 +186,14 @@ def test_ollamas_generate_request_with_options_example_is_accepted():
     assert (params.penalty_last_n, params.repetition_penalty, params.max_tokens, params.seed) == (33, 1.2, 100, 42)
 
 
-def test_mirostat_settings_are_refused_only_while_mirostat_is_on():
-    assert sampling_of({"mirostat_tau": 5.0, "mirostat_eta": 0.1}, CONTEXT).fields == {}  # mirostat left out: 0
-    with pytest.raises(APIError) as err:
-        sampling_of({"mirostat_tau": 5.0, "mirostat": 2}, CONTEXT)
-    assert err.value.param == "options.mirostat_tau"
-    assert err.value.message == (
-        "options.mirostat_tau 5.0 is not supported by this server (it would be ignored); "
-        "send nothing while mirostat is 0 or leave it out"
-    )
+def test_the_values_that_turn_mirostat_and_tail_free_sampling_off_change_nothing():
+    for options in ({"mirostat": 0}, {"tfs_z": 1}, {"tfs_z": 1.0}):
+        assert changed(chat_sampling(options), chat_sampling(None)) == {}
+    # Ollama's defaults for tau and eta, sent with mirostat off: the same sampling
+    off = chat_sampling({"mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1})
+    assert changed(off, chat_sampling(None)) == {} and not off.uses_mirostat
+    on = chat_sampling({"mirostat": 1, "mirostat_tau": 4.0, "mirostat_eta": 0.5, "tfs_z": 0.9})
+    assert (on.mirostat, on.mirostat_tau, on.mirostat_eta, on.tfs_z, on.uses_mirostat) == (1, 4.0, 0.5, 0.9, True)
 
 
 @pytest.mark.parametrize("option", ["num_predict", "num_ctx", "seed", "top_k"])

@@ -62,8 +62,6 @@ _COMMON = field_table(
     ("logits_processors", is_one_of([]), "an empty list"),
     ("truncate_prompt_tokens", _never, "nothing"),
     ("return_tokens_as_token_ids", is_one_of(False), "false"),
-    ("mirostat", is_one_of(0), "0"),
-    ("tfs_z", is_one_of(1.0, 1), "1"),
     ("n_probs", is_one_of(0), "0"),
 )
 

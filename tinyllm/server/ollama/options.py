@@ -6,8 +6,9 @@ request), and so are the runner's settings, which `tinyllm serve` fixes when it 
 use_mmap, numa, ...). `num_ctx` is the request's context: the prompt and the answer together stay within it (a
 prompt that does not fit is a 400; nothing is cut); above the model's context it is that context (logged).
 `repeat_last_n` is the penalties' window (-1 the whole sequence, 0 no penalties, n the last n tokens, prompt
-included, as llama.cpp counts them). Sampling this server does not do (mirostat, tail-free sampling) is
-accepted only with the values that turn it off.
+included, as llama.cpp counts them). `mirostat` (0, 1 or 2, with `mirostat_tau` and `mirostat_eta`) and `tfs_z`
+are the sampling stack's own (sampling/mirostat.py, sampling/tail_free.py); `penalize_newline` is accepted only
+as true, the value that changes nothing here.
 
 Left-out options take the OpenAI routes' defaults (temperature 1, no top-k, top-p or penalties, no length
 limit but the context), not Ollama's built-in ones.
@@ -29,6 +30,10 @@ SAMPLING = {
     "top_p": ("top_p", "number"),
     "min_p": ("min_p", "number"),
     "typical_p": ("typical_p", "number"),
+    "tfs_z": ("tfs_z", "number"),
+    "mirostat": ("mirostat", "integer"),
+    "mirostat_tau": ("mirostat_tau", "number"),
+    "mirostat_eta": ("mirostat_eta", "number"),
     "repeat_penalty": ("repetition_penalty", "number"),
     "presence_penalty": ("presence_penalty", "number"),
     "frequency_penalty": ("frequency_penalty", "number"),
@@ -46,16 +51,8 @@ RUNNER = frozenset(
 )  # fmt: skip
 
 
-def _without_mirostat(value: Any, options: dict) -> bool:
-    return options.get("mirostat", 0) == 0
-
-
 # Sampling this server does not do: accepted only with the values that turn it off.
 NEUTRAL: dict[str, Unsupported] = field_table(
-    ("tfs_z", is_one_of(1, 1.0), "1"),
-    ("mirostat", is_one_of(0), "0"),
-    ("mirostat_tau", _without_mirostat, "nothing while mirostat is 0"),
-    ("mirostat_eta", _without_mirostat, "nothing while mirostat is 0"),
     ("penalize_newline", is_one_of(True), "true (a newline is penalized as any token)"),
 )
 

@@ -53,6 +53,10 @@ class _GenerationRequest(_OpenBody):
     top_k: int | None = None
     min_p: float | None = None
     typical_p: float | None = None  # llama.cpp's: locally typical sampling
+    tfs_z: float | None = None  # llama.cpp's (before 2024) and Ollama's: tail-free sampling
+    mirostat: int | None = None  # llama.cpp's: 0 off, 1 or 2 (with mirostat_tau and mirostat_eta)
+    mirostat_tau: float | None = None
+    mirostat_eta: float | None = None
     repetition_penalty: float | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
