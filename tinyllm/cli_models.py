@@ -47,13 +47,14 @@ def human_size(num_bytes: int) -> str:
 
 def table_rows() -> list[tuple[str, str, str, str, str]]:
     """(name, family, format, size, context) of each stored model, as `tinyllm list` prints them."""
-    from .loading.model_card import model_facts
+    from .loading.file_summary import summary_of
     from .loading.model_store import stored_models
 
     rows = []
     for m in stored_models():
-        family, context = model_facts(m.path)
-        rows.append((m.name, family or "?", m.format, human_size(m.size), str(context or "?")))
+        facts = summary_of(m.path)
+        family, context = facts["family"], facts["context_length"]
+        rows.append((m.name, family if family != "unknown" else "?", m.format, human_size(m.size), str(context or "?")))
     return rows
 
 

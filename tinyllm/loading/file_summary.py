@@ -1,6 +1,6 @@
-"""What a model file says about itself without loading its weights: architecture, family, parameter count,
-context length and tensor types, read from a GGUF header or a Hugging Face folder's config.json and safetensors
-headers. For listings of models not loaded (`tinyllm list`, the server's /api/tags and /v1/models)."""
+"""What a model file says about itself without loading its weights: architecture, parameter count, context length
+and tensor types, read from a GGUF header or a Hugging Face folder's config.json and safetensors headers. For
+listings of models not loaded (`tinyllm list`, the server's /api/tags and /v1/models); imports no torch."""
 
 from __future__ import annotations
 
@@ -13,9 +13,7 @@ from collections import Counter
 import numpy as np
 
 from ..errors import TinyLLMError
-from .hf_model import _weight_files
 
-_DTYPE_NAMES = {"F32": "F32", "F16": "F16", "BF16": "BF16"}
 UNREADABLE = {
     "format": "unknown",
     "family": "unknown",
@@ -36,7 +34,7 @@ def summary_of(path: str) -> dict:
         stat = os.stat(path)
         size = stat.st_size if os.path.isfile(path) else 0
         return _summary(path, size, stat.st_mtime_ns)
-    except (OSError, ValueError, TinyLLMError):
+    except (OSError, ValueError, KeyError, TinyLLMError):
         return dict(UNREADABLE)
 
 
@@ -54,7 +52,6 @@ def file_summary(path: str) -> dict:
 
 
 def _gguf_summary(path: str) -> dict:
-    from ..model.family import family_for_gguf
     from .gguf_reader import read_gguf
 
     metadata, tensors, mm = read_gguf(path)
@@ -63,10 +60,10 @@ def _gguf_summary(path: str) -> dict:
     return {
         "format": "gguf",
         "architecture": arch,
-        "family": family_for_gguf(arch).name,
+        "family": arch,  # as Ollama names a model's family: its architecture
         "parameters": sum(int(np.prod(t.shape, dtype=np.int64)) for t in tensors),
-        "context_length": int(metadata.get(f"{arch}.context_length", 0)) or None,
-        "hidden_size": int(metadata.get(f"{arch}.embedding_length", 0)) or None,
+        "context_length": _int(metadata.get(f"{arch}.context_length")),
+        "hidden_size": _int(metadata.get(f"{arch}.embedding_length")),
         "weight_types": dict(Counter(t.tensor_type.name for t in tensors)),
         "file_bytes": os.path.getsize(path),
         "weight_bytes": os.path.getsize(path),
@@ -74,26 +71,41 @@ def _gguf_summary(path: str) -> dict:
 
 
 def _folder_summary(folder: str) -> dict:
-    from .hf_config import config_from_hf
-
-    config = config_from_hf(folder)
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    text = config.get("text_config", config)  # a multimodal config holds the decoder's under text_config
     files = _weight_files(folder)
     counts, types = 0, Counter()
     for shard in files:
         for entry in _safetensors_header(shard).values():
             counts += int(np.prod(entry["shape"], dtype=np.int64))
-            types[_DTYPE_NAMES.get(entry["dtype"], entry["dtype"])] += 1
+            types[entry["dtype"]] += 1
+    arch = str(config.get("model_type", ""))
+    size = sum(os.path.getsize(f) for f in files)
     return {
         "format": "safetensors",
-        "architecture": config.architecture,
-        "family": config.family,
+        "architecture": arch,
+        "family": arch,
         "parameters": counts,
-        "context_length": config.context_length,
-        "hidden_size": config.hidden_size,
+        "context_length": _int(text.get("max_position_embeddings")),
+        "hidden_size": _int(text.get("hidden_size")),
         "weight_types": dict(types),
-        "file_bytes": sum(os.path.getsize(f) for f in files),
-        "weight_bytes": sum(os.path.getsize(f) for f in files),
+        "file_bytes": size,
+        "weight_bytes": size,
     }
+
+
+def _int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _weight_files(folder: str) -> list[str]:
+    single = os.path.join(folder, "model.safetensors")
+    if os.path.isfile(single):
+        return [single]
+    with open(os.path.join(folder, "model.safetensors.index.json"), encoding="utf-8") as f:
+        shards = sorted(set(json.load(f).get("weight_map", {}).values()))
+    return [os.path.join(folder, s) for s in shards]
 
 
 def _safetensors_header(path: str) -> dict:

@@ -264,19 +264,17 @@ def keep_alive_flag(args) -> tuple[float | None, float | None]:
 
 
 def model_sources(args, parallel) -> list:
-    """--model alone (named after its file, or --served-model-name), or every model this machine has, the
-    default model first and loaded at start-up, the others on first use."""
+    """--model alone (named after its file, or --served-model-name; the default model when only that is given),
+    or every model this machine has, the default model first and loaded at start-up, the others on first use."""
     from ..loading.file_summary import summary_of
     from ..loading.model_store import stored_models
     from .model_slots import ModelSource
 
     first_keep, others_keep = keep_alive_flag(args)
-    if args.model is not None:
+    if args.model is not None or args.served_model_name is not None:  # one model: --model, or the default renamed
         aliases = None if args.served_model_name is None else frozenset()
         load = loader(args, None, parallel)
         return [ModelSource(args.served_model_name, load=load, aliases=aliases, keep_alive_s=first_keep, preload=True)]
-    if args.served_model_name is not None:
-        raise TinyLLMError("--served-model-name names the model of --model; add --model")
     found = stored_models()
     if not found:
         raise TinyLLMError(

@@ -236,6 +236,8 @@ class Loads:
         loop = asyncio.get_running_loop()
         slot.status, slot.loaded = "loading", asyncio.Event()
 
+        what = "the model" if slot.source.name is None else f"the model {slot.source.name}"
+
         def run() -> None:
             ready, error = None, None
             with self.lock:
@@ -244,10 +246,10 @@ class Loads:
                 try:
                     ready = self.builder.build(slot.source)
                 except TinyLLMError as exc:  # the server's own options (e.g. a KV format the model cannot take)
-                    log.error("loading the model %s failed: %s", slot.name, exc)
+                    log.error("loading %s failed: %s", what, exc)
                     error = exc
                 except BaseException as exc:
-                    log.exception("loading the model %s failed", slot.name)
+                    log.exception("loading %s failed", what)
                     error = exc
             try:
                 loop.call_soon_threadsafe(done, slot, ready, error)

@@ -152,8 +152,8 @@ class ServerState:
         slot = self.slot_for(model)
         deadline = time.monotonic() + self.limits.wait_s
         while slot.status != "ready":
-            if self.draining or slot.status == "failed":
-                break
+            if self.draining or slot.status == "failed" or self._starting(slot):
+                break  # require() says why: the start-up load is /health's 503, not a wait
             if slot.status == "unloaded":
                 await self._make_room(slot, deadline)
                 if slot.status == "unloaded":
@@ -166,6 +166,11 @@ class ServerState:
         slot.last_used = time.monotonic()
         slot.keep_alive_s = slot.source.keep_alive_s  # until this request says otherwise (keep())
         return ready
+
+    @staticmethod
+    def _starting(slot: Slot) -> bool:
+        """The server's first load of a model it preloads: requests get 503 meanwhile, as /health does."""
+        return slot.status == "loading" and slot.source.preload and slot.seen_name is None
 
     def keep(self, ready: Ready, keep_alive_s: float | None) -> None:
         """A request's own keep_alive for its model: idle seconds before it unloads (None: never)."""
