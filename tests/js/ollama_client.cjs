@@ -23,6 +23,14 @@ async function main() {
   const embedded = await client.embed({ model, input: ["the sea", "a river"], dimensions: 8 });
   out.embed = embedded.embeddings.map((v) => v.length);
   out.list = (await client.list()).models.map((m) => ({ name: m.name, digest: m.digest }));
+  const miro = { mirostat: 2, mirostat_tau: 3, seed: 7, num_predict: 6 };
+  const twice = [];
+  for (let i = 0; i < 2; i++) twice.push((await client.generate({ model, prompt: "Once", options: miro })).response);
+  out.mirostat = twice;
+  const unloaded = await client.generate({ model, prompt: "", keep_alive: 0 });
+  out.unload = { done_reason: unloaded.done_reason, ps: (await client.ps()).models.length };
+  out.reload = (await client.generate({ model, prompt: "Once", options: { num_predict: 2 } })).eval_count;
+  out.ps = (await client.ps()).models.map((m) => m.name);
   try {
     await client.chat({ model: "no-such-model", messages: [{ role: "user", content: "hi" }] });
     out.missing = null;

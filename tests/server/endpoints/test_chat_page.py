@@ -12,13 +12,14 @@ import pytest
 from helpers.bigram_model import scripted_llama
 from tinyllm import LLM
 from tinyllm.server import create_app
+from tinyllm.server.model_slots import ModelSource
 from tinyllm.server.transport.server_thread import ServerThread
 
 try:
     from selenium import webdriver
     from selenium.common.exceptions import NoAlertPresentException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 except ImportError:  # the browser tests skip; the others run
     webdriver = None
 
@@ -130,6 +131,30 @@ def test_model_text_is_shown_as_text_with_markdown_rendered_safely(llm, browser)
         assert not browser.find_elements(By.CSS_SELECTOR, "#messages script")
         with pytest.raises(NoAlertPresentException):
             browser.switch_to.alert.text  # noqa: B018 (the script never ran)
+    finally:
+        srv.stop()
+
+
+@pytest.mark.slow
+@needs_browser
+def test_on_a_server_of_several_models_the_page_asks_the_one_chosen(llm, smollm_tokenizer, browser):
+    newline = smollm_tokenizer.encode("\n", add_special_tokens=False)[-1]
+    other = scripted_llama(smollm_tokenizer, "Plain words.", after=newline, cycle=True, max_position_embeddings=8192)
+    sources = [
+        ModelSource("first", llm=llm, aliases=frozenset(), preload=True),
+        ModelSource("second", llm=LLM.from_parts(other, smollm_tokenizer), aliases=frozenset()),
+    ]
+    srv = ServerThread(create_app(models=sources)).start().wait_ready()
+    try:
+        open_page(browser, srv.url, max_tokens=len(smollm_tokenizer.encode("Plain words.", add_special_tokens=False)))
+        wait(browser, lambda: browser.find_element(By.ID, "models").is_displayed())
+        choice = Select(browser.find_element(By.ID, "models"))
+        assert [o.text for o in choice.options] == ["first", "second"]
+        choice.select_by_visible_text("second")
+        assert browser.find_element(By.ID, "model").text == "second"
+        say(browser, "Hi")
+        wait(browser, lambda: "length" in last_reply(browser).find_element(By.CLASS_NAME, "status").text)
+        assert last_reply(browser).find_element(By.CLASS_NAME, "body").text == "Plain words."
     finally:
         srv.stop()
 

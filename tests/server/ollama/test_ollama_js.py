@@ -1,6 +1,7 @@
 """Ollama's JavaScript client (ollama-js) against the server, as its users drive it: a JSON schema without
 additionalProperties held closed, a stream, embeddings with dimensions, the model list with its digest, runner
-options such as num_thread accepted, and an unknown model's error. `.ci/run` installs the npm package into
+options such as num_thread accepted, seeded mirostat, keep_alive 0 unloading the model, and an unknown model's
+error. `.ci/run` installs the npm package into
 tests/js/node_modules; without node or the package the test skips."""
 
 import hashlib
@@ -40,3 +41,6 @@ def test_ollama_js_drives_the_server(tmp_path, one_thread):
     assert out["embed"] == [8, 8]
     assert out["list"] == [{"name": "tiny", "digest": "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()}]
     assert out["missing"]["status"] == 404 and "not found" in out["missing"]["error"]
+    assert len(out["mirostat"]) == 2 and out["mirostat"][0] == out["mirostat"][1]  # seeded mirostat repeats
+    assert out["unload"] == {"done_reason": "unload", "ps": 0}  # keep_alive 0 with no prompt unloads it
+    assert out["reload"] == 2 and out["ps"] == ["tiny"]  # and the next request loads it again

@@ -118,6 +118,13 @@
     try {
       const models = await (await api("/v1/models")).json();
       $("model").textContent = models.data[0].id;
+      if (models.data.length > 1) {
+        // A server of several models: each loads when first asked for (a first reply may take a while).
+        const choice = $("models");
+        for (const m of models.data) choice.append(new Option(m.id, m.id));
+        choice.hidden = false;
+        choice.onchange = () => ($("model").textContent = choice.value);
+      }
     } catch (error) {
       if (error instanceof NeedsKey) askKey(loadModel, sessionStorage.getItem(KEY) ? error.message : "");
     }
@@ -127,7 +134,8 @@
     const view = addMessage("assistant");
     const system = $("system").value.trim();
     const messages = system ? [{ role: "system", content: system }, ...history] : [...history];
-    const body = { ...sampling(), messages, stream: true, stream_options: { include_usage: true } };
+    const body = { ...sampling(), model: $("model").textContent || undefined, messages, stream: true };
+    body.stream_options = { include_usage: true };
     controller = new AbortController();
     setBusy(true);
     let text = "";
