@@ -9,7 +9,6 @@ from helpers.live_server import serve
 from helpers.model_files import random_tiny_llama, write_gguf
 
 ollama = pytest.importorskip("ollama")
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +22,7 @@ def port(tmp_path_factory):
             yield port
 
 
+@pytest.mark.slow
 def test_both_models_answer_by_name_and_are_listed(port):
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
     assert [m.id for m in client.models.list().data] == ["smollm2:135m", "tiny:random"]
@@ -41,6 +41,7 @@ def test_both_models_answer_by_name_and_are_listed(port):
     assert all(m.digest and m.details.family == "llama" for m in tags)
 
 
+@pytest.mark.slow
 def test_keep_alive_zero_unloads_one_model_and_the_other_stays(port):
     client = ollama.Client(host=f"http://127.0.0.1:{port}")
     assert client.generate("tiny:random", "Hi", options={"num_predict": 2}).done
@@ -48,3 +49,33 @@ def test_keep_alive_zero_unloads_one_model_and_the_other_stays(port):
     assert client.generate("tiny:random", "", keep_alive=0).done_reason == "unload"
     assert [m.model for m in client.ps().models] == ["smollm2:135m"]
     assert client.chat("smollm2:135m", [{"role": "user", "content": "Hi"}], options={"num_predict": 2}).done
+
+
+@pytest.mark.parametrize(
+    ("flags", "first", "others", "max_loaded", "budget"),
+    [
+        ([], None, 300.0, 3, None),
+        (["--keep-alive", "10m", "--max-loaded-models", "2", "--max-memory-gb", "1.5"], 600.0, 600.0, 2, 3 << 29),
+        (["--keep-alive", "-1"], None, None, 3, None),
+        (["--keep-alive", "0"], 0.0, 0.0, 3, None),
+    ],
+)
+def test_the_serve_flags_for_several_models(flags, first, others, max_loaded, budget):
+    from tinyllm.cli import build_parser
+    from tinyllm.server.cli import keep_alive_flag, slot_limits
+
+    args = build_parser().parse_args(["serve", *flags])
+    assert keep_alive_flag(args) == (first, others)
+    limits = slot_limits(args)
+    assert limits.max_loaded == max_loaded and (budget is None or limits.memory_budget == budget)
+    assert limits.memory_budget > 0
+
+
+@pytest.mark.parametrize("bad", ["soon", "5 m", "nan"])
+def test_a_keep_alive_flag_that_is_no_duration_is_one_line(bad):
+    from tinyllm.cli import build_parser
+    from tinyllm.errors import TinyLLMError
+    from tinyllm.server.cli import keep_alive_flag
+
+    with pytest.raises(TinyLLMError, match=rf"--keep-alive must be seconds or a duration .*, got '{bad}'"):
+        keep_alive_flag(build_parser().parse_args(["serve", "--keep-alive", bad]))
