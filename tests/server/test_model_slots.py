@@ -175,3 +175,10 @@ def test_a_model_loading_does_not_hold_up_another_models_stream(smollm_tokenizer
         assert c.get("/health").status_code == 200
         gate.set()
         assert waiting.result(60).status_code == 200 and beta.loads == 1
+
+
+def test_a_huge_model_name_is_clipped_in_the_404(two):
+    c, _, beta = two
+    r = chat(c, "x" * 100_000)
+    assert r.status_code == 404 and len(r.json()["error"]["message"]) < 1000 and "more)" in r.json()["error"]["message"]
+    assert beta.loads == 0

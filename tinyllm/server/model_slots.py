@@ -26,6 +26,7 @@ from ..engine.engine import Engine
 from ..errors import TinyLLMError
 from .checks.admission import PromptLimits, max_token_chars
 from .metrics import ServerMetrics
+from .wire.client_text import clip
 from .wire.errors import APIError
 from .wire.logprobs import TokenTexts
 
@@ -86,7 +87,7 @@ class Ready:
         if model is not None and model != self.model_name and model not in self.aliases:
             raise APIError(
                 404,
-                f"the model {model!r} was not found: this server serves {self.model_name!r}",
+                f"the model {clip(model)!r} was not found: this server serves {self.model_name!r}",
                 param="model",
                 code="model_not_found",
             )
@@ -150,7 +151,7 @@ class Slot:
         if model != self.name and model not in aliases:
             raise APIError(
                 404,
-                f"the model {model!r} was not found: this server serves {self.name!r}",
+                f"the model {clip(model)!r} was not found: this server serves {self.name!r}",
                 param="model",
                 code="model_not_found",
             )

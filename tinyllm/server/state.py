@@ -25,6 +25,7 @@ from .model_slots import (
     model_aliases,
     pool_line,
 )
+from .wire.client_text import clip
 from .wire.errors import APIError
 
 __all__ = ["Ready", "ServerState", "default_model_name", "model_aliases", "pool_line"]
@@ -127,7 +128,7 @@ class ServerState:
             served = ", ".join(repr(s.name) for s in self.slots[:8])
             raise APIError(
                 404,
-                f"the model {model!r} was not found: this server serves {served}",
+                f"the model {clip(model)!r} was not found: this server serves {served}",
                 param="model",
                 code="model_not_found",
             )
