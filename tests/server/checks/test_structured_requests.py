@@ -85,6 +85,7 @@ def outcome(build, value):
         '{"type": "object", "description": "' + "é" * 30_000 + '"}',
         '{"type": "object", "description": "' + '\\"' * 50_000 + '"}',  # 100 KB, 200 KB written as a JSON string
     ],
+    ids=["dict", "text", "text-of-escapes"],
 )
 def test_the_bound_on_a_schema_counts_the_bytes_as_sent(schema):
     """Its UTF-8 bytes, not the schema written again as JSON (with \\u00e9 escapes, or as a string of JSON text):
