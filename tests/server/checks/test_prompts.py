@@ -4,12 +4,13 @@ and sizes, and chat messages as the template gets them."""
 import pytest
 
 from tinyllm.errors import TinyLLMError
-from tinyllm.server.checks.admission import PromptLimits
+from tinyllm.server.checks.admission import CONTEXT_CODE, PromptLimits
 from tinyllm.server.checks.prompts import (
     chat_prompt,
     chat_prompt_ids,
     check_prompts,
     completion_prompt_ids,
+    encode_text,
     split_prompts,
 )
 from tinyllm.server.wire.errors import APIError
@@ -69,13 +70,23 @@ def test_prompt_counts_and_sizes():
     assert err.message == "prompt is empty; expected at least one character or token id"
     assert refused(check_prompts, [[1], []], 1, LIMITS).param == "prompt"
     check_prompts(["x" * 30, list(range(9))], 1, LIMITS)
-    assert "31 characters" in refused(check_prompts, ["x" * 31], 1, LIMITS).message
-    assert "10 tokens" in refused(check_prompts, [list(range(10))], 1, LIMITS).message
+    err = refused(check_prompts, ["x", "x" * 31], 1, LIMITS)
+    assert (err.param, err.code) == ("prompt", CONTEXT_CODE)
+    assert err.message == (
+        "prompt has 31 characters, more than any prompt within the context length of 10 tokens can have (30)"
+    )
+    err = refused(check_prompts, [[1], list(range(10))], 1, LIMITS)
+    assert (err.param, err.code) == ("prompt", CONTEXT_CODE)
+    assert err.message == (
+        "prompt has 10 tokens, but the model's context length is 10 (at most 9 leave room for one new token)"
+    )
 
 
 def test_completion_prompt_ids_encode_text_with_special_tokens_and_keep_ids():
     assert completion_prompt_ids(Template(), ["ab", [5, 6]]) == [[97, 98, 1], [5, 6]]
     assert completion_prompt_ids(Template(), ["\ud800"]) == [[0xFFFD, 1]]  # a lone surrogate cannot be encoded
+    assert encode_text(Template(), "a\ud800", add_special_tokens=False) == [97, 0xFFFD]
+    assert encode_text(Template(), "a") == [97, 1]
 
 
 def test_messages_reach_the_template_as_plain_text_with_their_tool_fields():
@@ -93,6 +104,8 @@ def test_messages_reach_the_template_as_plain_text_with_their_tool_fields():
     assert set(plain[0]) == {"role", "content"} and add_generation_prompt is False and tools == [{"t": 1}]
     assert chat_prompt_ids(tok, messages[:1]) == [ord(c) for c in "system:be brief"]  # no second BOS
     assert tok.seen[1] is True
+    chat_prompt(tok, messages[:1])
+    assert tok.seen[1] is True  # a generation prompt unless asked otherwise
 
 
 def test_bad_messages_are_a_400_naming_messages():
@@ -100,8 +113,15 @@ def test_bad_messages_are_a_400_naming_messages():
     assert err.param == "messages" and err.message == "messages[0].content is missing; a 'user' message needs its text"
     image = ChatMessage(role="user", content=[{"type": "text", "text": "a"}, {"type": "image_url"}])
     err = refused(chat_prompt_text, Template(), [ChatMessage(role="system", content="s"), image])
+    assert err.param == "messages"
     assert err.message == "messages[1].content has a 'image_url' part; only text parts are supported"
+    for part, kind in (({"type": "image_url", "text": "a"}, "image_url"), ({"type": "text"}, "text")):
+        err = refused(chat_prompt_text, Template(), [ChatMessage(role="user", content=[part])])
+        assert (err.param, err.message) == (
+            "messages",
+            f"messages[0].content has a {kind!r} part; only text parts are supported",
+        )
     err = refused(chat_prompt_text, Template(TinyLLMError("roles must alternate")), [])
     assert err.param == "messages" and err.message == "roles must alternate"
     err = refused(chat_prompt_text, Template(KeyError("x")), [])
-    assert err.message == "the chat template failed on these messages (KeyError: 'x')"
+    assert err.param == "messages" and err.message == "the chat template failed on these messages (KeyError: 'x')"
