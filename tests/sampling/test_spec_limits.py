@@ -135,3 +135,17 @@ def test_a_schema_text_with_no_brackets_has_no_depth():
 
     for text in ("true", '"a [string] {of} brackets"', ""):
         check_json_text_shape(text)  # nothing to refuse: not a ValueError or TypeError from an empty max()
+
+
+@pytest.mark.parametrize("as_text", [False, True])
+def test_a_schema_is_sized_in_its_utf8_bytes_whether_sent_as_a_dict_or_as_text(as_text):
+    """A dict is written back as JSON with its characters as they are (not \\u00e9 escapes, six bytes for two):
+    a description of 30,000 "é" is 60 KB either way, within the 64 KiB limit; 33,000 of them are over it."""
+    for count, fits in ((30_000, True), (33_000, False)):
+        schema = {"type": "object", "description": "é" * count}
+        spec = json.dumps(schema, ensure_ascii=False) if as_text else schema
+        if fits:
+            StructuredOutput.json_schema(spec)
+        else:
+            with pytest.raises(TinyLLMError, match=r"the json_schema is 66,0\d\d bytes; at most 65,536 are allowed"):
+                StructuredOutput.json_schema(spec)

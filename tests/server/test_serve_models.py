@@ -79,3 +79,23 @@ def test_a_keep_alive_flag_that_is_no_duration_is_one_line(bad):
 
     with pytest.raises(TinyLLMError, match=rf"--keep-alive must be seconds or a duration .*, got '{bad}'"):
         keep_alive_flag(build_parser().parse_args(["serve", "--keep-alive", bad]))
+
+
+def test_a_model_name_that_finds_nothing_fails_before_the_port_opens(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TINYLLM_MODELS": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "tinyllm", "serve", "--model", "nosuch:model", "--port", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 2 and "Uvicorn" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "tinyllm: error: model 'nosuch:model' is not a file, a folder, a name from `tinyllm list` or a Hugging Face "
+        "id (org/name, org/name:QUANT or org/name/file.gguf)"
+    ]

@@ -125,7 +125,7 @@ def _schema_text(spec: Any, strict: bool, bounded_numbers: bool) -> str:
 
 def _dumps(value: Any) -> str:
     try:
-        return json.dumps(value, allow_nan=False)
+        return json.dumps(value, allow_nan=False, ensure_ascii=False)  # sized as sent: UTF-8 bytes, not escapes
     except (TypeError, ValueError) as exc:
         raise TinyLLMError(f"the json_schema cannot be written as JSON ({exc})") from None
 

@@ -308,6 +308,10 @@ def slot_limits(args):
 def cmd_serve(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise TinyLLMError(f"--port must be in 1..65535, got {args.port}")
+    if args.model is not None:
+        from ..cli_checks import check_model_path
+
+        check_model_path(args.model)  # a misspelt name fails before the port opens
     options = engine_options(args)
     limits = connection_limits(args)
     parallel = parallel_from_args(args)  # checked before the port opens
