@@ -1,0 +1,78 @@
+"""/api/generate's room checks and `context` on a served tiny model: a raw prompt too long in characters or tokens,
+longer than options.num_ctx, or leaving no room for num_predict after a previous `context` is a 400 naming the
+field; a raw prompt's answer runs to the end of options.num_ctx and returns the conversation's ids."""
+
+import re
+
+import httpx
+import pytest
+
+from helpers.live_server import tiny_llm
+from tinyllm.server import create_app
+from tinyllm.server.checks.admission import max_token_chars
+from tinyllm.server.transport.server_thread import ServerThread
+
+
+@pytest.fixture(scope="module")
+def server(smollm_tokenizer, one_thread):
+    llm = tiny_llm(smollm_tokenizer)
+    with ServerThread(create_app(llm, served_model_name="tiny", num_blocks=64)) as srv:
+        yield srv.wait_ready().url, smollm_tokenizer
+
+
+def generate(url: str, **body) -> httpx.Response:
+    return httpx.post(f"{url}/api/generate", json={"model": "tiny", "stream": False, **body}, timeout=60)
+
+
+def refused(url: str, **body) -> str:
+    r = generate(url, **body)
+    assert r.status_code == 400, r.text
+    return r.json()["error"]
+
+
+def test_a_raw_prompt_too_long_is_a_400_naming_prompt(server):
+    url, tokenizer = server
+    chars = 1024 * max_token_chars(tokenizer) + 1
+    assert refused(url, prompt="a" * chars, raw=True).startswith(f"prompt has {chars} characters, more than any")
+    ids = len(tokenizer.encode(" hello" * 30))
+    message = refused(url, prompt=" hello" * 30, raw=True, context=[5] * 1000)
+    assert message == f"prompt has {1000 + ids} tokens, but the model's context length is 1024 (at most 1023 leave " \
+        "room for one new token)"  # fmt: skip
+
+
+def test_a_raw_prompt_longer_than_num_ctx_is_a_400(server):
+    url, tokenizer = server
+    ids = len(tokenizer.encode(" hello" * 10))
+    message = refused(url, prompt=" hello" * 10, raw=True, options={"num_ctx": 8})
+    assert message == f"the prompt has {ids} tokens, but options.num_ctx is 8 (nothing is cut to fit)"
+
+
+def test_a_raw_answer_runs_to_num_ctx_and_returns_its_context(server):
+    url, tokenizer = server
+    prompt_ids = tokenizer.encode(" hello there")
+    r = generate(url, prompt=" hello there", raw=True, options={"num_ctx": 12, "temperature": 0}, context=[5, 6])
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert (body["prompt_eval_count"], body["eval_count"]) == (2 + len(prompt_ids), 10 - len(prompt_ids))
+    assert body["done_reason"] == "length"
+    assert body["context"][: 2 + len(prompt_ids)] == [5, 6, *prompt_ids]
+    assert len(body["context"]) == 12
+
+
+def test_a_context_with_no_room_left_is_a_400_naming_it(server):
+    url, _ = server
+    assert re.fullmatch(
+        r"context has \d+ tokens, but the model's context length is 1024 \(at most 1023 leave room for one new token\)",
+        refused(url, prompt="Hi", context=[5] * 1020),
+    )
+    assert re.fullmatch(
+        r"the prompt has 9\d\d tokens and options.num_predict is 100, more than the model's context length of 1024 "
+        r"tokens",
+        refused(url, prompt="Hi", context=[5] * 950, options={"num_predict": 100}),
+    )
+
+
+def test_a_chat_generate_returns_its_context(server):
+    url, _ = server
+    body = generate(url, prompt="Hi", options={"num_predict": 2, "temperature": 0}, context=[5, 6]).json()
+    assert body["context"][:2] == [5, 6] and len(body["context"]) == body["prompt_eval_count"] + body["eval_count"]
