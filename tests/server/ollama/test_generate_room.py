@@ -2,6 +2,7 @@
 longer than options.num_ctx, or leaving no room for num_predict after a previous `context` is a 400 naming the
 field; a raw prompt's answer runs to the end of options.num_ctx and returns the conversation's ids."""
 
+import json
 import re
 
 import httpx
@@ -76,3 +77,14 @@ def test_a_chat_generate_returns_its_context(server):
     url, _ = server
     body = generate(url, prompt="Hi", options={"num_predict": 2, "temperature": 0}, context=[5, 6]).json()
     assert body["context"][:2] == [5, 6] and len(body["context"]) == body["prompt_eval_count"] + body["eval_count"]
+
+
+def test_each_streamed_piece_carries_its_logprobs(server):
+    url, _ = server
+    body = {"model": "tiny", "prompt": "Hi", "logprobs": True, "options": {"num_predict": 3, "temperature": 0}}
+    with httpx.stream("POST", f"{url}/api/generate", json=body, timeout=60) as r:
+        lines = [json.loads(line) for line in r.iter_lines() if line]
+    *pieces, last = lines
+    assert last["done"] is True and last["eval_count"] == 3 and last["response"] == ""
+    assert sum(len(p["logprobs"]) for p in pieces) == 3
+    assert all(p["done"] is False and {"token", "logprob"} <= p["logprobs"][0].keys() for p in pieces)
