@@ -88,3 +88,12 @@ def test_each_streamed_piece_carries_its_logprobs(server):
     assert last["done"] is True and last["eval_count"] == 3 and last["response"] == ""
     assert sum(len(p["logprobs"]) for p in pieces) == 3
     assert all(p["done"] is False and {"token", "logprob"} <= p["logprobs"][0].keys() for p in pieces)
+
+
+def test_a_raw_answer_without_num_ctx_runs_to_the_models_context(server):
+    url, tokenizer = server
+    prompt_ids = tokenizer.encode(" hello there")
+    r = generate(url, prompt=" hello there", raw=True, options={"temperature": 0}, context=[5] * 1000)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert (body["eval_count"], body["done_reason"]) == (1024 - 1000 - len(prompt_ids), "length")
