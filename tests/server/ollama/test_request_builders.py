@@ -13,7 +13,7 @@ from tinyllm.server.model_slots import Ready
 from tinyllm.server.ollama import requests, routes
 from tinyllm.server.ollama.answer import _line, load_answer, unload_answer
 from tinyllm.server.ollama.options import Sampling
-from tinyllm.server.ollama.protocol import GenerateBody
+from tinyllm.server.ollama.protocol import GenerateBody, Message
 from tinyllm.server.wire.errors import APIError
 
 STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
@@ -120,3 +120,34 @@ def test_shortened_vectors_are_normalized_again():
     vectors = torch.tensor([[3.0, 4.0, 12.0], [0.0, 2.0, 1.0]]) / torch.tensor([[13.0], [5**0.5]])
     assert torch.allclose(routes._shortened(vectors, 2), torch.tensor([[0.6, 0.8], [0.0, 1.0]]))
     assert routes._shortened(vectors, None) is vectors
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "why"),
+    [
+        ("images", ["x"], "images are not supported: this model reads text only"),
+        ("thinking", "hmm", "thinking is not supported: this model does not reason"),
+    ],
+)
+def test_a_message_with_images_or_thinking_is_a_400_naming_it(field, value, why):
+    with pytest.raises(APIError) as err:
+        requests.openai_message(3, Message(role="user", content="hi", **{field: value}))
+    assert (err.value.status, err.value.param, err.value.message) == (400, "messages", f"messages[3].{why}")
+
+
+def test_a_message_becomes_the_chats_with_its_tool_calls_and_tool_name():
+    calls = [{"function": {"name": "a"}}, {"function": {"name": "b", "arguments": {"x": 1}}}]
+    assert requests.openai_message(0, Message(role="assistant", content="", tool_calls=calls)) == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "call_0", "type": "function", "function": {"name": "a", "arguments": "{}"}},
+            {"id": "call_1", "type": "function", "function": {"name": "b", "arguments": '{"x": 1}'}},
+        ],
+    }
+    assert requests.openai_message(1, Message(role="tool", content="7", tool_name="a")) == {
+        "role": "tool",
+        "content": "7",
+        "name": "a",
+    }
+    assert requests.openai_message(2, Message(role="user", content="hi")) == {"role": "user", "content": "hi"}
