@@ -97,3 +97,12 @@ def test_a_raw_answer_without_num_ctx_runs_to_the_models_context(server):
     assert r.status_code == 200, r.text
     body = r.json()
     assert (body["eval_count"], body["done_reason"]) == (1024 - 1000 - len(prompt_ids), "length")
+
+
+def test_a_streamed_body_too_large_is_a_413_in_ollamas_shape(server):
+    def chunks():  # no content-length: the limit is met while the route reads the body
+        for _ in range(17):
+            yield b" " * (1 << 20)
+
+    r = httpx.post(f"{server[0]}/api/chat", content=chunks(), headers={"content-type": "application/json"}, timeout=60)
+    assert (r.status_code, r.json()) == (413, {"error": "the request body is larger than 16777216 bytes"})
