@@ -106,3 +106,39 @@ def test_a_streamed_body_too_large_is_a_413_in_ollamas_shape(server):
 
     r = httpx.post(f"{server[0]}/api/chat", content=chunks(), headers={"content-type": "application/json"}, timeout=60)
     assert (r.status_code, r.json()) == (413, {"error": "the request body is larger than 16777216 bytes"})
+
+
+def test_a_chat_answer_returns_no_context(server):
+    body = {
+        "model": "tiny",
+        "stream": False,
+        "messages": [{"role": "user", "content": "hi"}],
+        "options": {"num_predict": 2},
+    }
+    r = httpx.post(f"{server[0]}/api/chat", json=body, timeout=60)
+    assert r.status_code == 200 and r.json()["done"] is True and "context" not in r.json()
+
+
+def test_a_message_refused_is_named_by_its_index(server):
+    messages = [{"role": "user", "content": "hi"}, {"role": "user", "content": "x", "thinking": "hmm"}]
+    r = httpx.post(f"{server[0]}/api/chat", json={"model": "tiny", "stream": False, "messages": messages}, timeout=60)
+    assert (r.status_code, r.json()) == (
+        400,
+        {"error": "messages[1].thinking is not supported: this model does not reason"},
+    )
+
+
+def test_ollamas_routes_are_not_in_the_openapi_schema(server):
+    paths = httpx.get(f"{server[0]}/openapi.json").json()["paths"]
+    assert "/v1/chat/completions" in paths and not [p for p in paths if p.startswith("/api/")]
+
+
+@pytest.mark.parametrize(("method", "name"), [("POST", "pull"), ("DELETE", "delete"), ("HEAD", "copy")])
+def test_managing_models_is_a_501_naming_the_route(server, method, name):
+    r = httpx.request(method, f"{server[0]}/api/{name}")
+    assert r.status_code == 501
+    if method != "HEAD":
+        assert r.json() == {
+            "error": f"/api/{name} is not supported: models are managed on the server's machine with tinyllm pull, "
+            "list and rm, and the server serves the models it found when it started"
+        }
