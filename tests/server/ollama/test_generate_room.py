@@ -1,6 +1,8 @@
 """/api/generate's room checks and `context` on a served tiny model: a raw prompt too long in characters or tokens,
 longer than options.num_ctx, or leaving no room for num_predict after a previous `context` is a 400 naming the
-field; a raw prompt's answer runs to the end of options.num_ctx and returns the conversation's ids."""
+field; a raw prompt's answer runs to the end of options.num_ctx and returns the conversation's ids. Also what the
+Ollama routes answer around that: a chat's answer has no `context`, a refused message is named by its index, a body
+too large is a 413 in Ollama's shape, managing models is a 501, and the routes stay out of the OpenAPI schema."""
 
 import json
 import re
