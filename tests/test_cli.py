@@ -250,6 +250,7 @@ def test_help_and_user_errors_import_no_torch(tiny_gguf, args, code):
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_chat_max_tokens_past_the_context_names_the_context(tiny_gguf):
     r = run("chat", "--model", tiny_gguf, "--max-tokens", "99999")
     assert r.returncode == 2

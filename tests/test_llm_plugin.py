@@ -58,6 +58,7 @@ def run(tmp_path):
     return llm_command
 
 
+@pytest.mark.slow
 def test_llm_models_lists_tinyllm_beside_the_default_models_plugin(run):
     listed = run("models").stdout
     assert "TinyLLM: tinyllm" in listed

@@ -208,6 +208,7 @@ def test_decode_rows_of_each_kv_type_keep_their_engine_between_turns(folder):
     assert decode.ours(llm, ids, 4, {"kv_dtype": "float32"})["cached_tokens"] == 0  # without: made again
 
 
+@pytest.mark.slow
 def test_step(folder, tmp_path):
     r = bench("step", folder, tmp_path)
     b = r["breakdown"]
@@ -218,6 +219,7 @@ def test_step(folder, tmp_path):
     assert r["engine"] == {"native_step": False}  # float weights: the engine runs the module path
 
 
+@pytest.mark.slow
 def test_step_native(folder, tmp_path):
     """Quantized at load: the engine's decode steps run natively, and their parts add up to the token's time
     (less the call into the native step itself)."""
@@ -228,6 +230,7 @@ def test_step_native(folder, tmp_path):
     assert 0.5 * e["wall_ms_per_token"] <= sum(parts.values()) <= e["wall_ms_per_token"] * (1 + 1e-9)
 
 
+@pytest.mark.slow
 def test_step_times_a_verification_of_k_rows(folder, tmp_path):
     """--verify-rows K: the engine's forwards with K rows of one sequence (K - 1 drafts, proposed at every step
     whatever was accepted) are timed beside its one-row decode forwards."""
@@ -312,6 +315,7 @@ def test_bench_help_lists_every_kind(capsys):
         assert kind in text
 
 
+@pytest.mark.slow
 def test_speculative(folder, tmp_path):
     r = bench("speculative", folder, tmp_path, "--draft-model", folder)  # the target as its own draft model
     tasks = {row["task"] for row in r["rows"]}
@@ -325,6 +329,7 @@ def test_speculative(folder, tmp_path):
             assert 0.0 <= row["acceptance_rate"] <= 1.0 and row["tokens_per_target_forward"] >= 1.0
 
 
+@pytest.mark.slow
 def test_structured(folder, tmp_path):
     r = bench("structured", folder, tmp_path)
     assert positive(r["compile"]["vocabulary_s"]) and positive(r["compile"]["json_schema_ms"])

@@ -104,6 +104,7 @@ def test_counts_that_do_not_divide_are_refused_naming_both_numbers():
 
 @pytest.mark.parametrize("quant", [None, "Q8_0"])
 @pytest.mark.parametrize("family", FAMILY_NAMES)
+@pytest.mark.slow
 def test_every_family_shards_to_the_whole_model(tmp_path, family, quant):
     """Biases (Qwen2), q/k norms (Qwen3, Gemma 3), windows, soft-caps and sandwich norms survive the split."""
     model = hf_model(family)

@@ -45,6 +45,7 @@ def test_two_processes_building_at_once_both_load_one_cached_library(tmp_path):
     assert len(built) == 1 and (built[0] / native.LIB_NAME).exists()  # one entry, no temporary folder left
 
 
+@pytest.mark.slow
 def test_failed_build_falls_back_with_one_warning_naming_the_reason(tmp_path):
     env = {"XDG_CACHE_HOME": str(tmp_path), "TINYLLM_NATIVE": "1", "CXX": "false"}
     out, err = probe(env).communicate(timeout=120)

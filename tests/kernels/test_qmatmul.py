@@ -160,6 +160,7 @@ def test_wrong_feature_count_names_both():
         qmatmul(torch.randn(2, 32), w)
 
 
+@pytest.mark.slow
 def test_fallback_warns_once_with_the_reason():
     code = (
         "import warnings, torch\n"

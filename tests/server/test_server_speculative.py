@@ -1,6 +1,7 @@
 """A server started with speculative decoding answers exactly what a plain server answers."""
 
 import openai
+import pytest
 
 from helpers.tiny_models import tiny_llama
 from tinyllm import LLM
@@ -29,6 +30,7 @@ def completions(llm, **engine_options):
         return out
 
 
+@pytest.mark.slow
 def test_speculative_server_answers_like_the_plain_one(smollm_tokenizer, one_thread):
     llm = LLM.from_parts(
         tiny_llama(61, vocab_size=smollm_tokenizer.vocab_size, max_position_embeddings=256), smollm_tokenizer

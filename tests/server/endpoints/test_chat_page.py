@@ -116,6 +116,7 @@ def test_a_reply_streams_in_and_stop_aborts_it(llm, browser):
 
 
 @needs_browser
+@pytest.mark.slow
 def test_model_text_is_shown_as_text_with_markdown_rendered_safely(llm, browser):
     srv = served(llm)
     try:
@@ -160,6 +161,7 @@ def test_on_a_server_of_several_models_the_page_asks_the_one_chosen(llm, smollm_
 
 
 @needs_browser
+@pytest.mark.slow
 def test_the_page_asks_for_the_key_and_then_answers(llm, browser):
     srv = served(llm, api_key="sesame")
     try:
