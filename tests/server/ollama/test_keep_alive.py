@@ -78,3 +78,9 @@ def test_keep_alive_that_is_no_duration_is_a_400_naming_it(sent):
         keep_alive_seconds(sent)
     assert caught.value.status == 400 and caught.value.param == "keep_alive"
     assert caught.value.message.startswith("keep_alive: ") and repr(sent) in caught.value.message
+
+
+def test_a_huge_keep_alive_is_clipped_in_its_400():
+    with pytest.raises(APIError) as caught:
+        keep_alive_seconds("x" * 1_000_000)
+    assert caught.value.status == 400 and len(caught.value.message) < 1000 and "more)" in caught.value.message

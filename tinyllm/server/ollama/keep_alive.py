@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 
+from ..wire.client_text import clip
 from ..wire.errors import bad_request
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -38,6 +39,6 @@ def keep_alive_seconds(value) -> float | None:
 def _bad(value):
     return bad_request(
         'keep_alive: must be a duration such as "5m" or "1h30m" or a finite number of seconds (negative: keep '
-        f"the model loaded), got {value!r}",
+        f"the model loaded), got {clip(repr(value))}",
         "keep_alive",
     )
