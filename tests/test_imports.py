@@ -1,7 +1,7 @@
 """The package's imports flow one way, down these layers (LAYERS): the fronts (server, CLI, bench, the llm
 plugin) -> llm -> distributed -> engine (and the reference loop) -> speculative -> loading (and embedding) ->
-{model, cache, sampling, text} -> kernels -> config, errors, outputs; no module imports one that imports it
-back."""
+{model, cache, sampling, text} -> grammar -> kernels -> config, errors, outputs; no module imports one that
+imports it back."""
 
 import ast
 from pathlib import Path
@@ -58,6 +58,7 @@ def test_no_import_cycles():
 LAYERS = [  # lowest first; a module imports only from its own layer or below
     ("config", "errors", "outputs"),
     ("kernels",),
+    ("grammar",),  # structured output: the sampler masks with it, tool calls rewrite schemas with it
     ("model", "cache", "sampling", "text"),
     ("loading", "embedding"),
     ("speculative",),
@@ -96,7 +97,9 @@ def test_every_module_imports_from_its_layer_or_below():
 
 def test_text_and_model_never_read_files_through_loading():
     for m, deps in graph().items():
-        if m.startswith(("tinyllm.text", "tinyllm.model", "tinyllm.kernels", "tinyllm.sampling", "tinyllm.cache")):
+        if m.startswith(
+            ("tinyllm.text", "tinyllm.model", "tinyllm.kernels", "tinyllm.sampling", "tinyllm.grammar", "tinyllm.cache")
+        ):
             assert not any(d.startswith("tinyllm.loading") for d in deps), m
 
 
@@ -121,6 +124,7 @@ def test_imports_flow_downwards():
                     "tinyllm.model",
                     "tinyllm.cache",
                     "tinyllm.sampling",
+                    "tinyllm.grammar",
                     "tinyllm.text",
                     "tinyllm.loading",
                 )

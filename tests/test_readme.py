@@ -17,7 +17,7 @@ import pytest
 
 from helpers.live_server import serve
 from tinyllm import StructuredOutput
-from tinyllm.sampling.constraint import Grammars
+from tinyllm.grammar.constraint import Grammars
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

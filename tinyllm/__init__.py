@@ -17,7 +17,7 @@ _EXPORTS = {
     "Generation": "tinyllm.outputs",
     "TokenLogprob": "tinyllm.outputs",
     "SamplingParams": "tinyllm.sampling.params",
-    "StructuredOutput": "tinyllm.sampling.structured",
+    "StructuredOutput": "tinyllm.grammar.structured",
     "KVCache": "tinyllm.cache.kv_cache",
     "LatentCache": "tinyllm.cache.latent_cache",
     "IncrementalDecoder": "tinyllm.text.detokenizer",

@@ -59,7 +59,7 @@ def make_params(args, structured, max_tokens: int):
 
 def make_structured(args, text: str | None):
     """The constraint of --json-schema / --grammar / --regex / --json-object, or None."""
-    from .sampling.structured import StructuredOutput
+    from .grammar.structured import StructuredOutput
 
     if args.json_object:
         return StructuredOutput.json_object()

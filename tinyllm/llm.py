@@ -25,10 +25,10 @@ from .engine.model_parts import ModelParts
 from .engine.output_router import Failed, Inbox, OutputRouter
 from .engine.prompt import prompt_ids_of
 from .errors import TinyLLMError
+from .grammar.constraint import Grammars
 from .loading.loader import load
 from .outputs import Generation, RequestOutput, Score
 from .reference import iter_generate
-from .sampling.constraint import Grammars
 from .sampling.params import SamplingParams
 from .speculative.factory import DraftModels, make_proposer
 from .speculative.proposer import SpeculativeConfig

@@ -180,7 +180,7 @@ def _legacy_chain(prompt, conversation) -> list[tuple[str, str]]:
 def sampling_of(prompt) -> dict:
     """SamplingParams keywords: the options given, else `tinyllm chat`'s defaults (temperature, max_tokens, which
     the engine shortens to what the context leaves) and a fresh seed; the schema as the answer's constraint."""
-    from tinyllm.sampling.structured import StructuredOutput
+    from tinyllm.grammar.structured import StructuredOutput
 
     values = {k: v for k, v in prompt.options.model_dump().items() if v is not None}
     values.setdefault("seed", secrets.randbelow(FRESH_SEED_LIMIT))

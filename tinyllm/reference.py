@@ -21,9 +21,9 @@ from .cache.kv_cache import KVCache
 from .engine.prompt import check_prompt, effective_max_tokens, prompt_ids_of
 from .engine.request import Request, accept_tokens, make_generation
 from .errors import TinyLLMError
+from .grammar.constraint import Grammars
 from .model.step import LAST, CacheStep, CausalStep
 from .outputs import Generation
-from .sampling.constraint import Grammars
 from .sampling.logit_bias import check_logit_bias_ids
 from .sampling.params import SamplingParams
 from .sampling.sampler import SampleResult, sample

@@ -13,8 +13,8 @@ from helpers.tiny_models import tiny_llama
 from tinyllm import LLM, SamplingParams, StructuredOutput
 from tinyllm.engine.engine import Engine
 from tinyllm.errors import TinyLLMError
-from tinyllm.sampling import constraint as constraint_module
-from tinyllm.sampling.constraint import Constraint, GrammarError
+from tinyllm.grammar import constraint as constraint_module
+from tinyllm.grammar.constraint import Constraint, GrammarError
 
 PLAIN = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
 
@@ -172,7 +172,7 @@ def test_a_language_with_no_sentence_is_refused_when_compiled(llm):
 
 
 def test_warm_up_builds_the_token_table_off_the_caller(llm, smollm_tokenizer):
-    from tinyllm.sampling.constraint import Grammars
+    from tinyllm.grammar.constraint import Grammars
 
     grammars = Grammars(smollm_tokenizer, llm.config.vocab_size, llm.eos_ids)
     job = grammars.warm_up()

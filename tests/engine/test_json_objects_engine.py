@@ -122,7 +122,7 @@ def test_the_key_scanner_sees_repeats_in_nested_and_cut_text():
 def test_a_model_that_repeats_a_key_is_kept_from_it(smollm_tokenizer):
     from helpers.tiny_models import ScriptedModel
     from tinyllm import generate
-    from tinyllm.sampling.constraint import Grammars
+    from tinyllm.grammar.constraint import Grammars
 
     tok = smollm_tokenizer
     # a key the schema does not name, twice (the grammar engine itself never repeats a named one)

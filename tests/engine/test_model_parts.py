@@ -9,7 +9,7 @@ from helpers.tiny_models import tiny_llama
 from tinyllm import LLM, SamplingParams, TinyLLMError
 from tinyllm.engine.engine import Engine
 from tinyllm.engine.model_parts import ModelParts
-from tinyllm.sampling.constraint import Grammars
+from tinyllm.grammar.constraint import Grammars
 
 GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
 

@@ -12,8 +12,8 @@ import pytest
 
 from helpers.tiny_models import tiny_llama
 from tinyllm import LLM
-from tinyllm.sampling.constraint import Constraint, GrammarError
-from tinyllm.sampling.structured import StructuredOutput
+from tinyllm.grammar.constraint import Constraint, GrammarError
+from tinyllm.grammar.structured import StructuredOutput
 from tinyllm.server import create_app
 from tinyllm.server.endpoints import chat as chat_module
 from tinyllm.server.transport.limits import MAX_CHOICES, MAX_GRAMMAR_BYTES, MAX_JSON_DEPTH, MAX_TOOLS

@@ -182,7 +182,7 @@ def test_a_strict_schema_closes_open_objects(client, strict):
 def test_grammars_compile_on_grammar_threads_never_on_the_loop_or_the_engine(client, monkeypatch):
     import threading
 
-    from tinyllm.sampling import constraint
+    from tinyllm.grammar import constraint
 
     seen = []
     real = constraint.grammar_text

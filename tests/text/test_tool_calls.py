@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tinyllm.errors import TinyLLMError
-from tinyllm.sampling.constraint import GrammarError, Grammars
-from tinyllm.sampling.structured import StructuredOutput
+from tinyllm.grammar.constraint import GrammarError, Grammars
+from tinyllm.grammar.structured import StructuredOutput
 from tinyllm.text.tool_calls import (
     DEFAULT_FORMAT,
     FORMATS,

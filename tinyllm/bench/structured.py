@@ -63,7 +63,7 @@ def add_args(p) -> None:
 
 
 def _constraints():
-    from ..sampling.structured import StructuredOutput
+    from ..grammar.structured import StructuredOutput
     from ..text.tool_calls import HERMES, call_grammar
 
     return {
@@ -79,7 +79,7 @@ def _prompt(llm, text: str) -> list[int]:
 
 def compile_times(llm) -> dict:
     """Seconds to build the vocabulary view, then ms to compile each constraint (a fresh cache each)."""
-    from ..sampling.constraint import Grammars
+    from ..grammar.constraint import Grammars
 
     grammars = Grammars(llm.tokenizer, llm.config.vocab_size, llm.eos_ids)
     _, vocab_s = common.timed(grammars._vocabulary)

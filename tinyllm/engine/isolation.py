@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
-from ..sampling.constraint import GrammarError
+from ..grammar.constraint import GrammarError
 from ..sampling.sampler import SampleResult, sample_batch
 from .request import Request
 
@@ -64,7 +64,7 @@ def isolated(req: Request, work: Callable[[], T]) -> tuple[T | None, Exception |
 
 def describe(error: Exception) -> tuple[str, str | None]:
     """What to tell the caller about a failed request, and the error's kind ("grammar": the request's own
-    grammar failed, see sampling/constraint.py; None: the engine's fault)."""
+    grammar failed, see grammar/constraint.py; None: the engine's fault)."""
     if isinstance(error, GrammarError):
         return str(error), "grammar"
     return f"the request failed while processing its output ({type(error).__name__}: {error})", None

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from ..cache.paged_cache import PagedStorage
 from ..config import ModelConfig
-from ..sampling.constraint import Grammars
+from ..grammar.constraint import Grammars
 from ..speculative.factory import DraftModels
 from ..text.tokenizer import Tokenizer
 from .runner import ModelRunner

@@ -7,8 +7,8 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from ..grammar.constraint import Constraint
 from ..outputs import STATS_KEYS, FinishReason, Generation, Timings, TokenLogprob
-from ..sampling.constraint import Constraint
 from ..sampling.mirostat import MuTrail
 from ..sampling.params import SamplingParams
 from ..sampling.rng import RequestRng, request_rng
@@ -81,7 +81,7 @@ class Request:
     num_accepted: int = 0
     num_sampling_forwards: int = 0
     prompt_logprobs: list = field(default_factory=list)  # [None, TokenLogprob, ...] (prompt_logprobs.py)
-    constraint: Constraint | None = None  # the grammar matcher of a structured request (sampling/constraint.py)
+    constraint: Constraint | None = None  # the grammar matcher of a structured request (grammar/constraint.py)
     mirostat: MuTrail | None = None  # mirostat's mu per output position (sampling/mirostat.py); None without it
     times: RequestTimes = field(default_factory=RequestTimes)
 

@@ -1,6 +1,6 @@
 """The sampling stack: SamplingParams, the logits pipeline, seeded draws.
 
-Order of operations (see filters.py and sampler.py): grammar mask (constraint.py) -> the
+Order of operations (see filters.py and sampler.py): grammar mask (grammar/constraint.py) -> the
 min_tokens hold-back (stop ids at -inf before min_tokens output tokens) -> logit bias ->
 repetition penalty (prompt + generated ids) -> presence / frequency penalties (generated ids
 only) -> temperature -> top-k -> tail-free -> typical -> top-p -> min-p (or mirostat in place of
@@ -8,6 +8,7 @@ these five, mirostat.py) -> inverse-CDF draw with the uniform for (seed, positio
 Temperature 0 is greedy: the argmax of the penalised logits, lowest index on ties.
 """
 
+from tinyllm.grammar.structured import StructuredOutput
 from tinyllm.sampling.filters import (
     apply_filters,
     apply_penalties,
@@ -20,7 +21,6 @@ from tinyllm.sampling.filters import (
 from tinyllm.sampling.params import MAX_LOGPROBS, SamplingParams
 from tinyllm.sampling.rng import RequestRng, request_rng
 from tinyllm.sampling.sampler import SampleResult, sample, sample_batch, sampled_entropy
-from tinyllm.sampling.structured import StructuredOutput
 
 __all__ = [
     "MAX_LOGPROBS",

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tinyllm.errors import TinyLLMError
+from tinyllm.grammar.structured import StructuredOutput
 from tinyllm.sampling.logit_bias import LogitBias, normalise_logit_bias
-from tinyllm.sampling.structured import StructuredOutput
 
 MAX_LOGPROBS = 20
 _SEED_LIMIT = 2**63

@@ -1,6 +1,6 @@
 """Drawing the next token from processed logits, and what is reported about the draw.
 
-`sample` applies a request's grammar mask (constraint.py: forbidden tokens -> -inf), holds back the
+`sample` applies a request's grammar mask (grammar/constraint.py: forbidden tokens -> -inf), holds back the
 stop ids while fewer than `min_tokens` tokens have been generated (params.stop_token_ids -> -inf; the
 request puts its EOS ids there, request.py; when the grammar allows nothing but a stop id, the text is
 complete and the stop ids stay), then runs
@@ -26,8 +26,8 @@ import torch
 from torch import Tensor
 
 from tinyllm.errors import TinyLLMError
+from tinyllm.grammar.constraint import Constraint
 from tinyllm.kernels.greedy import greedy_rows
-from tinyllm.sampling.constraint import Constraint
 from tinyllm.sampling.filters import process_logits
 from tinyllm.sampling.mirostat import next_mu, start_mu, surprise_bits
 from tinyllm.sampling.params import SamplingParams

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..sampling.constraint import Constraint
+from ..grammar.constraint import Constraint
 from ..sampling.params import SamplingParams
 from ..sampling.rng import RequestRng
 from ..sampling.sampler import SampleResult, sample

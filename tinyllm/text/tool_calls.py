@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..sampling.schema_rewrite import rewritten
+from ..grammar.schema_rewrite import rewritten
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ def _arguments_schema(parameters: dict | None, args_key: str) -> dict:
     """A function's parameters as the schema of a call's arguments: every object that says nothing of other
     keys closed to them, as OpenAI's strict function calling asks (a call names the arguments the function
     declares; a small model given room to invent more keys may never stop), numbers bounded as in any JSON
-    output (sampling/schema_rewrite.py), and its `#` references rebased under the call's `args_key`."""
+    output (grammar/schema_rewrite.py), and its `#` references rebased under the call's `args_key`."""
     params = copy.deepcopy(parameters) if parameters else {"type": "object", "properties": {}}
     if not isinstance(params, dict):
         return params

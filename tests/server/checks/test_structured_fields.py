@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tinyllm.errors import TinyLLMError
-from tinyllm.sampling.constraint import Grammars
-from tinyllm.sampling.structured import StructuredOutput
+from tinyllm.grammar.constraint import Grammars
+from tinyllm.grammar.structured import StructuredOutput
 from tinyllm.server.checks.structured import bounded, from_choices, from_schema
 from tinyllm.server.transport.limits import MAX_CHOICE_BYTES, MAX_CHOICES, MAX_GRAMMAR_BYTES, MAX_JSON_DEPTH
 

@@ -5,7 +5,7 @@ grammar engine: each form of response_format and its 400s with their literal mes
 import pytest
 
 from tinyllm.errors import TinyLLMError
-from tinyllm.sampling.structured import StructuredOutput
+from tinyllm.grammar.structured import StructuredOutput
 from tinyllm.server.checks.structured import bounded, choice_regex, from_choices, from_schema, structured_from
 from tinyllm.server.transport.limits import MAX_CHOICE_BYTES, MAX_GRAMMAR_BYTES
 from tinyllm.server.wire.errors import APIError

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tinyllm.sampling.structured import StructuredOutput
+from tinyllm.grammar.structured import StructuredOutput
 from tinyllm.server.checks.tools import ToolRequest, tools_from
 from tinyllm.server.transport.limits import MAX_GRAMMAR_BYTES, MAX_TOOLS
 from tinyllm.server.wire.errors import APIError

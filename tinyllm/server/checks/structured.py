@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...errors import TinyLLMError
-from ...sampling.structured import StructuredOutput
+from ...grammar.structured import StructuredOutput
 from ..transport.json_depth import nests_deeper_than
 from ..transport.limits import MAX_CHOICE_BYTES, MAX_CHOICES, MAX_GRAMMAR_BYTES, MAX_JSON_DEPTH
 from ..wire.client_text import clip

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import TinyLLMError
-from ...sampling.structured import StructuredOutput
+from ...grammar.structured import StructuredOutput
 from ...text.tool_calls import ParsedOutput, ToolCallFormat, call_grammar, detect_format, parse_tool_calls
 from ..transport.limits import MAX_GRAMMAR_BYTES, MAX_TOOLS
 from ..wire.client_text import clip

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tinyllm.sampling.json_keys import DuplicateKeyGuard
+from tinyllm.grammar.json_keys import DuplicateKeyGuard
 
 SPACE = b" \t\r\n"
 STRUCTURAL = b'{}[]:,"'

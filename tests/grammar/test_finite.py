@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tinyllm import StructuredOutput, TinyLLMError
-from tinyllm.sampling.finite import check_grammar_finite, check_schema_finite, is_empty_language
+from tinyllm.grammar.finite import check_grammar_finite, check_schema_finite, is_empty_language
 
 STOP_IDS = (0, 2)
 

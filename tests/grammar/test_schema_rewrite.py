@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tinyllm import StructuredOutput
-from tinyllm.sampling.schema_rewrite import INTEGER_MAX, INTEGER_MIN, rewritten
+from tinyllm.grammar.schema_rewrite import INTEGER_MAX, INTEGER_MIN, rewritten
 
 WALKS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 BOUNDED_NUMBER = re.compile(rb"-?(0|[1-9][0-9]{0,14})(\.[0-9]{1,6})?")

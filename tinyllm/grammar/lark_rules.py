@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from tinyllm.sampling.fixpoint import Rules
+from tinyllm.grammar.fixpoint import Rules
 
 _HEADER = re.compile(r"([?!]?)([_a-zA-Z][\w\-]*)(?:\.-?\d+)?(?:\[[^\]\n]*\])?[ \t]*:(?!:)")
 _TOKEN = re.compile(

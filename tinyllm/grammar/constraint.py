@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from tinyllm.errors import TinyLLMError
-from tinyllm.sampling.structured import StructuredOutput
+from tinyllm.grammar.structured import StructuredOutput
 
 _CACHE_SIZE = 64  # compiled grammars kept per vocabulary
 # JSON is written compactly (', ' and ': ' separators, no free whitespace): free whitespace lets a model
@@ -183,7 +183,7 @@ class Grammars:
     def _guard_state(self):
         """A duplicate-key guard for one JSON request (no key twice in one object), or None."""
         try:
-            from tinyllm.sampling.json_keys import DuplicateKeyGuard
+            from tinyllm.grammar.json_keys import DuplicateKeyGuard
         except ImportError:
             return None
         with self._lock:

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tinyllm.errors import TinyLLMError
-from tinyllm.sampling.finite import check_grammar_finite, check_schema_finite
-from tinyllm.sampling.schema_rewrite import free_object, rewritten
-from tinyllm.sampling.spec_limits import check_json_text_shape, check_json_value_shape, check_spec_size
+from tinyllm.grammar.finite import check_grammar_finite, check_schema_finite
+from tinyllm.grammar.schema_rewrite import free_object, rewritten
+from tinyllm.grammar.spec_limits import check_json_text_shape, check_json_value_shape, check_spec_size
 
 KINDS = ("json_object", "json_schema", "regex", "grammar")
 JSON_KINDS = ("json_object", "json_schema")

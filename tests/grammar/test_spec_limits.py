@@ -6,7 +6,7 @@ import json
 import pytest
 
 from tinyllm import StructuredOutput, TinyLLMError
-from tinyllm.sampling.spec_limits import MAX_SCHEMA_DEPTH, MAX_SCHEMA_OBJECTS, MAX_SPEC_BYTES
+from tinyllm.grammar.spec_limits import MAX_SCHEMA_DEPTH, MAX_SCHEMA_OBJECTS, MAX_SPEC_BYTES
 
 
 def nested_arrays(depth: int) -> dict:
@@ -131,7 +131,7 @@ def test_the_depth_limit_is_64_levels_and_the_object_limit_4096(as_text):
 
 
 def test_a_schema_text_with_no_brackets_has_no_depth():
-    from tinyllm.sampling.spec_limits import check_json_text_shape
+    from tinyllm.grammar.spec_limits import check_json_text_shape
 
     for text in ("true", '"a [string] {of} brackets"', ""):
         check_json_text_shape(text)  # nothing to refuse: not a ValueError or TypeError from an empty max()

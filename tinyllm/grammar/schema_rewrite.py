@@ -23,7 +23,7 @@ other than object keywords (their numbers are the grammar engine's, unbounded).
 
 from __future__ import annotations
 
-from tinyllm.sampling.schema_nodes import SchemaNodes
+from tinyllm.grammar.schema_nodes import SchemaNodes
 
 INTEGER_MIN, INTEGER_MAX = -(2**63 - 1024), 2**63 - 1024
 NUMBER_LIMIT = 1e15  # exclusive, both signs

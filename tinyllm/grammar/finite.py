@@ -20,10 +20,10 @@ import json
 from collections.abc import Sequence
 
 from tinyllm.errors import TinyLLMError
-from tinyllm.sampling.fixpoint import NEVER, Chain, Rules
-from tinyllm.sampling.lark_rules import lark_rules
-from tinyllm.sampling.schema_nodes import SchemaNodes
-from tinyllm.sampling.spec_limits import check_json_text_shape
+from tinyllm.grammar.fixpoint import NEVER, Chain, Rules
+from tinyllm.grammar.lark_rules import lark_rules
+from tinyllm.grammar.schema_nodes import SchemaNodes
+from tinyllm.grammar.spec_limits import check_json_text_shape
 
 
 def check_schema_finite(schema: dict) -> None:

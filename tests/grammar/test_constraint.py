@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tinyllm import SamplingParams, StructuredOutput, TinyLLMError
-from tinyllm.sampling.constraint import Grammars
+from tinyllm.grammar.constraint import Grammars
 from tinyllm.sampling.rng import request_rng
 from tinyllm.sampling.sampler import sample
 
