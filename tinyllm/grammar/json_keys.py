@@ -80,37 +80,18 @@ def advance(scan: _Scan, data: bytes, stop_at_duplicate: bool = False) -> tuple[
     i, n = 0, len(data)
     while i < n:
         if mode == _STRING:
-            stop = _STRING_STOP.search(data, i)
-            end = stop.start() if stop else n
-            if is_key:
-                key += data[i:end]
-            if stop is None:
-                break
-            i = end
-            if data[i] == _BACKSLASH:
-                mode = _ESCAPE
-                if is_key:
-                    key.append(_BACKSLASH)
-            else:  # the closing quote
-                mode = _OUT
-                if is_key:
-                    top, text = frames[-1], decode_key(bytes(key))
-                    duplicate = text is not None and text in top.keys
-                    keys = top.keys if text is None or duplicate else top.keys | {text}
-                    frames[-1], key = _Frame(_OBJECT, _COLON, keys), bytearray()
-                    if duplicate and stop_at_duplicate:
-                        return _Scan(tuple(frames)), True
-        elif mode == _ESCAPE:
+            i, mode, duplicate = _string(frames, is_key, key, data, i)
+            if duplicate and stop_at_duplicate:
+                return _Scan(tuple(frames)), True
+            continue
+        if mode == _ESCAPE:
             mode = _STRING
             if is_key:
                 key.append(data[i])
         elif data[i] == _QUOTE:
-            top = frames[-1]
-            is_key = top.kind == _OBJECT and top.phase in (_FIRST, _KEY)
-            if not is_key:
-                if not top.expects_value:
-                    return _LOST, False
-                frames[-1] = top._replace(phase=_NEXT)
+            is_key = _open_string(frames)
+            if is_key is None:
+                return _LOST, False
             mode = _STRING
         elif not _structure(frames, data[i]):
             return _LOST, False
@@ -118,40 +99,107 @@ def advance(scan: _Scan, data: bytes, stop_at_duplicate: bool = False) -> tuple[
     return _Scan(tuple(frames), mode, is_key, bytes(key)), False
 
 
+def _string(frames: list, is_key: bool, key: bytearray, data: bytes, i: int) -> tuple[int, int, bool]:
+    """Read a string's bytes from `data[i]` through its next quote or backslash (a key's bytes into `key`): the
+    index after them (len(data) when neither comes), the mode there, and whether a duplicate key closed."""
+    stop = _STRING_STOP.search(data, i)
+    end = stop.start() if stop else len(data)
+    if is_key:
+        key += data[i:end]
+    if stop is None:
+        return end, _STRING, False
+    if data[end] == _BACKSLASH:
+        if is_key:
+            key.append(_BACKSLASH)
+        return end + 1, _ESCAPE, False
+    return end + 1, _OUT, is_key and _close_key(frames, key)  # the closing quote
+
+
+def _close_key(frames: list, key: bytearray) -> bool:
+    """The key in `key` closes: its object now holds it and waits for a colon; True when it held it already."""
+    top, text = frames[-1], decode_key(bytes(key))
+    duplicate = text is not None and text in top.keys
+    keys = top.keys if text is None or duplicate else top.keys | {text}
+    frames[-1] = _Frame(_OBJECT, _COLON, keys)
+    key.clear()
+    return duplicate
+
+
+def _open_string(frames: list) -> bool | None:
+    """A quote outside strings opens a key (True) or a string value (False); None when no string may come here."""
+    top = frames[-1]
+    if top.kind == _OBJECT and top.phase in (_FIRST, _KEY):
+        return True
+    if not top.expects_value:
+        return None
+    frames[-1] = top._replace(phase=_NEXT)
+    return False
+
+
 def _structure(frames: list, byte: int) -> bool:
     """Apply one byte outside strings (not a quote) to the open containers; False when it cannot be JSON here."""
+    return _BYTE_RULES.get(byte, _scalar)(frames, byte)
+
+
+def _space(frames: list, byte: int) -> bool:
+    if frames[-1].phase == _SCALAR:
+        frames[-1] = frames[-1]._replace(phase=_NEXT)
+    return True
+
+
+def _close(frames: list, byte: int) -> bool:
     top = frames[-1]
-    if byte in _SPACE:
-        if top.phase == _SCALAR:
-            frames[-1] = top._replace(phase=_NEXT)
-        return True
-    if byte in _CLOSERS:
-        if top.kind != _CLOSERS[byte] or top.phase not in (_FIRST, _SCALAR, _NEXT):
-            return False
-        frames.pop()
-        return True
-    if byte == ord(":"):
-        if top.kind != _OBJECT or top.phase != _COLON:
-            return False
-        frames[-1] = top._replace(phase=_VALUE)
-        return True
-    if byte == ord(","):
-        if top.kind == _ROOT or top.phase not in (_SCALAR, _NEXT):
-            return False
-        frames[-1] = top._replace(phase=_KEY if top.kind == _OBJECT else _VALUE)
-        return True
-    if byte in (ord("{"), ord("[")):
-        if not top.expects_value:
-            return False
-        frames[-1] = top._replace(phase=_NEXT)
-        frames.append(_Frame(_OBJECT if byte == ord("{") else _ARRAY, _FIRST))
-        return True
-    if top.phase == _SCALAR:  # a number or literal goes on
+    if top.kind != _CLOSERS[byte] or top.phase not in (_FIRST, _SCALAR, _NEXT):
+        return False
+    frames.pop()
+    return True
+
+
+def _colon(frames: list, byte: int) -> bool:
+    top = frames[-1]
+    if top.kind != _OBJECT or top.phase != _COLON:
+        return False
+    frames[-1] = top._replace(phase=_VALUE)
+    return True
+
+
+def _comma(frames: list, byte: int) -> bool:
+    top = frames[-1]
+    if top.kind == _ROOT or top.phase not in (_SCALAR, _NEXT):
+        return False
+    frames[-1] = top._replace(phase=_KEY if top.kind == _OBJECT else _VALUE)
+    return True
+
+
+def _open(frames: list, byte: int) -> bool:
+    top = frames[-1]
+    if not top.expects_value:
+        return False
+    frames[-1] = top._replace(phase=_NEXT)
+    frames.append(_Frame(_OBJECT if byte == ord("{") else _ARRAY, _FIRST))
+    return True
+
+
+def _scalar(frames: list, byte: int) -> bool:
+    """Any other byte: a number or literal starts where a value may, or goes on."""
+    top = frames[-1]
+    if top.phase == _SCALAR:
         return True
     if not top.expects_value:
         return False
     frames[-1] = top._replace(phase=_SCALAR)
     return True
+
+
+# a byte outside strings (not a quote) -> how it changes the open containers; any other byte is a scalar's
+_BYTE_RULES = {
+    **dict.fromkeys(_SPACE, _space),
+    **dict.fromkeys(_CLOSERS, _close),
+    ord(":"): _colon,
+    ord(","): _comma,
+    ord("{"): _open,
+    ord("["): _open,
+}
 
 
 def _key_end(data: bytes) -> bytes | None:

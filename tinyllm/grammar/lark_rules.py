@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from itertools import count
 
 from tinyllm.grammar.fixpoint import Rules
 
@@ -124,42 +125,66 @@ def _add_definition(rules: Rules, name: str, body: list[tuple[str, str]], index:
         rules.add(name)  # an intersection or negation of terminals: not judged
         return
     stack = [(name, [[]])]  # open groups: (symbol, alternatives of items)
-    num_groups, i = 0, 0
+    numbers = count(1)
+    group_symbol = lambda bracket: (name, index, next(numbers), bracket)  # the n-th group of this definition
+    i = 0
     while i < len(body):
-        kind, value = body[i]
-        items = stack[-1][1][-1]
-        if kind == "name":
-            items.append(value)
-        elif kind == "json":
-            reason = json_reason(value)
-            items.append(_TERMINAL if reason is None else ("%json", reason))
-        elif kind in ("string", "regex", "special", "terminal", "grammar"):
-            items.append(_TERMINAL)
-            if kind == "string" and i + 2 < len(body) and body[i + 1][0] == "range" and body[i + 2][0] == "string":
-                i += 2
-        elif kind == "arrow":
-            if i + 1 >= len(body) or body[i + 1][0] != "name":
-                raise _Unknown
-            i += 1  # an alias names the tree node only
-        elif value == "|":
-            stack[-1][1].append([])
-        elif value in "([":
-            num_groups += 1
-            stack.append(((name, index, num_groups, value), [[]]))
-        elif value in ")]":
-            symbol, alternatives = stack.pop()
-            if len(stack) == 0 or symbol[3] != {")": "(", "]": "["}[value]:
-                raise _Unknown
-            _add_alternatives(rules, symbol, alternatives)
-            stack[-1][1][-1].append(_TERMINAL if value == "]" else symbol)
-        elif value in "?*+~{":
-            i = _quantify(body, i, items)
+        if body[i][0] == "punct":
+            i = _punctuation(rules, stack, body, i, group_symbol)
         else:
-            raise _Unknown
+            i = _item(stack[-1][1][-1], body, i, json_reason)
         i += 1
     if len(stack) != 1:
         raise _Unknown
     _add_alternatives(rules, name, stack[0][1])
+
+
+def _followed_by(body: list[tuple[str, str]], i: int, *kinds: str) -> bool:
+    """Whether the tokens after body[i] start with tokens of these kinds."""
+    return i + len(kinds) < len(body) and all(body[i + 1 + k][0] == kind for k, kind in enumerate(kinds))
+
+
+def _item(items: list, body: list[tuple[str, str]], i: int, json_reason) -> int:
+    """The item at body[i] (a name, a terminal, an inline schema; an alias adds none) appended to `items`;
+    returns the index of its last token."""
+    kind, value = body[i]
+    if kind == "name":
+        items.append(value)
+    elif kind == "json":
+        reason = json_reason(value)
+        items.append(_TERMINAL if reason is None else ("%json", reason))
+    elif kind in ("string", "regex", "special", "terminal", "grammar"):
+        items.append(_TERMINAL)
+        if kind == "string" and _followed_by(body, i, "range", "string"):
+            return i + 2
+    elif kind == "arrow":
+        if not _followed_by(body, i, "name"):
+            raise _Unknown
+        return i + 1  # an alias names the tree node only
+    else:
+        raise _Unknown
+    return i
+
+
+def _punctuation(rules: Rules, stack: list, body: list[tuple[str, str]], i: int, group_symbol) -> int:
+    """An alternative's bar, a group's bracket or a quantifier at body[i]; returns the index of its last token.
+    `group_symbol(bracket)` names a group that opens here."""
+    value = body[i][1]
+    if value == "|":
+        stack[-1][1].append([])
+    elif value in "([":
+        stack.append((group_symbol(value), [[]]))
+    elif value in ")]":
+        symbol, alternatives = stack.pop()
+        if len(stack) == 0 or symbol[3] != {")": "(", "]": "["}[value]:
+            raise _Unknown
+        _add_alternatives(rules, symbol, alternatives)
+        stack[-1][1][-1].append(_TERMINAL if value == "]" else symbol)
+    elif value in "?*+~{":
+        return _quantify(body, i, stack[-1][1][-1])
+    else:
+        raise _Unknown
+    return i
 
 
 def _add_alternatives(rules: Rules, symbol, alternatives: list[list]) -> None:
@@ -177,22 +202,30 @@ def _quantify(body: list[tuple[str, str]], i: int, items: list) -> int:
         return i
     if value == "+":
         return i
-    if value == "~":  # ~n or ~n..m
-        if i + 1 >= len(body) or body[i + 1][0] != "number":
-            raise _Unknown
-        low, end = int(body[i + 1][1]), i + 1
-        if end + 2 < len(body) and body[end + 1][0] == "range" and body[end + 2][0] == "number":
-            end += 2
-    else:  # {n}, {n,}, {,m}, {n,m}
-        end = i + 1
-        while end < len(body) and body[end][1] != "}":
-            if body[end][0] != "number" and body[end][1] != ",":
-                raise _Unknown
-            end += 1
-        if end >= len(body):
-            raise _Unknown
-        first = body[i + 1]
-        low = int(first[1]) if first[0] == "number" else 0
+    low, end = _tilde_count(body, i) if value == "~" else _brace_count(body, i)
     if low == 0:
         items[-1] = _TERMINAL
     return end
+
+
+def _tilde_count(body: list[tuple[str, str]], i: int) -> tuple[int, int]:
+    """`~n` or `~n..m` at body[i]: the least count n, and the index of its last token."""
+    if not _followed_by(body, i, "number"):
+        raise _Unknown
+    low, end = int(body[i + 1][1]), i + 1
+    if _followed_by(body, end, "range", "number"):
+        end += 2
+    return low, end
+
+
+def _brace_count(body: list[tuple[str, str]], i: int) -> tuple[int, int]:
+    """`{n}`, `{n,}`, `{,m}` or `{n,m}` at body[i]: the least count, and the index of its closing brace."""
+    end = i + 1
+    while end < len(body) and body[end][1] != "}":
+        if body[end][0] != "number" and body[end][1] != ",":
+            raise _Unknown
+        end += 1
+    if end >= len(body):
+        raise _Unknown
+    first = body[i + 1]
+    return (int(first[1]) if first[0] == "number" else 0), end

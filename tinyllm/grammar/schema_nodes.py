@@ -49,19 +49,24 @@ def children(node: Any, positive_only: bool = False) -> Iterator[tuple[tuple[str
         return
     for table in (POSITIVE,) if positive_only else (POSITIVE, OTHER):
         for keyword, shape in table.items():
-            if keyword not in node:
-                continue
-            value = node[keyword]
-            if isinstance(value, dict) and shape == "map":
-                for name, child in value.items():
-                    if isinstance(child, (dict, bool)):
-                        yield (keyword, str(name)), child
-            elif isinstance(value, list) and shape in ("list", "one_or_list"):
-                for i, child in enumerate(value):
-                    if isinstance(child, (dict, bool)):
-                        yield (keyword, str(i)), child
-            elif isinstance(value, (dict, bool)) and shape in ("one", "one_or_list"):
-                yield (keyword,), value
+            if keyword in node:
+                yield from _under(keyword, shape, node[keyword])
+
+
+def _under(keyword: str, shape: str, value: Any) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """(path, subschema) for each subschema in a keyword's value, read as the shape its keyword gives it."""
+    if isinstance(value, (dict, bool)) and shape in ("one", "one_or_list"):
+        yield (keyword,), value
+        return
+    if isinstance(value, dict) and shape == "map":
+        entries = value.items()
+    elif isinstance(value, list) and shape in ("list", "one_or_list"):
+        entries = enumerate(value)
+    else:
+        return
+    for token, child in entries:
+        if isinstance(child, (dict, bool)):
+            yield (keyword, str(token)), child
 
 
 @dataclass
