@@ -38,9 +38,7 @@ def keys_by_object(text: str) -> list[list[str]]:
     while i < len(text):
         c = text[i]
         if c == '"':
-            end = i + 1
-            while end < len(text) and text[end] != '"':
-                end += 2 if text[end] == "\\" else 1
+            end = _closing_quote(text, i)
             if end >= len(text):
                 break
             if expect_key and stack and stack[-1] is not None:
@@ -61,6 +59,14 @@ def keys_by_object(text: str) -> list[list[str]]:
             expect_key = True
         i += 1
     return done + [s for s in stack if s is not None]
+
+
+def _closing_quote(text: str, i: int) -> int:
+    """The index of the quote that closes the string opened at text[i]; len(text) or more when it is not there."""
+    end = i + 1
+    while end < len(text) and text[end] != '"':
+        end += 2 if text[end] == "\\" else 1
+    return end
 
 
 def check_number(value) -> None:

@@ -212,30 +212,31 @@ SUBSCHEMAS = st.recursive(
 
 def naive_has_instance(schema):
     """The same rules, evaluated by plain recursion over small schemas, iterated over the $defs to a fixpoint."""
-
-    def ok(node, done):
-        if isinstance(node, bool):
-            return node
-        if "$ref" in node:
-            return node["$ref"].rsplit("/", 1)[-1] in done
-        if "anyOf" in node:
-            return any(ok(n, done) for n in node["anyOf"])
-        if "allOf" in node:
-            return all(ok(n, done) for n in node["allOf"])
-        if node.get("type") == "object":
-            return all(ok(node["properties"][k], done) for k in node["required"])
-        if node.get("type") == "array":
-            return node["minItems"] == 0 or ok(node["items"], done)
-        return True
-
     done, changed = set(), True
     while changed:
         changed = False
         for name, node in schema["$defs"].items():
-            if name not in done and ok(node, done):
+            if name not in done and naive_ok(node, done):
                 done.add(name)
                 changed = True
     return "A" in done
+
+
+def naive_ok(node, done):
+    """Whether `node` has an instance, given the names of the $defs known to have one."""
+    if isinstance(node, bool):
+        return node
+    if "$ref" in node:
+        return node["$ref"].rsplit("/", 1)[-1] in done
+    if "anyOf" in node:
+        return any(naive_ok(n, done) for n in node["anyOf"])
+    if "allOf" in node:
+        return all(naive_ok(n, done) for n in node["allOf"])
+    if node.get("type") == "object":
+        return all(naive_ok(node["properties"][k], done) for k in node["required"])
+    if node.get("type") == "array":
+        return node["minItems"] == 0 or naive_ok(node["items"], done)
+    return True
 
 
 @settings(max_examples=400, deadline=None)

@@ -23,101 +23,109 @@ class _End(Exception):
 def duplicate_closes(text: bytes) -> list[int]:
     """Positions of the quotes in `text` that close a key its object already holds, read by recursive descent
     up to the end of the text or the first byte that cannot be JSON (scalars: runs of non-structural bytes)."""
-    found, pos = [], [0]
-
-    def peek():
-        if pos[0] >= len(text):
+    reader = _Reader(text)
+    try:
+        reader.ws()
+        reader.value()
+        reader.ws()
+        if reader.pos < len(text):
             raise _End
-        return text[pos[0]]
+    except _End:
+        pass
+    return reader.found
 
-    def ws():
-        while pos[0] < len(text) and text[pos[0]] in SPACE:
-            pos[0] += 1
 
-    def expect(byte):
-        if peek() != byte:
+class _Reader:
+    """The recursive-descent reader of duplicate_closes: `pos` the next byte, `found` the duplicates' quotes."""
+
+    def __init__(self, text: bytes):
+        self.text, self.pos, self.found = text, 0, []
+
+    def peek(self):
+        if self.pos >= len(self.text):
             raise _End
-        pos[0] += 1
+        return self.text[self.pos]
 
-    def string():
-        expect(ord('"'))
-        start = pos[0]
+    def ws(self):
+        while self.pos < len(self.text) and self.text[self.pos] in SPACE:
+            self.pos += 1
+
+    def expect(self, byte):
+        if self.peek() != byte:
+            raise _End
+        self.pos += 1
+
+    def string(self):
+        self.expect(ord('"'))
+        start = self.pos
         while True:
-            c = peek()
+            c = self.peek()
             if c == ord("\\"):
-                pos[0] += 1
-                peek()
+                self.pos += 1
+                self.peek()
             elif c == ord('"'):
-                pos[0] += 1
-                return text[start : pos[0] - 1]
-            pos[0] += 1
+                self.pos += 1
+                return self.text[start : self.pos - 1]
+            self.pos += 1
 
-    def value():
-        c = peek()
+    def value(self):
+        c = self.peek()
         if c == ord("{"):
-            obj()
+            self.obj()
         elif c == ord("["):
-            arr()
+            self.arr()
         elif c == ord('"'):
-            string()
+            self.string()
         elif c in SPACE or c in STRUCTURAL:
             raise _End
         else:
-            while pos[0] < len(text) and text[pos[0]] not in SPACE and text[pos[0]] not in STRUCTURAL:
-                pos[0] += 1
+            while (
+                self.pos < len(self.text) and self.text[self.pos] not in SPACE and self.text[self.pos] not in STRUCTURAL
+            ):
+                self.pos += 1
 
-    def obj():
-        expect(ord("{"))
-        ws()
-        if peek() == ord("}"):
-            pos[0] += 1
+    def obj(self):
+        self.expect(ord("{"))
+        self.ws()
+        if self.peek() == ord("}"):
+            self.pos += 1
             return
         keys = set()
         while True:
-            ws()
-            raw = string()
+            self.ws()
+            raw = self.string()
             try:
                 key = json.loads(b'"' + raw + b'"')
             except ValueError:
                 key = None
             if key is not None and key in keys:
-                found.append(pos[0] - 1)
+                self.found.append(self.pos - 1)
             elif key is not None:
                 keys.add(key)
-            ws()
-            expect(ord(":"))
-            ws()
-            value()
-            ws()
-            if peek() == ord("}"):
-                pos[0] += 1
+            self.ws()
+            self.expect(ord(":"))
+            self.ws()
+            self.value()
+            self.ws()
+            if self.peek() == ord("}"):
+                self.pos += 1
                 return
-            expect(ord(","))
+            self.expect(ord(","))
 
-    def arr():
-        expect(ord("["))
-        ws()
-        if peek() == ord("]"):
-            pos[0] += 1
+    def arr(self):
+        self.expect(ord("["))
+        self.ws()
+        if self.peek() == ord("]"):
+            self.pos += 1
             return
         while True:
-            ws()
-            value()
-            ws()
-            if peek() == ord("]"):
-                pos[0] += 1
+            self.ws()
+            self.value()
+            self.ws()
+            if self.peek() == ord("]"):
+                self.pos += 1
                 return
-            expect(ord(","))
-
-    try:
-        ws()
-        value()
-        ws()
-        if pos[0] < len(text):
-            raise _End
-    except _End:
-        pass
-    return found
+            self.expect(ord(","))
 
 
 def slow_forbidden(vocab, history_bytes: bytes, candidates) -> list[int]:

@@ -71,7 +71,6 @@ def drive(path: str, work: list[Work], threads: int, budget: int, keep_ids: bool
     modelled: all arrive at the start). The same summary as our engine's run (and with keep_ids, each
     request's output ids in order)."""
     import llama_cpp
-    import numpy as np
 
     if budget < len(work):
         raise ValueError(f"a token budget of {budget} cannot hold one decode token of each of {len(work)} requests")
@@ -89,26 +88,9 @@ def drive(path: str, work: list[Work], threads: int, budget: int, keep_ids: bool
     try:
         t0 = time.perf_counter()
         while any(len(r.out) < r.max_tokens for r in reqs):
-            batch.n, rows = 0, []
-            for r in reqs:  # decode tokens first
-                if r.decoding():
-                    rows.append((r, batch.add(r.out[-1], len(r.ids) + len(r.out) - 1, r.seq, True)))
-            pure = not any(r.prefilling() for r in reqs)
-            for r in reqs:  # then prompt tokens, in arrival order, up to the budget
-                while r.prefilling() and batch.n < batch.size:
-                    last = r.fed == len(r.ids) - 1
-                    i = batch.add(r.ids[r.fed], r.fed, r.seq, last)
-                    r.fed += 1
-                    if last:
-                        rows.append((r, i))
-            batch.raw.n_tokens = batch.n
+            rows, pure = _fill(batch, reqs)
             s = time.perf_counter()
-            rc = llama_cpp.llama_decode(ctx, batch.raw)
-            if rc != 0:
-                raise RuntimeError(f"llama_decode returned {rc}")
-            for r, i in rows:
-                logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(vocab,))
-                r.out.append(int(logits.argmax()))
+            _decode(ctx, batch, rows, vocab)
             now = time.perf_counter()
             for r, _ in rows:
                 r.times.append(now)
@@ -122,6 +104,39 @@ def drive(path: str, work: list[Work], threads: int, budget: int, keep_ids: bool
     if keep_ids:
         out["ids"] = [r.out for r in reqs]
     return out
+
+
+def _fill(batch: _Batch, reqs: list[_Request]) -> tuple[list[tuple[_Request, int]], bool]:
+    """One step's batch: each decoding request's last token first, then prompt tokens in arrival order up to the
+    budget. Returns (request, batch row) for each row whose logits pick a token, and whether the step only
+    decodes."""
+    batch.n, rows = 0, []
+    for r in reqs:  # decode tokens first
+        if r.decoding():
+            rows.append((r, batch.add(r.out[-1], len(r.ids) + len(r.out) - 1, r.seq, True)))
+    pure = not any(r.prefilling() for r in reqs)
+    for r in reqs:  # then prompt tokens, in arrival order, up to the budget
+        while r.prefilling() and batch.n < batch.size:
+            last = r.fed == len(r.ids) - 1
+            i = batch.add(r.ids[r.fed], r.fed, r.seq, last)
+            r.fed += 1
+            if last:
+                rows.append((r, i))
+    batch.raw.n_tokens = batch.n
+    return rows, pure
+
+
+def _decode(ctx, batch: _Batch, rows: list[tuple[_Request, int]], vocab: int) -> None:
+    """Run the batch, and append each row's greedy token to its request."""
+    import llama_cpp
+    import numpy as np
+
+    rc = llama_cpp.llama_decode(ctx, batch.raw)
+    if rc != 0:
+        raise RuntimeError(f"llama_decode returned {rc}")
+    for r, i in rows:
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(vocab,))
+        r.out.append(int(logits.argmax()))
 
 
 def _summary(reqs: list[_Request], steps: list, t0: float, end: float, budget: int) -> dict:

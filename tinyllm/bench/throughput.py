@@ -184,35 +184,11 @@ def draw(result: dict):
     def plot(fig):
         rate_ax, lat_ax, poi_ax = fig.subplots(1, 3)
         xs = [c["concurrency"] for c in result["closed"]]
-        out_label = "tinyllm, output (prefill included)"
-        rate_ax.plot(xs, [c["output_tokens_per_s"] for c in result["closed"]], label=out_label, **figure.style(0))
-        rate_ax.plot(
-            xs, [c["decode_tokens_per_s"] for c in result["closed"]], label="tinyllm, decode steps", **figure.style(1)
-        )
-        for r in result["reference_static"]:
-            rate_ax.scatter(
-                [r["batch_size"]],
-                [r["output_tokens_per_s"]],
-                marker="x",
-                s=60,
-                label=f"HF static batch {r['batch_size']}",
-            )
-        for p in result["llamacpp_batched"]:
-            rate_ax.scatter([p["concurrency"]], [p["output_tokens_per_s"]], marker="^", s=60, label="llama.cpp, output")
-        rate_ax.set(xlabel="concurrent requests", ylabel="tokens/s", title="aggregate throughput", xscale="log")
-        rate_ax.set_ylim(bottom=0)
-        i = 0
-        for key in ("ttft_s", "itl_s"):
-            for q in ("p50", "p99"):
-                lat_ax.plot(xs, [c[key][q] for c in result["closed"]], label=f"{key[:-2]} {q}", **figure.style(i))
-                i += 1
+        _rate_panel(rate_ax, result, xs)
+        _latency_lines(lat_ax, xs, result["closed"])
         lat_ax.set(xlabel="concurrent requests", ylabel="seconds", title="latency", xscale="log", yscale="log")
         rates = [p["rate"] for p in result["poisson"]]
-        i = 0
-        for key in ("ttft_s", "itl_s"):  # the latency panel's order, so each series keeps its look
-            for q in ("p50", "p99"):
-                poi_ax.plot(rates, [p[key][q] for p in result["poisson"]], label=f"{key[:-2]} {q}", **figure.style(i))
-                i += 1
+        _latency_lines(poi_ax, rates, result["poisson"])  # the latency panel's order: each series keeps its look
         poi_ax.set(xlabel="arrival rate (requests/s)", ylabel="seconds", title="Poisson arrivals", yscale="log")
         if not rates:
             poi_ax.text(0.5, 0.5, "not run (--rates with no rate)", ha="center", transform=poi_ax.transAxes)
@@ -225,6 +201,28 @@ def draw(result: dict):
                 ax.legend(fontsize=7)
 
     return plot
+
+
+def _rate_panel(ax, result: dict, xs: list) -> None:
+    """Our output and decode rates by concurrency, the peers' as points."""
+    out_label = "tinyllm, output (prefill included)"
+    ax.plot(xs, [c["output_tokens_per_s"] for c in result["closed"]], label=out_label, **figure.style(0))
+    ax.plot(xs, [c["decode_tokens_per_s"] for c in result["closed"]], label="tinyllm, decode steps", **figure.style(1))
+    for r in result["reference_static"]:
+        ax.scatter(
+            [r["batch_size"]], [r["output_tokens_per_s"]], marker="x", s=60, label=f"HF static batch {r['batch_size']}"
+        )
+    for p in result["llamacpp_batched"]:
+        ax.scatter([p["concurrency"]], [p["output_tokens_per_s"]], marker="^", s=60, label="llama.cpp, output")
+    ax.set(xlabel="concurrent requests", ylabel="tokens/s", title="aggregate throughput", xscale="log")
+    ax.set_ylim(bottom=0)
+
+
+def _latency_lines(ax, xs: list, runs: list[dict]) -> None:
+    """Time to first token and between tokens, median and p99, one line each over `xs`."""
+    series = [(key, q) for key in ("ttft_s", "itl_s") for q in ("p50", "p99")]
+    for i, (key, q) in enumerate(series):
+        ax.plot(xs, [run[key][q] for run in runs], label=f"{key[:-2]} {q}", **figure.style(i))
 
 
 def report(result: dict) -> str:

@@ -173,6 +173,14 @@ def add_ollama_routes(app: FastAPI, auth: list, ready, state) -> None:
         shape = Shape(ctx.model_name, False, ctx.texts, bool(body.logprobs))
         return await answer(request, ctx, job, shape, body.stream is not False, arrival)
 
+    _add_embedding_routes(router, generating, ready)
+    _add_model_routes(router, ready, state)
+    app.include_router(router)
+
+
+def _add_embedding_routes(router: APIRouter, generating, ready) -> None:
+    """`generating`: the model dependency that also reads keep_alive (the legacy route takes none)."""
+
     @router.post("/api/embed")
     async def embed(request: Request, ctx: Ready = Depends(generating)) -> Response:
         """Mean-pooled, L2-normalized final hidden states of each input."""
@@ -215,9 +223,6 @@ def add_ollama_routes(app: FastAPI, auth: list, ready, state) -> None:
         except ClientGone:
             return client_gone_response()
         return JSONResponse({"embedding": done.vectors[0].tolist()})
-
-    _add_model_routes(router, ready, state)
-    app.include_router(router)
 
 
 class Unloaded(Exception):
@@ -297,6 +302,12 @@ def _add_model_routes(router: APIRouter, ready, state) -> None:
         ctx.check_model(model_name(body.model or body.name))
         path = str(getattr(ctx.llm, "path", "") or "")
         return models.show(ctx, await run_in_threadpool(ctx.llm.info), await run_in_threadpool(model_license, path))
+
+    _add_unmanaged_routes(router)
+
+
+def _add_unmanaged_routes(router: APIRouter) -> None:
+    """The version, and a 501 for each route that would manage models."""
 
     @router.get("/api/version")
     async def version() -> dict:
