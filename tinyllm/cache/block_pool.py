@@ -16,7 +16,7 @@ Terms:
   open; a sequence that cannot (its first block, or the next one taken) starts a new run in the middle of the
   longest run of open blocks, so that the sequences running at once each have room to grow block after block.
   A CPU reads a sequence's keys and values fastest where its blocks are consecutive: each layer's part of a
-  run is one stream for the hardware prefetcher instead of one stream a block (docs/benchmarks.md).
+  run is one stream for the hardware prefetcher instead of one stream a block (docs/benchmarks-history.md).
 
     lookup(key, parent, tokens) --hit--> acquire(block)      release(block) --ref 0--> free list
     allocate() <-- the block after the sequence's last, else the middle of the longest open run, else the

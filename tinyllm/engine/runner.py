@@ -127,12 +127,12 @@ class ModelRunner:
 
     def threads_for(self, num_tokens: int):
         """A step of a few rows on native kernels runs torch's own ops, all tiny, on one thread and the kernels
-        on torch's count (see kernels/threads.py). Measured: a batch-1 decode's attention fell from 45-170 ms
-        to 2 ms a token on a loaded 2-core machine; a 32-sequence decode step was slower (its ragged attention
-        is worth two threads), hence the limit. The engine samples small steps in the same scope: a greedy row's
-        seven passes over the vocabulary each woke torch's pool (1.8 against 1.0 ms a token, 2 threads).
-        With 8-bit activations a prompt's matmuls are native too, so every step runs so: torch's pool spinning
-        between its ops took the cores from the kernels' (a 512-token prefill: 1.29 against 1.09 s)."""
+        on torch's count (see kernels/threads.py): torch's pool waking for each tiny op cost a batch-1 decode's
+        attention many times its work on a loaded machine, while a 32-sequence decode step's ragged attention is
+        worth two threads, hence the limit. The engine samples small steps in the same scope: a greedy row's
+        seven passes over the vocabulary each woke torch's pool. With 8-bit activations a prompt's matmuls are
+        native too, so every step runs so: torch's pool spinning between its ops took the cores from the
+        kernels'. Figures: docs/benchmarks.md, "Figures behind choices in the code"."""
         if self.native_matmuls and (num_tokens <= SINGLE_THREAD_MAX_TOKENS or self.fused is not None):
             return torch_single_threaded()
         return contextlib.nullcontext()

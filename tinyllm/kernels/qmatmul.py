@@ -14,10 +14,9 @@ from .reference import dequantize
 
 # From this many activation rows on, a tile of weight rows is dequantized to float32 and multiplied by the BLAS
 # (torch.mm). Below it the native kernels decode each weight once per call into a small buffer and run a
-# register tile over it (M >= 8). Measured on a 2-core AVX2 machine (Q4_1/Q8_0, default model shapes, one
-# thread): per shape the two are level from M = 32 to 256 within the machine's noise, while a whole step of the
-# model's 121 matmuls at M = 32 took 168 ms native against 226 ms BLAS (one thread; 279 against 325 with two):
-# the BLAS path writes and reads back every weight as float32 each step.
+# register tile over it (M >= 8). Per shape the two are level on either side of this M, but a whole step of
+# the model's matmuls at M = 32 ran faster native: the BLAS path writes and reads back every weight as float32
+# each step (figures: docs/benchmarks.md, "Figures behind choices in the code").
 BLAS_MIN_M = 128
 TILE_BYTES = 8 << 20  # float32 bytes of one dequantized tile: stays in the last-level cache
 

@@ -79,7 +79,7 @@ INT24_MIN_BYTES = 256 << 20  # block weights from which weights=None takes 24-bi
 def default_cpu_weights(weights: list[QuantWeight]) -> str:
     """What weights=None means on the CPU for a model holding these block weights: "native-int24" where they
     take INT24_MIN_BYTES or more and the 8-bit kernel runs on AVX-512 VNNI, else "native" (float32
-    activations). Both give float32-level results. Measured (docs/benchmarks.md, "24-bit activations"): from
+    activations). Both give float32-level results. Measured (docs/benchmarks-history.md, "24-bit activations"): from
     0.5B parameters on, 24-bit activations decode much faster and take prompts at about float32's speed; on a
     135M model they decode faster but take prompts and batches of requests slower; without AVX-512 three limbs
     cost more than float32 for prompts and batches."""

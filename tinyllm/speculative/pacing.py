@@ -1,6 +1,6 @@
 """How many tokens a request drafts at its next decode step. Each draft verified is a row of the step, and a row
-costs a good part of what the step's first does (docs/benchmarks.md), so drafts the target rejects make
-speculation slower than plain decoding. After a verification that accepted a of its drafts, the next
+costs a good part of what the step's first does (docs/benchmarks.md, "Speculative decoding"), so drafts the
+target rejects make speculation slower than plain decoding. After a verification that accepted a of its drafts, the next
 draft is at most a + 1 long, and twice as long after each verification that accepted all it drafted, up to k
 (a lookup that was just accepted whole is most often inside a copied span, which ends suddenly, not
 gradually: on a repeated paragraph, growing by one took five verifications to return to k after one break). A

@@ -5,8 +5,8 @@ again as the matmuls themselves on a small model. The native step runs the same 
 as blocks, same float32 arithmetic up to summation order, and e^x as a polynomial within 2 ulp) for N decode
 tokens in one call, from the embedding lookup (quantized embeddings) to the layers' output, and a second call
 runs the final norm and the head (a quantized one) over the rows to sample. Between the two nothing but the
-call itself runs in Python: after a step has streamed ~100 MB of weights through the caches, every torch op
-costs tens of microseconds (a final torch RMSNorm took ~300 us a token, the key-slot tensors ~130 us).
+call itself runs in Python: after a step has streamed its weights through the caches, every torch op costs
+more than the work it does (figures: docs/benchmarks.md, "Figures behind choices in the code").
 
 It covers every family of model/family.py: pre-norm and sandwich layers, RMSNorm and (1 + w) RMSNorm,
 SwiGLU and GeGLU, q/k/v biases, per-head q/k norms, a query scale, an attention soft-cap, sliding windows and
