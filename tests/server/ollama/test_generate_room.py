@@ -47,7 +47,7 @@ def test_a_raw_prompt_longer_than_num_ctx_is_a_400(server):
     url, tokenizer = server
     ids = len(tokenizer.encode(" hello" * 10))
     message = refused(url, prompt=" hello" * 10, raw=True, options={"num_ctx": 8})
-    assert message == f"the prompt has {ids} tokens, but options.num_ctx is 8 (nothing is cut to fit)"
+    assert message == f"prompt has {ids} tokens, but options.num_ctx is 8 (at most 7 leave room for one new token)"
 
 
 def test_a_raw_answer_runs_to_num_ctx_and_returns_its_context(server):
