@@ -1,9 +1,10 @@
 """LLM: the public entry point — a loaded model, its tokenizer, and generate/stream/chat.
 
-Every request runs on one long-lived Engine that the LLM owns (continuous batching, paged KV cache, prefix
-sharing, speculative decoding): a single prompt is a one-element batch. `cache="none"|"contiguous"` (or a
-cache object) runs the labelled reference loop (tinyllm.reference) instead, the oracle the engine is tested
-against. An LLM is not thread-safe; streams of one LLM may be interleaved in one thread (they share steps).
+Every request runs on one long-lived Engine that the LLM owns (engine/shared_engine.py: continuous batching,
+paged KV cache, prefix sharing, speculative decoding): a single prompt is a one-element batch.
+`cache="none"|"contiguous"` (or a cache object) runs the labelled reference loop (tinyllm.reference) instead,
+the oracle the engine is tested against. An LLM is not thread-safe; streams of one LLM may be interleaved in
+one thread (they share steps).
 """
 
 from __future__ import annotations
