@@ -41,9 +41,9 @@ def test_one_prompt_equals_a_one_element_list(llm):
 def test_the_llm_keeps_one_engine_and_its_prefix_cache(llm):
     prompt = "A prompt long enough to fill at least two blocks of sixteen tokens each, " * 3
     llm.generate(prompt, **GREEDY)
-    engine = llm._engine
+    engine = llm._shared.engine
     g = llm.generate(prompt, **GREEDY)
-    assert llm._engine is engine and g.stats["cached_tokens"] >= 16
+    assert llm._shared.engine is engine and g.stats["cached_tokens"] >= 16
     assert engine.pool_stats().used == 0 and not engine.requests
 
 
@@ -82,14 +82,14 @@ def test_interleaved_streams_share_steps_and_lose_nothing(llm):
     got["b"] += list(b)
     assert "".join(got["a"]) == llm.generate("First prompt", **GREEDY).text
     assert "".join(got["b"]) == llm.generate("Second, longer prompt here", **GREEDY).text
-    assert llm._engine.pool_stats().used == 0
+    assert llm._shared.engine.pool_stats().used == 0
 
 
 def test_closing_a_stream_early_aborts_it_and_frees_its_blocks(llm):
     it = llm.stream("Some words to start", temperature=0, max_tokens=50, ignore_eos=True)
     next(it)
     it.close()
-    engine = llm._engine
+    engine = llm._shared.engine
     assert engine.pool_stats().used == 0 and not engine.has_unfinished() and not engine.requests
 
 
@@ -102,14 +102,14 @@ def test_bad_input_is_rejected_before_anything_is_queued(llm):
         llm.generate("x", kv_dtype="int8", **GREEDY)
     with pytest.raises(TinyLLMError, match="cache"):
         llm.generate("x", cache="disk", **GREEDY)
-    assert llm._engine is None or not llm._engine.has_unfinished()
+    assert llm._shared.engine is None or not llm._shared.engine.has_unfinished()
 
 
 def test_kv_dtype_defaults_to_the_model_dtype_on_both_paths(smollm_tokenizer):
     model = tiny_llama(2, vocab_size=smollm_tokenizer.vocab_size).to(torch.bfloat16)
     llm = LLM.from_parts(model, smollm_tokenizer)
     g = llm.generate("Hi", **GREEDY)
-    assert llm._engine.storage.dtype == torch.bfloat16
+    assert llm._shared.engine.storage.dtype == torch.bfloat16
     ref = llm.generate("Hi", cache="contiguous", **GREEDY)
     assert ref.ids == g.ids
 
@@ -118,11 +118,16 @@ def test_a_stream_dropped_before_its_first_piece_frees_its_request(llm):
     import gc
 
     it = llm.stream("Never read", temperature=0, max_tokens=50, ignore_eos=True)
-    engine = llm._engine
+    engine = llm._shared.engine
     assert engine.has_unfinished()
     del it
     gc.collect()
-    assert not engine.has_unfinished() and engine.pool_stats().used == 0 and not llm._inboxes and not llm._router.routes
+    assert (
+        not engine.has_unfinished()
+        and engine.pool_stats().used == 0
+        and not llm._shared._inboxes
+        and not llm._shared._router.routes
+    )
 
 
 def test_score_and_logprobs_equal_the_full_forward(smollm_tokenizer):

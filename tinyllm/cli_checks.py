@@ -8,6 +8,7 @@ import re
 import sys
 
 from .cli_flags import DEFAULT_MAX_TOKENS
+from .engine.prompt import check_room as check_context_room
 from .errors import TinyLLMError
 
 # SamplingParams' and SpeculativeConfig's field names -> the flags that set them, for the rare message
@@ -66,14 +67,8 @@ def check_speculative(args) -> None:
 
 
 def check_room(num_prompt: int, max_tokens: int | None, context: int) -> None:
-    """An explicit --max-tokens must fit the context after the prompt (the server's check and words)."""
-    if max_tokens is not None and max_tokens > context:
-        raise TinyLLMError(f"--max-tokens is {max_tokens}, more than the model's context length of {context} tokens")
-    if max_tokens is not None and num_prompt + max_tokens > context:
-        raise TinyLLMError(
-            f"the prompt has {num_prompt} tokens and --max-tokens is {max_tokens}, more than the model's "
-            f"context length of {context} tokens"
-        )
+    """The prompt, and an explicit --max-tokens after it, must fit the context (the server's rule and words)."""
+    check_context_room(num_prompt, context, max_tokens=max_tokens, max_tokens_field="--max-tokens")
 
 
 def max_tokens_of(max_tokens: int | None) -> int:

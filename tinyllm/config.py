@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -155,6 +155,17 @@ class ModelConfig:
     @property
     def context_length(self) -> int:
         return self.max_position_embeddings
+
+    def within_context(self, ctx_size: int | None) -> ModelConfig:
+        """The config a model runs under: its trained context, or less (ctx_size)."""
+        if ctx_size is None:
+            return self
+        if isinstance(ctx_size, bool) or not isinstance(ctx_size, int) or not 1 <= ctx_size <= self.context_length:
+            raise TinyLLMError(
+                f"ctx_size must be an integer from 1 to the model's trained context of {self.context_length}, "
+                f"got {ctx_size!r}"
+            )
+        return replace(self, max_position_embeddings=ctx_size)
 
     def kv_bytes_per_token(self, itemsize: float = 4) -> int:
         """Bytes of K and V one position costs across all layers: 2·L·Hkv·D·itemsize (a q8_0 value: 1 + 2/32)."""

@@ -18,6 +18,8 @@ from collections.abc import Generator as PyGenerator
 import torch
 
 from .cache.kv_cache import KVCache
+from .config import parse_kv_dtype
+from .engine.model_parts import ModelParts
 from .engine.prompt import check_prompt, effective_max_tokens, prompt_ids_of
 from .engine.request import Request, accept_tokens, make_generation
 from .errors import TinyLLMError
@@ -27,9 +29,11 @@ from .outputs import Generation
 from .sampling.logit_bias import check_logit_bias_ids
 from .sampling.params import SamplingParams
 from .sampling.sampler import SampleResult, sample
+from .speculative.factory import DraftModels, make_proposer
 from .speculative.verify import verify_drafts
 
 CACHE_MODES = ("none", "contiguous", "paged")
+ENGINE_CACHE = "paged"  # the cache `LLM` names its engine by: its other cache options run this loop
 
 
 def cache_dims(model) -> tuple[int, int, int, int]:
@@ -219,3 +223,46 @@ def generate(
             return done.value
         if on_text is not None:
             on_text(piece)
+
+
+class ReferenceLoop:
+    """An LLM's way into this loop (its `cache="none"|"contiguous"` or a cache object): its model parts, and
+    the draft models its speculative calls load once."""
+
+    def __init__(self, parts: ModelParts):
+        self.parts = parts
+        self.drafts = DraftModels(parts.model, parts.tokenizer)
+
+    def steps(self, prompt, p, cache, kv_dtype, prefill_chunk, spec) -> PyGenerator[str, None, Generation]:
+        """iter_generate over the parts: the text pieces, then the Generation."""
+        if self.parts.tensor_parallel is not None:
+            raise TinyLLMError(
+                f"cache={cache!r} runs the reference loop on one process; a tensor-parallel LLM "
+                f"runs on its engine (cache={ENGINE_CACHE!r})"
+            )
+        proposer, k = None, 0
+        if spec is not None:
+            proposer, k = make_proposer(spec, self.drafts), spec.num_draft_tokens
+        model = self.parts.model
+        dtype = model.dtype if kv_dtype is None else parse_kv_dtype(kv_dtype)
+        return iter_generate(
+            model,
+            self.parts.tokenizer,
+            prompt,
+            p,
+            cache=cache,
+            kv_dtype=dtype,
+            eos_ids=self.parts.eos_ids,
+            prefill_chunk=prefill_chunk,
+            proposer=proposer,
+            num_draft_tokens=k,
+            grammars=self.parts.grammars,
+        )
+
+    def generate(self, prompt, p, cache, kv_dtype, prefill_chunk, spec) -> Generation:
+        steps = self.steps(prompt, p, cache, kv_dtype, prefill_chunk, spec)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value

@@ -201,8 +201,8 @@ def test_decode_rows_of_each_kv_type_keep_their_engine_between_turns(folder):
     for turn in range(2):
         for kv in ("float32", "float16"):
             run = decode.ours(llm, ids, 4, {"kv_dtype": kv}, engines)
-            made.setdefault(kv, llm._engine)
-            assert llm._engine is made[kv]
+            made.setdefault(kv, llm._shared.engine)
+            assert llm._shared.engine is made[kv]
             assert (run["cached_tokens"] > 0) == (turn == 1)
     assert made["float32"] is not made["float16"]
     assert decode.ours(llm, ids, 4, {"kv_dtype": "float32"})["cached_tokens"] == 0  # without: made again

@@ -85,7 +85,7 @@ def test_a_q8_pool_holds_about_twice_the_tokens_of_a_float16_one(smollm_tokenize
     sizes = {kv: Engine(llm.parts, kv_memory_bytes=1 << 20, kv_dtype=kv).pool.num_blocks for kv in ("float16", "q8_0")}
     assert sizes["q8_0"] == int(sizes["float16"] * 2 / (1 + 2 / 32))
     g = llm.generate("Hello there", kv_dtype="q8_0", temperature=0, max_tokens=4, ignore_eos=True)
-    assert len(g.ids) == 4 and llm._engine.storage.dtype == torch.int8
+    assert len(g.ids) == 4 and llm._shared.engine.storage.dtype == torch.int8
 
 
 def test_q8_needs_a_head_dim_that_is_a_multiple_of_32(smollm_tokenizer):

@@ -37,7 +37,7 @@ def test_steps_run_torch_on_one_thread_with_equal_tokens(tmp_path, monkeypatch, 
             lambda self, *args: (seen.append(torch.get_num_threads()), forward(self, *args))[1],
         )
         two = llm.generate(prompt, max_tokens=6, temperature=0, ignore_eos=True).ids
-        assert (llm._engine.runner.fused is not None) == native_step
+        assert (llm._shared.engine.runner.fused is not None) == native_step
         assert torch.get_num_threads() == 2  # restored after every step
     finally:
         torch.set_num_threads(before)

@@ -88,10 +88,10 @@ def ours(llm, ids: list[int], n: int, options: dict, engines: dict | None = None
     its prefix cache, as llama.cpp's repeats find theirs."""
     key = (id(llm), options.get("kv_dtype"))
     if engines is not None and key in engines:
-        llm._engine, llm._engine_key = engines[key]
+        llm._shared.engine, llm._shared.key = engines[key]
     g, wall = common.timed(llm.generate, ids, max_tokens=n, temperature=0, ignore_eos=True, **options)
     if engines is not None:
-        engines[key] = (llm._engine, llm._engine_key)
+        engines[key] = (llm._shared.engine, llm._shared.key)
     return {
         "wall_s": wall,
         "load_1min": common.load_now(),

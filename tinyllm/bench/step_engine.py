@@ -41,7 +41,7 @@ def engine_breakdown(llm, ids: list[int], steps: int) -> dict:
 
     params = SamplingParams(max_tokens=steps, temperature=0.0, ignore_eos=True)
     llm.generate(ids, params=params)  # the engine, the kernels and the caches made once
-    runner = llm._engine.runner
+    runner = llm._shared.engine.runner
     stack = runner.fused
     if stack is None:
         return {"native_step": False}

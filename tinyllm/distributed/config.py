@@ -43,6 +43,18 @@ class ParallelConfig:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise TinyLLMError(f"{name} must be a positive number of seconds, got {value!r}")
 
+    @classmethod
+    def of(cls, tensor_parallel_size: int, parallel: ParallelConfig | None) -> ParallelConfig:
+        """`LLM(tensor_parallel_size=N)` or `LLM(parallel=ParallelConfig(...))`: a size given with both agrees."""
+        if parallel is None:
+            return cls(tensor_parallel_size)
+        if tensor_parallel_size not in (1, parallel.tensor_parallel_size):
+            raise TinyLLMError(
+                f"tensor_parallel_size={tensor_parallel_size} disagrees with parallel.tensor_parallel_size="
+                f"{parallel.tensor_parallel_size}"
+            )
+        return parallel
+
 
 def _port(value, name: str) -> int:
     try:

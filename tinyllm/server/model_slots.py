@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from ..engine.async_engine import AsyncEngine
 from ..engine.engine import Engine
+from ..engine.model_parts import ModelParts
 from ..errors import TinyLLMError
 from .checks.admission import PromptLimits, max_token_chars
 from .metrics import ServerMetrics
@@ -63,7 +64,8 @@ class ModelSource:
 
 @dataclass
 class Ready:
-    """A loaded model and what every handler needs of it."""
+    """A loaded model and what every handler needs of it: handlers read the model through `parts` (what the
+    engine runs), `info()` and `path`, never through the LLM, which the slot keeps to close."""
 
     llm: object
     engine: AsyncEngine
@@ -75,12 +77,26 @@ class Ready:
     slot: Slot | None = None
 
     @property
+    def parts(self) -> ModelParts:
+        """The model, tokenizer, config, eos ids and grammars its engine runs."""
+        return self.llm.parts
+
+    @property
     def tokenizer(self):
-        return self.llm.tokenizer
+        return self.parts.tokenizer
 
     @property
     def context_length(self) -> int:
-        return self.llm.config.context_length
+        return self.parts.config.context_length
+
+    @property
+    def path(self) -> str:
+        """The model's file or folder ("" for a model built in memory without one)."""
+        return str(getattr(self.llm, "path", "") or "")
+
+    def info(self) -> dict:
+        """The model's description, as `tinyllm info` prints it (model/info.py)."""
+        return self.llm.info()
 
     def check_model(self, model: str | None) -> None:
         # A request may leave `model` out; one that names another model gets OpenAI's 404.
@@ -200,13 +216,13 @@ class Builder:
         # The engine thread never compiles a grammar (one the handlers did not compile ahead compiles on a
         # grammar thread while its request waits), and the grammar engine's token table is built now, in
         # the background, not inside the first structured request.
-        options = {"compile_grammars_on_add": False, **self.options}
-        engine = AsyncEngine(Engine(llm.parts, **options), self.metrics)
-        llm.grammars.warm_up()
-        limits = PromptLimits(llm.config.context_length, max_token_chars(llm.tokenizer))
+        options, parts = {"compile_grammars_on_add": False, **self.options}, llm.parts
+        engine = AsyncEngine(Engine(parts, **options), self.metrics)
+        parts.grammars.warm_up()
+        limits = PromptLimits(parts.config.context_length, max_token_chars(parts.tokenizer))
         name = source.name or default_model_name(llm)
         aliases = model_aliases(llm) if source.aliases is None else source.aliases
-        texts = TokenTexts(llm.tokenizer)
+        texts = TokenTexts(parts.tokenizer)
         ready = Ready(llm, engine.start(), texts, name, limits, aliases, self.make_embedder())
         log.info("model %s is ready; %s", name, pool_line(engine.engine))
         return ready

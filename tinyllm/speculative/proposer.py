@@ -48,3 +48,17 @@ class SpeculativeConfig:
             isinstance(self.draft_layers, bool) or not isinstance(self.draft_layers, int) or self.draft_layers < 1
         ):
             raise TinyLLMError(f"draft_layers must be a positive integer, got {self.draft_layers!r}")
+
+    @classmethod
+    def of(cls, speculative) -> SpeculativeConfig | None:
+        """None, a SpeculativeConfig, a method name ("ngram" / "draft"), or a dict of SpeculativeConfig fields."""
+        if speculative is None or isinstance(speculative, SpeculativeConfig):
+            return speculative
+        if isinstance(speculative, str):
+            return cls(method=speculative)
+        if isinstance(speculative, dict):
+            try:
+                return cls(**speculative)
+            except TypeError as exc:
+                raise TinyLLMError(f"unknown speculative option: {exc}") from None
+        raise TinyLLMError(f"speculative must be None, a method name or a SpeculativeConfig, got {speculative!r}")

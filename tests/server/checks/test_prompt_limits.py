@@ -93,6 +93,11 @@ def test_room_for_the_answer_names_the_field_that_asked_for_it():
     )
     assert refused(LIMITS.check_room, 4, 7, "prompt").param == "max_tokens"
     assert refused(LIMITS.check_room, 10, None, "prompt").param == "prompt"
+    err = refused(LIMITS.check_room, 1, 11, "prompt")  # more than the whole context, whatever the prompt
+    assert (err.param, err.message) == (
+        "max_tokens",
+        "max_tokens is 11, more than the model's context length of 10 tokens",
+    )
 
 
 def test_lone_surrogates_become_the_replacement_character_and_pairs_their_character():

@@ -47,7 +47,21 @@ def test_a_raw_prompt_longer_than_num_ctx_is_a_400(server):
     url, tokenizer = server
     ids = len(tokenizer.encode(" hello" * 10))
     message = refused(url, prompt=" hello" * 10, raw=True, options={"num_ctx": 8})
-    assert message == f"the prompt has {ids} tokens, but options.num_ctx is 8 (nothing is cut to fit)"
+    assert message == f"prompt has {ids} tokens, but options.num_ctx is 8 (at most 7 leave room for one new token)"
+
+
+def test_a_raw_prompt_one_short_of_num_ctx_gets_one_token_and_a_full_one_is_refused(server):
+    url, tokenizer = server
+    num_ctx = 3 + len(tokenizer.encode(" hello")) + 1  # a context of 3 ids, the prompt, one position left
+    options = {"num_ctx": num_ctx, "temperature": 0}
+    r = generate(url, prompt=" hello", raw=True, options=options, context=[5, 6, 7])
+    assert r.status_code == 200, r.text
+    assert (r.json()["eval_count"], r.json()["done_reason"]) == (1, "length")
+    message = refused(url, prompt=" hello", raw=True, options=options, context=[5, 6, 7, 8])
+    assert message == (
+        f"prompt has {num_ctx} tokens, but options.num_ctx is {num_ctx} (at most {num_ctx - 1} leave room for one "
+        "new token)"
+    )
 
 
 def test_a_raw_answer_runs_to_num_ctx_and_returns_its_context(server):

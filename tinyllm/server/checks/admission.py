@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from ...engine.prompt import NoRoom, check_room
 from ..transport.limits import MAX_STOP_CHARS, MAX_STOP_STRINGS
 from ..wire.errors import APIError
 
@@ -57,13 +58,7 @@ class PromptLimits:
             )
 
     def check_ids(self, num_ids: int, param: str) -> None:
-        if num_ids >= self.context_length:
-            raise context_error(
-                f"{param} has {num_ids} tokens, but the model's context length is "
-                f"{self.context_length} (at most {self.context_length - 1} leave room for one "
-                f"new token)",
-                param,
-            )
+        self.check_room(num_ids, None, param)
 
     def check_message_count(self, num_messages: int) -> None:
         if num_messages > self.context_length:
@@ -95,13 +90,15 @@ class PromptLimits:
     ) -> None:
         """The prompt must leave room for max_tokens (or at least one token) in the context; `max_tokens_param`
         is the request field that set it (max_completion_tokens, max_output_tokens)."""
-        self.check_ids(num_prompt, param)
-        if max_tokens is not None and num_prompt + max_tokens > self.context_length:
-            raise context_error(
-                f"the prompt has {num_prompt} tokens and {max_tokens_param} is {max_tokens}, more than "
-                f"the model's context length of {self.context_length} tokens",
-                max_tokens_param,
-            )
+        room_or_400(num_prompt, self.context_length, param, max_tokens=max_tokens, max_tokens_field=max_tokens_param)
+
+
+def room_or_400(prompt_len: int, context_len: int, field: str, **rule) -> None:
+    """The context rule (engine/prompt.py), broken as a 400 `context_length_exceeded` naming the field to blame."""
+    try:
+        check_room(prompt_len, context_len, field, **rule)
+    except NoRoom as exc:
+        raise context_error(str(exc), exc.field) from None
 
 
 def _message_chars(message) -> int:

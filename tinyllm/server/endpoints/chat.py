@@ -107,7 +107,7 @@ async def prepare_chat(body: ChatCompletionRequest, ctx: Ready):
     ctx.limits.check_room(len(ids), values["max_tokens"], PROMPT_PARAM, names["max_tokens"])
     seed = body.seed if body.seed is not None else fresh_seed()
     params = per_choice(values, names, seed, body.n or 1)
-    check_vocab(params, ctx.llm.config.vocab_size)
+    check_vocab(params, ctx.parts.config.vocab_size)
     return ids, params, seed, tools
 
 
@@ -125,8 +125,8 @@ def _constraint(body: ChatCompletionRequest, tools: ToolRequest | None):
 
 def _prepare(ctx: Ready, messages, values: dict, tools: ToolRequest | None, field: str | None) -> list[int]:
     prepare_stops(values)
-    compile_tools(ctx.llm.grammars, tools)
-    compile_structured(ctx.llm.grammars, values.get("structured"), field)
+    compile_tools(ctx.parts.grammars, tools)
+    compile_structured(ctx.parts.grammars, values.get("structured"), field)
     return chat_prompt_ids(ctx.tokenizer, messages, tools.prompt_tools() if tools is not None else None)
 
 

@@ -123,12 +123,12 @@ async def prepare_completion(body: CompletionRequest, ctx: Ready):
     texts = split_prompts(body.prompt)
     check_prompts(texts, body.n or 1, ctx.limits)  # before any tokenizing: sizes against the context
     # Off the event loop and the engine thread: encoding, the stop strings' automaton and the grammar.
-    prompts = await run_in_threadpool(_prepare, ctx.tokenizer, texts, values, ctx.llm.grammars, field)
+    prompts = await run_in_threadpool(_prepare, ctx.tokenizer, texts, values, ctx.parts.grammars, field)
     for ids in prompts:
         ctx.limits.check_room(len(ids), values["max_tokens"], PROMPT_PARAM)
     seed = body.seed if body.seed is not None else fresh_seed()
     params = per_choice(values, names, seed, body.n or 1)
-    check_vocab(params, ctx.llm.config.vocab_size)
+    check_vocab(params, ctx.parts.config.vocab_size)
     return prompts, params, seed
 
 

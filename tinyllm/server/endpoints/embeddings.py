@@ -92,7 +92,7 @@ def _check_length(num_ids: int, context: int, where: str, param: str) -> None:
 def _ids(ctx: Ready, items: list, param: str, truncate: bool, context: int | None, max_tokens: int) -> list[list[int]]:
     """Each input's ids, checked against the context (or cut to it when truncate) and their total against
     max_tokens; `context` is the request's own, at most the model's."""
-    vocab, context = ctx.llm.config.vocab_size, context or ctx.context_length
+    vocab, context = ctx.parts.config.vocab_size, context or ctx.context_length
     out = []
     for i, item in enumerate(items):
         if not item:
@@ -143,7 +143,7 @@ class Embedder:
     ) -> Embedded:
         """The vectors of `items`; raises ClientGone when the client disconnects first."""
         try:
-            check_embeddable(ctx.llm)
+            check_embeddable(ctx.parts)
         except TinyLLMError as exc:
             raise bad_request(f"this server cannot embed: {exc}") from None
         for i, item in enumerate(items):
@@ -151,7 +151,7 @@ class Embedder:
                 ctx.limits.check_text(len(item), f"{param}[{i}]")
         max_tokens = self.limits.max_request_tokens
         ids = await run_in_threadpool(_ids, ctx, items, param, truncate, context, max_tokens)
-        queue = self._started(ctx.llm.model)
+        queue = self._started(ctx.parts.model)
         try:
             job = queue.submit(ids, pooling, normalize)
         except QueueFull as exc:
@@ -206,7 +206,7 @@ def pooling_options(pooling: str | None, normalize: bool | None) -> tuple[Poolin
 
 
 def check_dimensions(dimensions: int | None, ctx: Ready, param: str = "dimensions") -> None:
-    width = ctx.llm.config.hidden_size
+    width = ctx.parts.config.hidden_size
     if dimensions is not None and dimensions != width:
         raise bad_request(
             f"{param} {dimensions} is not supported: this model's embeddings have {width} dimensions; "

@@ -155,8 +155,8 @@ async def _prepared(body: ResponsesRequest, ctx: Ready):
 
 def _prompt_ids(ctx: Ready, messages: list[ChatMessage], tools: ToolRequest | None, forced) -> list[int]:
     """Off the event loop: the tools' grammar compiled, the prompt rendered and encoded."""
-    compile_tools(ctx.llm.grammars, tools)
-    compile_structured(ctx.llm.grammars, forced, "tool_choice")
+    compile_tools(ctx.parts.grammars, tools)
+    compile_structured(ctx.parts.grammars, forced, "tool_choice")
     return chat_prompt_ids(ctx.tokenizer, messages, tools.prompt_tools() if tools is not None else None)
 
 

@@ -97,7 +97,7 @@ def running(model: Listed, context_length: int, on_gpu: bool, expires_in_s: floa
 
 def parameters(ctx: Ready) -> str:
     """The model's defaults as a Modelfile's PARAMETER lines name them: its stop tokens."""
-    texts = dict.fromkeys(ctx.tokenizer.token_text(i) for i in ctx.llm.eos_ids)
+    texts = dict.fromkeys(ctx.tokenizer.token_text(i) for i in ctx.parts.eos_ids)
     return "\n".join(f"stop {json.dumps(t, ensure_ascii=False)}" for t in texts if t)
 
 
@@ -133,7 +133,7 @@ def show(ctx: Ready, info: dict, license_text: str | None = None) -> dict:
         "details": details(info),
         "model_info": model_info,
         "capabilities": CAPABILITIES,
-        "modified_at": modified_at(str(getattr(ctx.llm, "path", "") or "")),
+        "modified_at": modified_at(ctx.path),
     }
     return {**shown, "license": license_text} if license_text else shown
 

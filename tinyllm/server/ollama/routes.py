@@ -25,7 +25,7 @@ from ...loading.file_summary import summary_of
 from ...loading.model_card import model_license
 from ...model.pooling import Pooling
 from ...sampling.params import SamplingParams
-from ..checks.admission import context_error
+from ..checks.admission import room_or_400
 from ..checks.prompts import encode_text
 from ..endpoints.chat import prepare_chat
 from ..endpoints.completions import prepare_completion
@@ -92,11 +92,7 @@ def _within(job: Job, num_ctx: int | None) -> Job:
     """The job held to the request's own context (options.num_ctx): prompt and answer together fit in it."""
     if num_ctx is None:
         return job
-    if len(job.ids) >= num_ctx:
-        raise context_error(
-            f"the prompt has {len(job.ids)} tokens, but options.num_ctx is {num_ctx} (nothing is cut to fit)",
-            "options.num_ctx",
-        )
+    room_or_400(len(job.ids), num_ctx, job.param, context_field="options.num_ctx")  # nothing is cut to fit
     ctx_left = num_ctx - len(job.ids)  # the context's positions after the prompt
     max_tokens = ctx_left if job.params.max_tokens is None else min(job.params.max_tokens, ctx_left)
     return replace(job, params=job.params.replace(max_tokens=max_tokens))
@@ -249,7 +245,7 @@ def noted(request: Request, sampling: Sampling) -> Sampling:
 
 def _embed_width(dimensions: int | None, ctx: Ready) -> int | None:
     """`dimensions` as Ollama takes it: the first that many of each vector's values (None: all of them)."""
-    width = ctx.llm.config.hidden_size
+    width = ctx.parts.config.hidden_size
     if dimensions is None or dimensions == width:
         return None
     if isinstance(dimensions, bool) or not 1 <= dimensions < width:
@@ -271,8 +267,8 @@ def _add_model_routes(router: APIRouter, ready, state) -> None:
         """A slot as the listings show it: from its loaded model, or from its file's header."""
         ready_now = slot.ready if slot.ready is not None or state.many else state.require(slot)
         if ready_now is not None:
-            path = str(getattr(ready_now.llm, "path", "") or "")
-            info = await run_in_threadpool(ready_now.llm.info)
+            path = ready_now.path
+            info = await run_in_threadpool(ready_now.info)
         else:
             path = slot.source.path
             info = await run_in_threadpool(summary_of, path or "")
@@ -289,7 +285,7 @@ def _add_model_routes(router: APIRouter, ready, state) -> None:
         now, shown = time.monotonic(), []
         for slot in [s for s in state.slots if s.ready is not None]:
             ready_now = slot.ready
-            on_gpu = str(getattr(ready_now.llm.model, "device", "cpu")).startswith("cuda")
+            on_gpu = str(getattr(ready_now.parts.model, "device", "cpu")).startswith("cuda")
             left = None if slot.keep_alive_s is None else max(0.0, slot.keep_alive_s - slot.idle_s(now))
             shown.append(models.running(await listed(slot), ready_now.context_length, on_gpu, left))
         if not shown and not state.many and state.default.seen_name is None:
@@ -300,8 +296,8 @@ def _add_model_routes(router: APIRouter, ready, state) -> None:
     async def show(request: Request, ctx: Ready = Depends(ready)) -> dict:
         body = await parse_body(request, ShowBody)
         ctx.check_model(model_name(body.model or body.name))
-        path = str(getattr(ctx.llm, "path", "") or "")
-        return models.show(ctx, await run_in_threadpool(ctx.llm.info), await run_in_threadpool(model_license, path))
+        info = await run_in_threadpool(ctx.info)
+        return models.show(ctx, info, await run_in_threadpool(model_license, ctx.path))
 
     _add_unmanaged_routes(router)
 
