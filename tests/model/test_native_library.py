@@ -1,0 +1,44 @@
+"""The decoder's library (model/native/library.py): built over the kernels' library, decided again when those
+are, and where it cannot build, one warning and the module path."""
+
+import warnings
+
+import pytest
+
+from tinyllm.kernels import native
+from tinyllm.model.native import library as decoder
+from tinyllm.model.native.lowering import unsupported
+
+pytestmark = pytest.mark.skipif(native.library() is None, reason="no native kernels on this machine")
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """The decoder decided anew, and decided anew again after the test."""
+    monkeypatch.setattr(decoder, "_state", {})
+    yield
+    decoder._state.clear()
+
+
+def test_a_failed_decoder_build_warns_once_and_the_modules_run(fresh, monkeypatch):
+    def fail(compiler, kernels):
+        raise RuntimeError("decode.cpp failed: error: expected ';'")
+
+    monkeypatch.setattr(decoder, "build_decoder", fail)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert decoder.library() is None and decoder.library() is None
+    [warning] = caught
+    assert "native decode step is not used, building it failed: decode.cpp failed" in str(warning.message)
+    from test_native_lowering import variant
+
+    assert unsupported(variant("llama-int8")) == "the native decode step is not built"
+
+
+def test_the_decoder_is_decided_again_with_the_kernels(fresh):
+    lib = decoder.library()
+    assert lib is not None and decoder.library() is lib
+    native.reset()  # as the tests of the scalar build do, before and after
+    again = decoder.library()
+    assert again is not lib and decoder._state["kernels"] is native.library()
+    assert again._name == lib._name  # the same kernels, so the same cached decoder
