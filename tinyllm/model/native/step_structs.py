@@ -15,9 +15,10 @@ from ...kernels.native import _weight_args, library, packed
 from ...kernels.qweight import QuantWeight
 from ...kernels.threads import kernel_threads
 from .step_ctypes import QW, LayerArgs, ModelArgs, Proj, StepArgs
-from .step_fields import LAYER, Field
+from .step_fields import LAYER, PROJ, Field
 
 ACTIVATIONS = {name: i for i, name in enumerate(LAYER.field("activation").choices)}
+MAX_PARTS = PROJ.field("part").count  # weights a fused projection holds
 KV_TYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.int8: 3}  # csrc/kv.h KvType (int8: q8_0)
 
 _PY_TYPES = {"QW": "QuantWeight", "Proj": "list[QuantWeight]", "int64_t": "int", "double": "float"}
@@ -114,9 +115,9 @@ def _qw(w: QuantWeight) -> QW:
 
 
 def _proj(parts: list[QuantWeight]) -> Proj:
-    if not 1 <= len(parts) <= 3:
-        raise ValueError(f"a fused projection holds 1 to 3 weights, got {len(parts)}")
-    return Proj((QW * 3)(*(_qw(w) for w in parts)), len(parts))
+    if not 1 <= len(parts) <= MAX_PARTS:
+        raise ValueError(f"a fused projection holds 1 to {MAX_PARTS} weights, got {len(parts)}")
+    return Proj((QW * MAX_PARTS)(*(_qw(w) for w in parts)), len(parts))
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:
