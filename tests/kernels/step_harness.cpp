@@ -7,7 +7,7 @@
 // AVX-512, NEON under emulation) can be compared bit for bit. No soft-cap: its tanh is libm's, which x86-64's
 // and aarch64's glibc round differently (the step's other libm calls, expf in joining spans and cosf/sinf for
 // the rotary angles, agree on these inputs).
-#include "../../tinyllm/model/native/csrc/decode.cpp"  // built with -I tinyllm/kernels/csrc
+#include "../../tinyllm/model/native/csrc/decode.cpp"  // built with -I tinyllm/kernels/csrc and step_args.h
 
 #include <cstdio>
 #include <vector>

@@ -29,7 +29,7 @@ def test_a_first_build_says_so_on_one_line_and_the_next_load_is_silent(tmp_path)
     assert first.stdout.strip() == "True", first.stderr
     [line] = first.stderr.splitlines()
     assert line.startswith(build.NOTICE) and line.endswith(" s") and " done in " in line
-    names = [unit.stem for unit in build.UNIT_PATHS]
+    names = [unit.stem for unit in build.KERNELS.unit_paths]
     for name in names:
         assert f" {name} " in line
     assert all(f" {i + 1}/{len(names)}," in line for i in range(len(names)))
@@ -40,7 +40,7 @@ def test_a_first_build_says_so_on_one_line_and_the_next_load_is_silent(tmp_path)
 def fake_compiler(tmp_path, monkeypatch, run):
     """build() with `run` in place of the compiler's processes, caching under tmp_path."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(build, "build_key", lambda compiler: "key")
+    monkeypatch.setattr(build, "build_key", lambda compiler, sources: "key")
     monkeypatch.setattr(build, "run", run)
 
 
@@ -59,24 +59,25 @@ def test_sources_compile_one_process_per_core_at_once(tmp_path, monkeypatch):
     fake_compiler(tmp_path, monkeypatch, run)
     monkeypatch.setattr(build, "num_jobs", lambda: 3)
     log = io.StringIO()
-    path = build.build("c++", log=log)
+    path = build.build("c++", build.KERNELS, log=log)
     assert path == tmp_path / "tinyllm" / "kernels" / "key" / build.LIB_NAME and path.exists()
     assert most[0] == 3
     assert log.getvalue().startswith(build.NOTICE) and log.getvalue().count("\n") == 1
     assert os.listdir(path.parent) == [build.LIB_NAME]  # the objects are gone
-    assert build.build("c++", log=log) == path and log.getvalue().count("\n") == 1  # cached: nothing said
+    again = build.build("c++", build.KERNELS, log=log)
+    assert again == path and log.getvalue().count("\n") == 1  # cached: nothing said
 
 
 def test_a_failed_compile_raises_naming_the_command_and_leaves_no_folder(tmp_path, monkeypatch):
     def run(cmd):
-        if "decode.cpp" in " ".join(cmd):
+        if "qmatmul.cpp" in " ".join(cmd):
             raise RuntimeError(f"{' '.join(cmd)} failed: error: expected ';'")
         open(cmd[cmd.index("-o") + 1], "w").close()
 
     fake_compiler(tmp_path, monkeypatch, run)
     log = io.StringIO()
-    with pytest.raises(RuntimeError, match=r"-c \S*decode.cpp -o .* failed: error: expected ';'"):
-        build.build("c++", log=log)
+    with pytest.raises(RuntimeError, match=r"-c \S*qmatmul.cpp -o .* failed: error: expected ';'"):
+        build.build("c++", build.KERNELS, log=log)
     assert os.listdir(tmp_path / "tinyllm" / "kernels") == []
     assert log.getvalue().startswith(build.NOTICE) and " failed in " in log.getvalue()
     assert log.getvalue().endswith(" s\n") and log.getvalue().count("\n") == 1

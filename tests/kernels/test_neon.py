@@ -15,6 +15,7 @@ import subprocess
 import pytest
 
 from tinyllm.kernels import build
+from tinyllm.model.native import step_fields
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = [os.path.join(HERE, "simd_harness.cpp"), str(build.CSRC / "qmatmul.cpp")]
@@ -25,7 +26,11 @@ CROSS, QEMU = "aarch64-linux-gnu-g++", "qemu-aarch64"
 
 
 def compile_harness(compiler: str, flags: list[str], out: str, sources: list[str] = SOURCES) -> str:
-    cmd = [compiler, "-O3", "-ffp-contract=off", "-std=c++17", "-pthread", "-I", str(build.CSRC), *flags, *sources]
+    """The step harness includes the step's structs as the build writes them (step_args.h), beside `out`."""
+    with open(os.path.join(os.path.dirname(out), step_fields.HEADER_NAME), "w") as f:
+        f.write(step_fields.header())
+    includes = ["-I", str(build.CSRC), "-I", os.path.dirname(out)]
+    cmd = [compiler, "-O3", "-ffp-contract=off", "-std=c++17", "-pthread", *includes, *flags, *sources]
     cmd += ["-o", out]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

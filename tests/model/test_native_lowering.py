@@ -25,6 +25,7 @@ from tinyllm.kernels import native
 from tinyllm.loading.quantize import quantize_q4_1, quantize_q8_0
 from tinyllm.model.family import ACTIVATIONS, BLOCK_KINDS, FAMILIES, NORM_KINDS
 from tinyllm.model.native import lowering
+from tinyllm.model.native.library import library as decoder_library
 from tinyllm.model.native.lowering import build_stack, decode_logits, step_logits, unsupported
 from tinyllm.model.native.step_structs import KV_TYPES, StepTokens
 from tinyllm.model.plan import ROPE_TABLES, LayerPlan, ModelPlan, model_plan
@@ -33,7 +34,7 @@ from tinyllm.model.ragged_attention import RaggedLayout
 from tinyllm.speculative.draft_model import DraftModelProposer, self_draft
 from tinyllm.speculative.proposer import SpeculativeConfig
 
-pytestmark = pytest.mark.skipif(native.library() is None, reason="no native kernels on this machine")
+pytestmark = pytest.mark.skipif(decoder_library() is None, reason="no native decode step on this machine")
 
 BASE = dict(hidden_size=64, intermediate_size=96, num_heads=4, num_kv_heads=2, head_dim=32, vocab_size=300)
 # Config overrides that switch one feature of the plan (model/plan.py) on, by the plan field they set; the
@@ -428,7 +429,7 @@ def test_half_kv_on_the_portable_build(monkeypatch):
 
 def kv_round(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """values [n] float32 rounded to dtype by the native step's own store (csrc/kv.h)."""
-    lib = native.library()
+    lib = decoder_library()
     out = torch.empty(values.shape[0], dtype=dtype)
     assert lib.tl_kv_round(KV_TYPES[dtype], values.data_ptr(), values.shape[0], out.data_ptr()) == 0
     return out

@@ -14,10 +14,11 @@ from tinyllm.engine.engine import Engine
 from tinyllm.engine.runner import execute
 from tinyllm.errors import TinyLLMError
 from tinyllm.kernels import native
+from tinyllm.model.native.library import library as decoder_library
 from tinyllm.model.native.lowering import build_stack, decode_logits
 from tinyllm.speculative.proposer import SpeculativeConfig
 
-pytestmark = pytest.mark.skipif(native.library() is None, reason="no native kernels on this machine")
+pytestmark = pytest.mark.skipif(decoder_library() is None, reason="no native decode step on this machine")
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,7 @@ def native_q8(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """values [n] float32 (n a multiple of 32) quantized by the native step's own store."""
     q = torch.empty(values.shape[0], dtype=torch.int8)
     d = torch.empty(values.shape[0] // Q8_BLOCK, dtype=torch.float16)
-    assert native.library().tl_kv_q8(values.data_ptr(), values.shape[0], q.data_ptr(), d.data_ptr()) == 0
+    assert decoder_library().tl_kv_q8(values.data_ptr(), values.shape[0], q.data_ptr(), d.data_ptr()) == 0
     return q, d
 
 

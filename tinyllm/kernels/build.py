@@ -1,8 +1,9 @@
-"""Compile the C++ kernels into one shared library, cached per machine: the ops of kernels/csrc and the native
-decode step over them (model/native/csrc, which includes the ops' headers). Plain Python: no torch, no imports
-from the package, so that it can run apart from the rest.
+"""Compile C++ sources into a shared library, cached per machine: the ops of kernels/csrc (KERNELS), or any other
+library described by a `Sources` (its folder, units and headers, folders it includes from, headers written at
+build time, libraries it links against). Plain Python: no torch, no imports from the package, so that it can
+run apart from the rest.
 
-The library is compiled by the machine's compiler (`$CXX`, else g++, c++ or clang++) with `-O3 -march=native
+A library is compiled by the machine's compiler (`$CXX`, else g++, c++ or clang++) with `-O3 -march=native
 -ffp-contract=off` (nothing fused, so decoded weights stay bit-identical to the reference; no -march on 64-bit
 ARM, whose NEON path needs none) and cached under `~/.cache/tinyllm/kernels/<hash>/`, keyed by the sources,
 the compiler's version, the flags and the CPU's features. Each source compiles to an object in its own
@@ -24,22 +25,44 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 
 CSRC = Path(__file__).parent / "csrc"  # the ops: matmuls, 8-bit activations, formats, thread pool, greedy argmax
-DECODER = Path(__file__).parent.parent / "model" / "native" / "csrc"  # the native decode step, over the ops
-HEADERS = ["ahead.h", "blocks.h", "pool.h", "q8act.h", "simd.h", "tile.h", "vmath.h"]
-DECODER_HEADERS = ["attention.h", "decode_args.h", "kv.h", "kv16.h", "layer_ops.h"]
-# compiled into one library, each unit from its folder
-UNITS = ["qmatmul.cpp", "q8act.cpp", "q8pack.cpp", "greedy.cpp", "probe.cpp"]
-DECODER_UNITS = ["decode.cpp"]
-SOURCES = [CSRC / n for n in HEADERS + UNITS] + [DECODER / n for n in DECODER_HEADERS + DECODER_UNITS]
-UNIT_PATHS = [CSRC / n for n in UNITS] + [DECODER / n for n in DECODER_UNITS]
+HEADERS = ("ahead.h", "blocks.h", "pool.h", "q8act.h", "simd.h", "tile.h", "vmath.h")
+UNITS = ("qmatmul.cpp", "q8act.cpp", "q8pack.cpp", "greedy.cpp", "probe.cpp")  # compiled into one library
 FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-fPIC", "-shared", "-pthread"]
 LINK_ONLY = {"-shared"}
 LIB_NAME = "libtinyllm_kernels.so"
 TIMEOUT_S = 600
 NOTICE = "tinyllm: building the CPU kernels for this machine, once (seconds to a minute):"
+
+
+@dataclass(frozen=True)
+class Sources:
+    """One shared library's sources. Units compile side by side with `folder`, `includes` and (when there are
+    generated headers) the build folder on the include path; the headers, generated texts and linked
+    libraries are part of the cache key."""
+
+    lib_name: str
+    folder: Path
+    headers: tuple[str, ...]
+    units: tuple[str, ...]
+    notice: str  # the line on stderr while it builds
+    includes: tuple[Path, ...] = ()
+    generated: tuple[tuple[str, str], ...] = ()  # (file name, text): headers written beside the library
+    links: tuple[Path, ...] = ()  # shared libraries it calls into, by their paths
+
+    @property
+    def unit_paths(self) -> list[Path]:
+        return [self.folder / n for n in self.units]
+
+    @property
+    def paths(self) -> list[Path]:
+        return [self.folder / n for n in self.headers + self.units]
+
+
+KERNELS = Sources(LIB_NAME, CSRC, HEADERS, UNITS, NOTICE)
 
 
 def cache_root() -> Path:
@@ -71,36 +94,39 @@ def cpu_features() -> str:
         return platform.machine() + platform.processor()
 
 
-def build_key(compiler: str) -> str:
+def build_key(compiler: str, sources: Sources) -> str:
     """Hash of the sources, the compiler's version, the flags and the CPU's features: a change to any rebuilds."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
     h = hashlib.sha256()
-    for path in SOURCES:
+    for path in sources.paths:
         h.update(path.read_bytes())
-    for part in (version, " ".join(flags()), cpu_features()):
+    extra = [text for _, text in sources.generated] + [str(path) for path in sources.links]
+    for part in (version, " ".join(flags()), cpu_features(), *extra):
         h.update(part.encode())
     return h.hexdigest()[:16]
 
 
-def build(compiler: str, log=None) -> Path:
+def build(compiler: str, sources: Sources, log=None) -> Path:
     """The cached library for these sources, compiling it first if absent (one line on `log` says so, with
     each source as it finishes; default stderr). Raises RuntimeError on failure."""
     root = cache_root()
-    final = root / build_key(compiler)
-    if (final / LIB_NAME).exists():
-        return final / LIB_NAME
+    final = root / build_key(compiler, sources)
+    if (final / sources.lib_name).exists():
+        return final / sources.lib_name
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="build-", dir=root))
-    progress = Progress(sys.stderr if log is None else log, len(UNIT_PATHS))
+    progress = Progress(sys.stderr if log is None else log, sources.notice, len(sources.units))
     try:
-        objects = compile_units(compiler, tmp, progress)
-        run([compiler, "-shared", "-pthread", *map(str, objects), "-o", str(tmp / LIB_NAME)])
+        for name, text in sources.generated:
+            (tmp / name).write_text(text)
+        objects = compile_units(compiler, sources, tmp, progress)
+        run([compiler, "-shared", "-pthread", *map(str, objects), *link_flags(sources, tmp / sources.lib_name)])
         for obj in objects:
             obj.unlink()
         try:
             os.rename(tmp, final)
         except OSError:
-            if not (final / LIB_NAME).exists():  # not another process winning the race: a real failure
+            if not (final / sources.lib_name).exists():  # not another process winning the race: a real failure
                 raise
         progress.finish("done")
     except BaseException:
@@ -108,19 +134,30 @@ def build(compiler: str, log=None) -> Path:
         raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return final / LIB_NAME
+    return final / sources.lib_name
 
 
-def compile_units(compiler: str, out: Path, progress: Progress) -> list[Path]:
+def link_flags(sources: Sources, out: Path) -> list[str]:
+    """The linked libraries and the output. On macOS a library is found through its loader's run path (its
+    install name would be the temporary build folder's)."""
+    darwin = sys.platform == "darwin"
+    args = [str(path) for path in sources.links]
+    if darwin:
+        args += [f"-Wl,-install_name,@rpath/{sources.lib_name}"]
+        args += [f"-Wl,-rpath,{path.parent}" for path in sources.links]
+    return [*args, "-o", str(out)]
+
+
+def compile_units(compiler: str, sources: Sources, out: Path, progress: Progress) -> list[Path]:
     """Every unit compiled to an object in `out`, one compiler process per core at a time."""
-    compile_flags = [f for f in flags() if f not in LINK_ONLY] + ["-I", str(CSRC)]  # the decoder includes the ops
-    objects = [out / (unit.name + ".o") for unit in UNIT_PATHS]
-    commands = {
-        unit: [compiler, *compile_flags, "-c", str(unit), "-o", str(obj)] for unit, obj in zip(UNIT_PATHS, objects)
-    }
+    includes = [sources.folder, *sources.includes] + ([out] if sources.generated else [])
+    compile_flags = [f for f in flags() if f not in LINK_ONLY] + [arg for d in includes for arg in ("-I", str(d))]
+    units = sources.unit_paths
+    objects = [out / (unit.name + ".o") for unit in units]
+    commands = {unit: [compiler, *compile_flags, "-c", str(unit), "-o", str(obj)] for unit, obj in zip(units, objects)}
     with ThreadPoolExecutor(max_workers=num_jobs()) as pool:
         # the largest sources first, so that the last to finish is a short one
-        by_size = sorted(UNIT_PATHS, key=lambda unit: -unit.stat().st_size)
+        by_size = sorted(units, key=lambda unit: -unit.stat().st_size)
         futures = {pool.submit(run, commands[unit]): unit for unit in by_size}
         try:
             for done in as_completed(futures):
@@ -151,13 +188,13 @@ def run(cmd: list[str]) -> None:
 
 
 class Progress:
-    """One line on `log` while the kernels build: the notice, then each source's name as it finishes, then the
+    """One line on `log` while a library builds: the notice, then each source's name as it finishes, then the
     time it took. A terminal sees it grow; a log file gets the same single line."""
 
-    def __init__(self, log, total: int):
+    def __init__(self, log, notice: str, total: int):
         self.log, self.total, self.count = log, total, 0
         self.start = time.monotonic()
-        self.write(f"{NOTICE} ")
+        self.write(f"{notice} ")
 
     def step(self, unit: str) -> None:
         self.count += 1

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .build import LIB_NAME, build, cache_root, cpu_features, find_compiler, flags
+from .build import KERNELS, LIB_NAME, build, cache_root, cpu_features, find_compiler, flags
 from .formats import FORMATS
 from .qweight import QuantWeight
 from .threads import kernel_threads
@@ -47,18 +47,8 @@ def load(path: Path) -> ctypes.CDLL:
     lib.tl_q8_vnni512.restype = ctypes.c_int
     lib.tl_quantize_q8.argtypes = [_PTR, _I64, _I64, _I64, _PTR, _PTR, _PTR]
     lib.tl_quantize_q8.restype = None
-    lib.tl_decode_layers.argtypes = [_PTR, _PTR, _PTR]
-    lib.tl_decode_layers.restype = ctypes.c_int
-    lib.tl_decode_head.argtypes = [_PTR, _PTR, _I64, _PTR, _I64, _PTR, _I64]
-    lib.tl_decode_head.restype = ctypes.c_int
-    lib.tl_decode_scratch_floats.argtypes = [_PTR, _I64, _I64]
-    lib.tl_decode_scratch_floats.restype = _I64
     lib.tl_greedy_rows.argtypes = [_PTR, _I64, _I64, _PTR, _PTR, _PTR, ctypes.c_int]
     lib.tl_greedy_rows.restype = _I64
-    lib.tl_kv_round.argtypes = [_I64, _PTR, _I64, _PTR]
-    lib.tl_kv_round.restype = ctypes.c_int
-    lib.tl_kv_q8.argtypes = [_PTR, _I64, _PTR, _PTR]
-    lib.tl_kv_q8.restype = ctypes.c_int
     lib.tl_fma_rate.argtypes = [ctypes.c_int, ctypes.c_double]
     lib.tl_fma_rate.restype = ctypes.c_double
     lib.tl_fma_lanes.argtypes = []
@@ -73,7 +63,7 @@ def _decide():
     if compiler is None:
         return None, "no C++ compiler was found (set CXX or install g++)"
     try:
-        return load(build(compiler)), None
+        return load(build(compiler, KERNELS)), None
     except (RuntimeError, OSError, subprocess.SubprocessError) as e:
         return None, f"building them failed: {e}"
 

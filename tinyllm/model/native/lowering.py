@@ -23,13 +23,13 @@ from array import array
 
 import torch
 
-from ...kernels import native
 from ..attention import GQAttention
 from ..norm import RMSNorm, RMSNormPlusOne
 from ..plan import ROPE_TABLES, LayerPlan
 from ..quant_bias import BiasedQuantLinear
 from ..quant_linear import QuantEmbedding, QuantLinear
 from ..sdpa import soft_cap
+from .library import library
 from .step_structs import (
     ACTIVATIONS,
     KV_TYPES,
@@ -71,8 +71,8 @@ def unsupported(model) -> str | None:
     plan, config = getattr(model, "plan", None), getattr(model, "config", None)
     if plan is None or config is None:
         return "it is not a decoder of model/llama.py"
-    if native.library() is None:
-        return "the native kernels are not built"
+    if library() is None:
+        return "the native decode step is not built"
     for layer in plan.layers:
         if layer.activation not in ACTIVATIONS:
             return f"the activation {layer.activation} is not covered"
@@ -139,7 +139,7 @@ def build_stack(model, storage) -> DecodeStack | None:
     )  # fmt: skip
     tables = [model.rotary] + ([model.rotary_local] if "sliding" in plan.rope_tables else [])  # ROPE_TABLES order
     inv_freq = [t.inv_freq.float().contiguous() for t in tables]
-    return DecodeStack(native.library(), shape, layers, inv_freq, _head(model), _embedding(model))
+    return DecodeStack(library(), shape, layers, inv_freq, _head(model), _embedding(model))
 
 
 def _embedding(model) -> Embedding | None:

@@ -1,12 +1,12 @@
 """The native decode step (csrc/decode.cpp): a stack of decoder layers run for N new tokens, one per sequence,
-in one call. This file holds the C structures and the call; model/native/lowering.py decides which models it
-serves and fills them from the model's plan and modules."""
+in one call. This file fills the C structures (step_ctypes.py, from the rows of step_fields.py) and makes the
+call; model/native/lowering.py decides which models it serves and fills them from the model's plan and modules."""
 
 from __future__ import annotations
 
 import ctypes
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field, make_dataclass
 
 import torch
 
@@ -14,114 +14,39 @@ from ...kernels.formats import FORMATS
 from ...kernels.native import _weight_args, library, packed
 from ...kernels.qweight import QuantWeight
 from ...kernels.threads import kernel_threads
+from .step_ctypes import QW, LayerArgs, ModelArgs, Proj, StepArgs
+from .step_fields import LAYER, PROJ, Field
 
-_I64, _F64, _FP = ctypes.c_int64, ctypes.c_double, ctypes.POINTER(ctypes.c_float)
-
-
-class _QW(ctypes.Structure):
-    _fields_ = [("fmt", _I64), ("data", ctypes.c_void_p), ("stride", _I64), ("n", _I64), ("k", _I64)]
-
-
-class _Proj(ctypes.Structure):
-    _fields_ = [("part", _QW * 3), ("count", _I64)]
-
-
-class _Layer(ctypes.Structure):
-    _fields_ = [
-        ("attn_norm", ctypes.c_void_p),
-        ("attn_out_norm", ctypes.c_void_p),
-        ("mlp_norm", ctypes.c_void_p),
-        ("mlp_out_norm", ctypes.c_void_p),
-        ("q_norm", ctypes.c_void_p),
-        ("k_norm", ctypes.c_void_p),
-        ("qkv", _Proj),
-        ("gate_up", _Proj),
-        ("o", _QW),
-        ("down", _QW),
-        ("qkv_bias", ctypes.c_void_p),
-        ("k_cache", ctypes.c_void_p),
-        ("v_cache", ctypes.c_void_p),
-        ("k_scale", ctypes.c_void_p),
-        ("v_scale", ctypes.c_void_p),
-        ("window", _I64),
-        ("rope", _I64),
-        ("activation", _I64),
-        ("scale", _F64),
-        ("softcap", _F64),
-    ]
-
-
-class _Model(ctypes.Structure):
-    _fields_ = [
-        ("num_layers", _I64),
-        ("hidden", _I64),
-        ("heads", _I64),
-        ("kv_heads", _I64),
-        ("head_dim", _I64),
-        ("inter", _I64),
-        ("rotary_dim", _I64),
-        ("eps", _F64),
-        ("layers", ctypes.c_void_p),
-        ("inv_freq", ctypes.c_void_p * 2),
-        ("kv_type", _I64),
-        ("final_norm", ctypes.c_void_p),
-        ("final_eps", _F64),
-        ("head", _QW),
-        ("embed", _QW),
-        ("embed_scale", _F64),
-    ]
-
-
-class _Step(ctypes.Structure):
-    _fields_ = [
-        ("n", _I64),
-        ("positions", ctypes.c_void_p),
-        ("write_slots", ctypes.c_void_p),
-        ("key_slots", ctypes.c_void_p),
-        ("key_rows", ctypes.c_void_p),
-        ("smax", _I64),
-        ("scratch", ctypes.c_void_p),
-        ("threads", _I64),
-        ("timings", ctypes.c_void_p),
-        ("blocks", ctypes.c_void_p),
-        ("rows", _I64),
-        ("blocks_per_row", _I64),
-        ("block_size", _I64),
-        ("ids", ctypes.c_void_p),
-        ("out_rows", ctypes.c_void_p),
-        ("num_out", _I64),
-    ]
-
-
-ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}
+ACTIVATIONS = {name: i for i, name in enumerate(LAYER.field("activation").choices)}
+MAX_PARTS = PROJ.field("part").count  # weights a fused projection holds
 KV_TYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.int8: 3}  # csrc/kv.h KvType (int8: q8_0)
 
+_PY_TYPES = {"QW": "QuantWeight", "Proj": "list[QuantWeight]", "int64_t": "int", "double": "float"}
 
-@dataclass
-class LayerWeights:
-    """One layer's tensors, as the native step reads them (every float tensor float32 and contiguous; norm
-    weights are the effective scales, (1 + w) for Gemma's), and its options."""
 
-    attn_norm: torch.Tensor  # [C]
-    attn_out_norm: torch.Tensor | None  # [C] sandwich layers
-    mlp_norm: torch.Tensor  # [C]
-    mlp_out_norm: torch.Tensor | None  # [C] sandwich layers
-    q_norm: torch.Tensor | None  # [D]
-    k_norm: torch.Tensor | None  # [D]
-    qkv: list[QuantWeight]  # rows stacked: [(H + 2 Hkv) D, C], up to 3 parts
-    gate_up: list[QuantWeight]  # [2 I, C], up to 2 parts
-    o: QuantWeight  # [C, H D]
-    down: QuantWeight  # [C, I]
-    qkv_bias: torch.Tensor | None  # [(H + 2 Hkv) D]
-    k_cache: torch.Tensor  # [slots, Hkv, D] of this layer, float32, float16, bfloat16 or int8 (q8_0)
-    v_cache: torch.Tensor
-    k_scale: torch.Tensor | None  # [slots, Hkv, D/32] float16: a q8_0 cache's scales (cache/q8_kv.py)
-    v_scale: torch.Tensor | None
-    window: int | None
-    rope: int  # which of the stack's rotary tables: 0 or 1
-    activation: str  # a key of ACTIVATIONS
-    scale: float  # of the attention logits q·k
-    softcap: float | None  # of the attention logits; None = none
+def _annotation(f: Field) -> str:
+    kind = "torch.Tensor" if f.is_pointer else "str" if f.choices else _PY_TYPES[f.ctype]
+    return f"{kind} | None" if f.nullable else kind
+
+
+def _check_layer(self) -> None:
+    for f in LAYER.fields:
+        value = getattr(self, f.name)
+        if value is None and not f.nullable:
+            raise ValueError(f"a layer's {f.name} is required, got None")
+        if f.choices and value not in f.choices:
+            raise ValueError(f"a layer's {f.name} must be one of {', '.join(f.choices)}, got {value!r}")
+
+
+# One layer's tensors and options as the native step reads them, a field per row of step_fields.LAYER (its
+# comment there): float tensors float32 and contiguous, norm weights their effective scales ((1 + w) for
+# Gemma's); a nullable field may be left out (None: the layer has none).
+LayerWeights = make_dataclass(
+    "LayerWeights",
+    [(f.name, _annotation(f), field(default=None)) if f.nullable else (f.name, _annotation(f)) for f in LAYER.fields],
+    kw_only=True,
+    namespace={"__post_init__": _check_layer, "__module__": __name__},
+)
 
 
 @dataclass(frozen=True)
@@ -178,7 +103,7 @@ INT8_ACTIVATIONS = 256  # or'ed into a weight's type id: decode.cpp runs it with
 INT24_ACTIVATIONS = 512  # and this too: as three 8-bit limbs
 
 
-def _qw(w: QuantWeight) -> _QW:
+def _qw(w: QuantWeight) -> QW:
     if w.int8_activations:  # its packed form only (its blocks may be released)
         ptr, stride = packed(library(), w).data_ptr(), w.row_bytes
     else:
@@ -186,17 +111,34 @@ def _qw(w: QuantWeight) -> _QW:
     fmt = FORMATS[w.fmt].ggml_type
     if w.int8_activations:
         fmt |= INT8_ACTIVATIONS | (INT24_ACTIVATIONS if w.limbs == 3 else 0)
-    return _QW(fmt, ptr, stride, w.shape[0], w.shape[1])
+    return QW(fmt, ptr, stride, w.shape[0], w.shape[1])
 
 
-def _proj(parts: list[QuantWeight]) -> _Proj:
-    if not 1 <= len(parts) <= 3:
-        raise ValueError(f"a fused projection holds 1 to 3 weights, got {len(parts)}")
-    return _Proj((_QW * 3)(*(_qw(w) for w in parts)), len(parts))
+def _proj(parts: list[QuantWeight]) -> Proj:
+    if not 1 <= len(parts) <= MAX_PARTS:
+        raise ValueError(f"a fused projection holds 1 to {MAX_PARTS} weights, got {len(parts)}")
+    return Proj((QW * MAX_PARTS)(*(_qw(w) for w in parts)), len(parts))
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
+
+
+def _c_value(f: Field, value):
+    """A LayerWeights value as its C field takes it (by the field's C type; None: null or 0)."""
+    if f.is_pointer:
+        return _ptr(value)
+    if f.ctype == "QW":
+        return _qw(value)
+    if f.ctype == "Proj":
+        return _proj(value)
+    if value is None:
+        return 0
+    return f.choices.index(value) if f.choices else value
+
+
+def _layer_args(w: LayerWeights) -> LayerArgs:
+    return LayerArgs(**{f.name: _c_value(f, getattr(w, f.name)) for f in LAYER.fields})
 
 
 class DecodeStack:
@@ -216,44 +158,18 @@ class DecodeStack:
         self.lib, self.shape = lib, shape
         self.has_head, self.embeds = head is not None, embedding is not None
         self._keep = layers, inv_freq, head, embedding  # the tensors the structures point into stay alive
-        self._layers = (_Layer * len(layers))(
-            *(
-                _Layer(
-                    _ptr(w.attn_norm),
-                    _ptr(w.attn_out_norm),
-                    _ptr(w.mlp_norm),
-                    _ptr(w.mlp_out_norm),
-                    _ptr(w.q_norm),
-                    _ptr(w.k_norm),
-                    _proj(w.qkv),
-                    _proj(w.gate_up),
-                    _qw(w.o),
-                    _qw(w.down),
-                    _ptr(w.qkv_bias),
-                    _ptr(w.k_cache),
-                    _ptr(w.v_cache),
-                    _ptr(w.k_scale),
-                    _ptr(w.v_scale),
-                    w.window or 0,
-                    w.rope,
-                    ACTIVATIONS[w.activation],
-                    w.scale,
-                    w.softcap or 0.0,
-                )
-                for w in layers
-            )
-        )
+        self._layers = (LayerArgs * len(layers))(*map(_layer_args, layers))
         s = shape
-        self._model = _Model(
-            len(layers), s.hidden, s.heads, s.kv_heads, s.head_dim, s.inter, s.rotary_dim, s.eps,
-            ctypes.addressof(self._layers),
-            (ctypes.c_void_p * 2)(inv_freq[0].data_ptr(), inv_freq[-1].data_ptr()),
-            KV_TYPES[s.kv_dtype],
-            None if head is None else head.norm.data_ptr(),
-            0.0 if head is None else head.eps,
-            _QW() if head is None else _qw(head.weight),
-            _QW(-1) if embedding is None else _QW(*_weight_args(embedding.weight)[:3], *embedding.weight.shape),
-            (embedding and embedding.scale) or 0.0,
+        self._model = ModelArgs(
+            num_layers=len(layers), hidden=s.hidden, heads=s.heads, kv_heads=s.kv_heads, head_dim=s.head_dim,
+            inter=s.inter, rotary_dim=s.rotary_dim, eps=s.eps, layers=ctypes.addressof(self._layers),
+            inv_freq=(ctypes.c_void_p * 2)(inv_freq[0].data_ptr(), inv_freq[-1].data_ptr()),
+            kv_type=KV_TYPES[s.kv_dtype],
+            final_norm=None if head is None else head.norm.data_ptr(),
+            final_eps=0.0 if head is None else head.eps,
+            head=QW() if head is None else _qw(head.weight),
+            embed=QW(-1) if embedding is None else QW(*_weight_args(embedding.weight)[:3], *embedding.weight.shape),
+            embed_scale=(embedding and embedding.scale) or 0.0,
         )  # fmt: skip
         self.vocab = 0 if head is None else head.weight.shape[0]
         self._scratch, self._x = torch.empty(0), torch.empty(0, shape.hidden)
@@ -333,10 +249,12 @@ class DecodeStack:
         need = self.lib.tl_decode_scratch_floats(ctypes.byref(self._model), n, smax)
         if self._scratch.numel() < need:
             self._scratch = torch.empty(need)
-        step = _Step(
-            n, positions, write_slots, key_slots, key_rows, smax, self._scratch.data_ptr(), kernel_threads(),
-            None if self.timings is None else self.timings.data_ptr(), blocks, rows, per_row, block_size, ids,
-            None if out is None else _address(out or _NO_ROWS), 0 if out is None else len(out),
+        step = StepArgs(
+            n=n, positions=positions, write_slots=write_slots, key_slots=key_slots, key_rows=key_rows, smax=smax,
+            scratch=self._scratch.data_ptr(), threads=kernel_threads(),
+            timings=None if self.timings is None else self.timings.data_ptr(),
+            blocks=blocks, rows=rows, blocks_per_row=per_row, block_size=block_size, ids=ids,
+            out_rows=None if out is None else _address(out or _NO_ROWS), num_out=0 if out is None else len(out),
         )  # fmt: skip
         return self.lib.tl_decode_layers(ctypes.byref(self._model), ctypes.byref(step), x)
 

@@ -2,14 +2,16 @@
 // each layer runs RMSNorm -> q/k/v projection (+ bias) -> per-head q/k RMSNorm (optional) -> rotary -> store
 // k, v at the token's slot -> attention over the sequence's stored keys (scale, soft-cap, sliding window) ->
 // o projection (-> RMSNorm, sandwich layers) + residual -> RMSNorm -> gate/up projection -> SiLU or tanh-GELU
-// of the gate times up -> down projection (-> RMSNorm) + residual. The projections are the quantized matmuls
-// of qmatmul.cpp (a fused projection may be several weights of different formats); activations are float32,
-// the KV cache float32, float16 or bfloat16 (kv.h).
+// of the gate times up -> down projection (-> RMSNorm) + residual; a layer without a norm (a null pointer in
+// its LayerArgs) skips it. The projections are the quantized matmuls of qmatmul.cpp (a fused projection may
+// be several weights of different formats); activations are float32, the KV cache float32, float16, bfloat16
+// or q8_0 (kv.h).
 // Python hands the layers' weights and KV pointers once (tinyllm/model/native/lowering.py; a (1 + w) norm
 // arrives as its effective weight) and per step the positions, the slots (or the block tables they come from),
 // the token ids (or their embeddings) and a scratch buffer; tl_decode_head then runs the final norm and the
 // output projection over the rows to sample.
-// The step's arguments, layer operations and attention are in decode_args.h, layer_ops.h and attention.h.
+// The step's arguments, layer operations and attention are in decode_args.h (its structs generated from
+// tinyllm/model/native/step_fields.py), layer_ops.h and attention.h; layout.cpp reports the structs' layout.
 #include "attention.h"
 #include "blocks.h"
 
@@ -126,9 +128,10 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
     float* partial = part + N * std::max(width, 2 * I);  // [group * H, spans, D + 2]
 
     Clock clock{all.timings};
-    for_rows(N, threads, [&](int64_t r0, int64_t r1) { rms_norm(x + r0 * C, L.attn_norm, r1 - r0, C, md.eps, h + r0 * C); });
+    if (L.attn_norm)
+        for_rows(N, threads, [&](int64_t r0, int64_t r1) { rms_norm(x + r0 * C, L.attn_norm, r1 - r0, C, md.eps, h + r0 * C); });
     clock.mark(Clock::OTHER);
-    matmul(L.qkv, h, N, qkv, part, threads);
+    matmul(L.qkv, L.attn_norm ? h : x, N, qkv, part, threads);  // no norm: the projection reads x
     clock.mark(Clock::MATMUL);
     auto rope = md.kv_type == KV_F16    ? rope_store<half_t>
                 : md.kv_type == KV_BF16 ? rope_store<bf16_t>
@@ -137,7 +140,7 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
     for_rows(N, threads, [&](int64_t r0, int64_t r1) {
         if (L.qkv_bias)
             for (int64_t i = r0; i < r1; ++i) add_into(qkv + i * width, L.qkv_bias, width);
-        if (L.q_norm) qk_norm(md, L, r0, r1, qkv);
+        if (L.q_norm || L.k_norm) qk_norm(md, L, r0, r1, qkv);
         rope(md, L, all, trig, qkv, r0, r1);
     });
     thread_local std::vector<int64_t> kept_pos, kept_rows;
@@ -154,10 +157,10 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
         float *xr = x + r0 * C, *tr = tmp + r0 * C;
         if (L.attn_out_norm) rms_norm(tr, L.attn_out_norm, r1 - r0, C, md.eps, tr);
         add_into(xr, tr, (r1 - r0) * C);
-        rms_norm(xr, L.mlp_norm, r1 - r0, C, md.eps, h + r0 * C);
+        if (L.mlp_norm) rms_norm(xr, L.mlp_norm, r1 - r0, C, md.eps, h + r0 * C);
     });
     clock.mark(Clock::OTHER);
-    matmul(L.gate_up, h, M, gu, part, threads, ahead);
+    matmul(L.gate_up, L.mlp_norm ? h : x, M, gu, part, threads, ahead);
     clock.mark(Clock::MATMUL);
     for_rows(M, threads, [&](int64_t r0, int64_t r1) {
         (L.activation == 1 ? gelu_mul : silu_mul)(gu + r0 * 2 * I, r1 - r0, I, act + r0 * I);

@@ -216,12 +216,14 @@ static void add_into(float* x, const float* y, int64_t count) {
     for (int64_t i = 0; i < count; ++i) x[i] += y[i];
 }
 
-// Per-head RMSNorm of the q heads (w_q) and k heads (w_k) of tokens i0..i1's q/k/v rows, in place.
+// Per-head RMSNorm of the q heads (L.q_norm) and k heads (L.k_norm) of tokens i0..i1's q/k/v rows, in place;
+// a null norm leaves its heads as they are.
 static void qk_norm(const ModelArgs& md, const LayerArgs& L, int64_t i0, int64_t i1, float* qkv) {
     const int64_t D = md.head_dim, width = (md.heads + 2 * md.kv_heads) * D;
     for (int64_t i = i0; i < i1; ++i) {
-        rms_norm(qkv + i * width, L.q_norm, md.heads, D, md.eps, qkv + i * width);
-        rms_norm(qkv + i * width + md.heads * D, L.k_norm, md.kv_heads, D, md.eps, qkv + i * width + md.heads * D);
+        if (L.q_norm) rms_norm(qkv + i * width, L.q_norm, md.heads, D, md.eps, qkv + i * width);
+        if (L.k_norm)
+            rms_norm(qkv + i * width + md.heads * D, L.k_norm, md.kv_heads, D, md.eps, qkv + i * width + md.heads * D);
     }
 }
 
