@@ -32,20 +32,16 @@ EXIT_INTERRUPTED = 130
 
 def sampling(args, structured) -> dict:
     """The SamplingParams fields the flags give (max_tokens is set per prompt: see max_tokens_of)."""
-    return dict(
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        repetition_penalty=args.repetition_penalty,
-        presence_penalty=args.presence_penalty,
-        frequency_penalty=args.frequency_penalty,
-        seed=args.seed,
-        stop=tuple(args.stop),
-        ignore_eos=args.ignore_eos,
-        logprobs=getattr(args, "logprobs", None),
-        structured=structured,
-    )
+    values = {name: getattr(args, dest) for name, dest in sampling_dests().items() if hasattr(args, dest)}
+    return dict(values, structured=structured)
+
+
+def sampling_dests() -> dict[str, str]:
+    """SamplingParams field -> the parsed flag's attribute, for the flags the field table gives (and --logprobs)."""
+    from .sampling.params import FIELDS, names_on
+
+    flags = dict(names_on("flag"), logprobs=FIELDS["logprobs"].flag)
+    return {name: flag.removeprefix("--").replace("-", "_") for name, flag in flags.items()}
 
 
 def make_params(args, structured, max_tokens: int):

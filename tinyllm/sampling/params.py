@@ -57,6 +57,7 @@ class FieldSpec:
 
     rule: Rule
     help: str
+    default: Any = None  # the dataclass field's
     openai: str | None = None
     ollama: str | None = None
     flag: str | None = None
@@ -69,7 +70,7 @@ class FieldSpec:
 
 
 def _field(default: Any, rule: Rule, help: str, **names: str | bool | None) -> Any:
-    return dataclasses.field(default=default, metadata={"spec": FieldSpec(rule, help, **names)})
+    return dataclasses.field(default=default, metadata={"spec": FieldSpec(rule, help, default, **names)})
 
 
 _EVERYWHERE = dict(openai=True, ollama=True, flag=True, plugin=True)
