@@ -19,29 +19,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...sampling.params import FIELDS, names_on
 from ..checks.sampling_params import penalty_window, per_choice
 from ..checks.unsupported import Unsupported, field_table, is_one_of
 from ..wire.errors import APIError, bad_request
 
-# Ollama's option -> (the OpenAI request field, and SamplingParams field, it sets; the JSON type it must have)
-SAMPLING = {
-    "temperature": ("temperature", "number"),
-    "top_k": ("top_k", "integer"),
-    "top_p": ("top_p", "number"),
-    "min_p": ("min_p", "number"),
-    "typical_p": ("typical_p", "number"),
-    "tfs_z": ("tfs_z", "number"),
-    "mirostat": ("mirostat", "integer"),
-    "mirostat_tau": ("mirostat_tau", "number"),
-    "mirostat_eta": ("mirostat_eta", "number"),
-    "repeat_penalty": ("repetition_penalty", "number"),
-    "presence_penalty": ("presence_penalty", "number"),
-    "frequency_penalty": ("frequency_penalty", "number"),
-    "repeat_last_n": ("repeat_last_n", "integer"),
-    "stop": ("stop", "stops"),
-}
-PARAM_NAMES = {field: f"options.{option}" for option, (field, _) in SAMPLING.items()}
-PARAM_NAMES.update(max_tokens="options.num_predict", seed="options.seed")
+# Ollama's option -> (the OpenAI request field, and SamplingParams field, it sets; the kind of JSON value it takes),
+# from SamplingParams' field table: temperature, top_k, ..., repeat_penalty, repeat_last_n, stop
+SAMPLING = {option: (FIELDS[name].openai, FIELDS[name].rule.kind) for name, option in names_on("ollama").items()}
+# SamplingParams field -> the option that sets it, for the 400 (num_predict and seed are read below, by hand)
+PARAM_NAMES = {name: f"options.{option}" for name, option in names_on("ollama", by_hand=True).items()}
 NO_LIMIT = (-1, -2)  # num_predict: -1 until the context is full, -2 fill the context (the same here)
 # The runner's settings: fixed when `tinyllm serve` starts, so a request's value changes nothing (as in Ollama,
 # where they only matter when a model is loaded).
@@ -91,8 +78,12 @@ def _typed(name: str, value: Any, kind: str):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad_request(f"options.{name} must be a number, got {value!r}", f"options.{name}")
         return float(value)
-    if isinstance(value, str) or (isinstance(value, list) and all(isinstance(s, str) for s in value)):
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise bad_request(f"options.{name} must be true or false, got {value!r}", f"options.{name}")
         return value
+    if isinstance(value, str) or (isinstance(value, list) and all(isinstance(s, str) for s in value)):
+        return value  # "strings"
     raise bad_request(f"options.{name} must be a string or a list of strings, got {value!r}", f"options.{name}")
 
 
