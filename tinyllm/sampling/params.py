@@ -76,6 +76,11 @@ def _field(default: Any, rule: Rule, help: str, **names: str | bool | None) -> A
 _EVERYWHERE = dict(openai=True, ollama=True, flag=True, plugin=True)
 _OFF = "(default 1: off)"
 _TOP_K = "an integer >= 1, or 0 / -1 to disable"
+# rules that several fields share
+_MASS = Real(lambda v: 0 < v <= 1, "in (0, 1]")
+_POSITIVE = Real(lambda v: 0 < v < math.inf, "a finite number > 0")
+_PENALTY = Real(lambda v: -2 <= v <= 2, "in [-2, 2]")
+_NUM_LOGPROBS = Int(0, MAX_LOGPROBS, f"None or an integer in [0, {MAX_LOGPROBS}]", optional=True)
 
 
 @dataclass(frozen=True)
@@ -91,11 +96,11 @@ class SamplingParams:
         "sample from the k most likely tokens (default 0: off)", **_EVERYWHERE,
     )  # fmt: skip
     top_p: float = _field(
-        1.0, Real(lambda v: 0 < v <= 1, "in (0, 1]"),
+        1.0, _MASS,
         f"sample from the fewest most likely tokens whose probabilities reach p {_OFF}", **_EVERYWHERE,
     )  # fmt: skip
     typical_p: float = _field(  # sampling/typical.py
-        1.0, Real(lambda v: 0 < v <= 1, "in (0, 1]"),
+        1.0, _MASS,
         f"locally typical sampling: keep the tokens nearest the expected surprise, up to this mass {_OFF}",
         openai=True, ollama=True,
     )  # fmt: skip
@@ -104,7 +109,7 @@ class SamplingParams:
         "drop tokens less likely than min-p times the most likely one (default 0: off)", **_EVERYWHERE,
     )  # fmt: skip
     tfs_z: float = _field(  # sampling/tail_free.py
-        1.0, Real(lambda v: 0 < v <= 1, "in (0, 1]"),
+        1.0, _MASS,
         f"tail-free sampling: cut the tail where the probabilities' second differences reach z {_OFF}",
         openai=True, ollama=True,
     )  # fmt: skip
@@ -114,11 +119,11 @@ class SamplingParams:
         openai=True, ollama=True,
     )  # fmt: skip
     mirostat_tau: float = _field(
-        5.0, Real(lambda v: 0 < v < math.inf, "a finite number > 0"),
+        5.0, _POSITIVE,
         "mirostat's target surprise, in bits per token (default 5)", openai=True, ollama=True,
     )  # fmt: skip
     mirostat_eta: float = _field(
-        0.1, Real(lambda v: 0 < v < math.inf, "a finite number > 0"),
+        0.1, _POSITIVE,
         "how fast mirostat's mu follows the surprise of the drawn tokens (default 0.1)", openai=True, ollama=True,
     )  # fmt: skip
     repetition_penalty: float = _field(
@@ -128,12 +133,12 @@ class SamplingParams:
         openai=True, ollama="repeat_penalty", flag=True, plugin=True,
     )  # fmt: skip
     presence_penalty: float = _field(
-        0.0, Real(lambda v: -2 <= v <= 2, "in [-2, 2]"),
+        0.0, _PENALTY,
         "subtract this from the logit of every token already in the output, -2 to 2 (default 0: off)",
         **_EVERYWHERE,
     )  # fmt: skip
     frequency_penalty: float = _field(
-        0.0, Real(lambda v: -2 <= v <= 2, "in [-2, 2]"),
+        0.0, _PENALTY,
         "subtract this from the logit of each output token times its count, -2 to 2 (default 0: off)",
         **_EVERYWHERE,
     )  # fmt: skip
@@ -167,12 +172,12 @@ class SamplingParams:
     )
     ignore_eos: bool = _field(False, Flag(), "go on past the end-of-sequence token", openai=True, flag=True)
     logprobs: int | None = _field(  # None = no alternatives
-        None, Int(0, MAX_LOGPROBS, f"None or an integer in [0, {MAX_LOGPROBS}]", optional=True),
+        None, _NUM_LOGPROBS,
         f"each token's logprob, entropy and top-N alternatives, N in 0..{MAX_LOGPROBS} (default: none)",
         openai=ByHand("logprobs"), flag=ByHand("--logprobs"),
     )  # fmt: skip
     prompt_logprobs: int | None = _field(
-        None, Int(0, MAX_LOGPROBS, f"None or an integer in [0, {MAX_LOGPROBS}]", optional=True),
+        None, _NUM_LOGPROBS,
         "the prompt tokens' logprobs with top-N alternatives (default: none)",
         openai=ByHand("prompt_logprobs"),
     )  # fmt: skip
