@@ -23,6 +23,7 @@ from .cli_checks import (
 from .cli_parser import build_parser as _build_parser
 from .distributed.cli_args import parallel_from_args, run_launched_worker
 from .errors import EngineDown, TinyLLMError
+from .sampling.params import FIELDS, names_on
 
 EXIT_CUT_SHORT = 1  # structured output ended by --max-tokens or the context, so not whole (cli_parser.EXIT_STATUS)
 EXIT_USER_ERROR = 2
@@ -38,8 +39,6 @@ def sampling(args, structured) -> dict:
 
 def sampling_dests() -> dict[str, str]:
     """SamplingParams field -> the parsed flag's attribute, for the flags the field table gives (and --logprobs)."""
-    from .sampling.params import FIELDS, names_on
-
     flags = dict(names_on("flag"), logprobs=FIELDS["logprobs"].flag)
     return {name: flag.removeprefix("--").replace("-", "_") for name, flag in flags.items()}
 

@@ -23,8 +23,10 @@ from .admission import check_stops
 FRESH_SEED_LIMIT = 2**31
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's and vLLM's default for /v1/completions
 _PARAM_FIELDS = {f.name for f in fields(SamplingParams)}
+# SamplingParams field -> the request field that sets it as it is (temperature, top_p, ...: its field table's)
+_PLAIN = names_on("openai")
 # a field the request spells another way (none yet) -> its request name, for error messages
-_WIRE_NAMES = {name: wire for name, wire in names_on("openai").items() if name != wire}
+_WIRE_NAMES = {name: wire for name, wire in _PLAIN.items() if name != wire}
 
 
 def fresh_seed() -> int:
@@ -34,8 +36,7 @@ def fresh_seed() -> int:
 def _common(req) -> dict:
     if req.stream_options is not None and not req.stream:
         raise bad_request("stream_options is only allowed when stream is true", "stream_options")
-    # the fields SamplingParams' table maps as they are (temperature, top_p, ...); the rest below
-    values = {name: getattr(req, wire) for name, wire in names_on("openai").items()}
+    values = {name: getattr(req, wire) for name, wire in _PLAIN.items()}  # the others below
     values["min_tokens"] = req.min_tokens or None  # vLLM's: stop ids and strings wait for this many tokens
     values.update(penalty_window(req.repeat_last_n))
     values["stop"] = check_stops(req.stop) if req.stop is not None else None
@@ -93,8 +94,8 @@ def chat_params(req: ChatCompletionRequest) -> tuple[dict, dict]:
     use_completion = req.max_completion_tokens is not None
     values["max_tokens"] = req.max_completion_tokens if use_completion else req.max_tokens
     values["logprobs"] = (req.top_logprobs or 0) if req.logprobs else None
-    names = {**_WIRE_NAMES, "max_tokens": "max_completion_tokens" if use_completion else "max_tokens"}
-    names["logprobs"] = "top_logprobs"
+    max_name = "max_completion_tokens" if use_completion else "max_tokens"
+    names = {**_WIRE_NAMES, "max_tokens": max_name, "logprobs": "top_logprobs"}
     _check_min_tokens(req.min_tokens, values["max_tokens"], names["max_tokens"])
     return values, names
 

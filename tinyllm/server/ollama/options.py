@@ -78,12 +78,8 @@ def _typed(name: str, value: Any, kind: str):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad_request(f"options.{name} must be a number, got {value!r}", f"options.{name}")
         return float(value)
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise bad_request(f"options.{name} must be true or false, got {value!r}", f"options.{name}")
-        return value
     if isinstance(value, str) or (isinstance(value, list) and all(isinstance(s, str) for s in value)):
-        return value  # "strings"
+        return value
     raise bad_request(f"options.{name} must be a string or a list of strings, got {value!r}", f"options.{name}")
 
 
