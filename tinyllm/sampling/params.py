@@ -6,6 +6,8 @@ the normalising and the error's words), its help, and its name on each front tha
 field is not on that front; a ByHand name means the front maps it with code of its own (another shape on the
 wire, a default of the route's); any other name, the front derives the field from this table alone (the request
 model's field, the HTTP check, the flag, the plugin's option, Ollama's option). `FIELDS` holds the table.
+A new field is declared here and used by the sampler (filters.py); tests/sampling/test_params_surfaces.py then
+checks that it reaches SamplingParams from each front it names, and from no other.
 
 Every field is checked in `__post_init__`; a bad value raises TinyLLMError (a ValueError) whose message names the
 field and the value. Nothing here imports torch (the command line reads the table for `--help`).
