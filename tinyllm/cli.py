@@ -23,6 +23,7 @@ from .cli_checks import (
 from .cli_parser import build_parser as _build_parser
 from .distributed.cli_args import parallel_from_args, run_launched_worker
 from .errors import EngineDown, TinyLLMError
+from .sampling.params import FIELDS, names_on
 
 EXIT_CUT_SHORT = 1  # structured output ended by --max-tokens or the context, so not whole (cli_parser.EXIT_STATUS)
 EXIT_USER_ERROR = 2
@@ -32,20 +33,14 @@ EXIT_INTERRUPTED = 130
 
 def sampling(args, structured) -> dict:
     """The SamplingParams fields the flags give (max_tokens is set per prompt: see max_tokens_of)."""
-    return dict(
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        repetition_penalty=args.repetition_penalty,
-        presence_penalty=args.presence_penalty,
-        frequency_penalty=args.frequency_penalty,
-        seed=args.seed,
-        stop=tuple(args.stop),
-        ignore_eos=args.ignore_eos,
-        logprobs=getattr(args, "logprobs", None),
-        structured=structured,
-    )
+    values = {name: getattr(args, dest) for name, dest in sampling_dests().items() if hasattr(args, dest)}
+    return dict(values, structured=structured)
+
+
+def sampling_dests() -> dict[str, str]:
+    """SamplingParams field -> the parsed flag's attribute, for the flags the field table gives (and --logprobs)."""
+    flags = dict(names_on("flag"), logprobs=FIELDS["logprobs"].flag)
+    return {name: flag.removeprefix("--").replace("-", "_") for name, flag in flags.items()}
 
 
 def make_params(args, structured, max_tokens: int):

@@ -10,30 +10,15 @@ import sys
 from .cli_flags import DEFAULT_MAX_TOKENS
 from .engine.prompt import check_room as check_context_room
 from .errors import TinyLLMError
+from .sampling.params import names_on
 
 # SamplingParams' and SpeculativeConfig's field names -> the flags that set them, for the rare message
 # that comes from there rather than from the parser
+# (structured is left out: four flags set it, and "structured output" is words of its messages)
 FLAGS = {
-    name: "--" + name.replace("_", "-")
-    for name in (
-        "temperature",
-        "top_k",
-        "top_p",
-        "min_p",
-        "repetition_penalty",
-        "presence_penalty",
-        "frequency_penalty",
-        "seed",
-        "max_tokens",
-        "stop",
-        "ignore_eos",
-        "logprobs",
-        "num_draft_tokens",
-        "draft_model",
-        "draft_layers",
-        "prefill_chunk",
-        "kv_dtype",
-    )
+    **{name: flag for name, flag in names_on("flag", by_hand=True).items() if name != "structured"},
+    **{n: "--" + n.replace("_", "-") for n in ("num_draft_tokens", "draft_model", "draft_layers", "prefill_chunk")},
+    "kv_dtype": "--kv-dtype",
 }
 
 

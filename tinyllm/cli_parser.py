@@ -9,7 +9,6 @@ from collections.abc import Callable
 from . import __version__
 from .cli_flags import (
     CHAT_TEMPERATURE,
-    MAX_LOGPROBS,
     IntRange,
     Parser,
     add_ctx_size_arg,
@@ -23,6 +22,7 @@ from .cli_flags import (
 )
 from .cli_models import add_models_commands
 from .distributed.cli_args import add_parallel_args, add_worker_command
+from .sampling.params import FIELDS
 
 EXIT_STATUS = """exit status: 0 done; 1 the output of --json-object or --json-schema is not whole JSON, as --max-tokens
 or the context cut it short (with --json also a --grammar or --regex output the model had not ended); 2 a
@@ -71,13 +71,13 @@ def add_generate(sub, run: Callable) -> None:
         "(stop or length), usage (prompt, completion and total tokens), timings (ttft_s, prefill_s, decode_s, "
         "total_s) and stats (cached tokens, preemptions, prefill and decode tokens/s, speculative counts)",
     )
+    logprobs = FIELDS["logprobs"]
     out.add_argument(
-        "--logprobs",
-        type=IntRange(0, MAX_LOGPROBS),
-        default=None,
+        logprobs.flag,
+        type=IntRange(logprobs.rule.lo, logprobs.rule.hi),
+        default=logprobs.default,
         metavar="N",
-        help=f"with --json: each token's logprob, entropy and top-N alternatives, N in 0..{MAX_LOGPROBS} "
-        "(default: none)",
+        help=f"with --json: {logprobs.help}",
     )
     out.add_argument("--timings", action="store_true", help="with --json: each token's time since the call")
     add_model_args(g)

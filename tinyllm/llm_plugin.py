@@ -12,17 +12,38 @@ loaded for the process (`llm chat` asks many). Nothing here imports torch until 
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import sys
 from collections.abc import Iterator
 
 import llm
-from pydantic import Field
+from pydantic import Field, create_model
 
 from tinyllm.cli_flags import CHAT_TEMPERATURE, DEFAULT_MAX_TOKENS
+from tinyllm.sampling.params import FIELDS, names_on
 
 PREFIX = "tinyllm"
 FRESH_SEED_LIMIT = 2**31
+# `tinyllm chat`'s defaults (max_tokens is shortened to what the context leaves), and a fresh seed
+DEFAULTS = {"temperature": CHAT_TEMPERATURE, "max_tokens": DEFAULT_MAX_TOKENS}
+# the options whose default here is not the one SamplingParams' help says
+DEFAULT_WORDS = {"temperature": f"default {CHAT_TEMPERATURE:g}", "seed": "default: a fresh random one"}
+# a field rule's kind -> the option's value type
+_OPTION_TYPES = {"number": float, "integer": int, "bool": bool, "strings": list[str]}
+
+
+def plugin_options() -> type[llm.Options]:
+    """`-o NAME VALUE`: the SamplingParams fields that SamplingParams' table puts on the plugin, each with its
+    help, saying this plugin's default where it is not the table's."""
+    fields = {}
+    for name, option in names_on("plugin").items():
+        spec = FIELDS[name]
+        help = spec.help
+        if name in DEFAULT_WORDS:
+            help = re.sub(r" \(default[^)]*\)$", "", help) + f" ({DEFAULT_WORDS[name]})"
+        fields[option] = (_OPTION_TYPES[spec.rule.kind] | None, Field(None, description=help[0].upper() + help[1:]))
+    return create_model("Options", __base__=llm.Options, **fields)
 
 
 def model_path(model_id: str) -> str | None:
@@ -42,21 +63,7 @@ class TinyLLM(llm.Model):
     supports_schema = True
     supports_tools = True
 
-    class Options(llm.Options):
-        temperature: float | None = Field(
-            None, description=f"Sampling temperature (0 is greedy; default {CHAT_TEMPERATURE:g})"
-        )
-        top_p: float | None = Field(None, description="Nucleus sampling: keep the most likely tokens up to this mass")
-        top_k: int | None = Field(None, description="Keep only the k most likely tokens (0: all)")
-        min_p: float | None = Field(None, description="Drop tokens less likely than min_p x the top token's")
-        max_tokens: int | None = Field(
-            None, description=f"Most tokens to generate (default {DEFAULT_MAX_TOKENS}, or what the context leaves)"
-        )
-        seed: int | None = Field(None, description="Random seed; the same seed gives the same answer")
-        stop: list[str] | None = Field(None, description="Stop before any of these strings")
-        repetition_penalty: float | None = Field(None, description="Penalize tokens already in prompt or answer")
-        presence_penalty: float | None = Field(None, description="Penalize tokens the answer already holds")
-        frequency_penalty: float | None = Field(None, description="Penalize tokens by how often the answer has them")
+    Options = plugin_options()
 
     def __init__(self, model_id: str):
         self.model_id = model_id
@@ -182,10 +189,11 @@ def sampling_of(prompt) -> dict:
     the engine shortens to what the context leaves) and a fresh seed; the schema as the answer's constraint."""
     from tinyllm.grammar.structured import StructuredOutput
 
-    values = {k: v for k, v in prompt.options.model_dump().items() if v is not None}
+    given = prompt.options.model_dump()
+    values = {name: given[option] for name, option in names_on("plugin").items() if given.get(option) is not None}
     values.setdefault("seed", secrets.randbelow(FRESH_SEED_LIMIT))
-    values.setdefault("temperature", CHAT_TEMPERATURE)
-    values.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
+    for name, default in DEFAULTS.items():
+        values.setdefault(name, default)
     if prompt.schema:
         values["structured"] = StructuredOutput.json_schema(prompt.schema)
     return values

@@ -1,22 +1,42 @@
 """SamplingParams: one request's decoding settings, validated and normalised on construction.
 
-Every field is checked in `__post_init__`; a bad value raises TinyLLMError (a ValueError)
-whose message names the field and the value. Bools are rejected where numbers are
-expected because `True` silently meaning `1` hides caller bugs.
+Each field is described once, here: its type and default (the dataclass's), its rule (field_rules.py: the range,
+the normalising and the error's words), its help, and its name on each front that sets it: the OpenAI request
+(`openai`), Ollama's options (`ollama`), the command line (`flag`) and the `llm` plugin (`plugin`). None means the
+field is not on that front; a ByHand name means the front maps it with code of its own (another shape on the
+wire, a default of the route's); any other name, the front derives the field from this table alone (the request
+model's field, the HTTP check, the flag, the plugin's option, Ollama's option). `FIELDS` holds the table.
+A new field is declared here and used by the sampler (filters.py); tests/sampling/test_params_surfaces.py then
+checks that it reaches SamplingParams from each front it names, and from no other.
+
+Every field is checked in `__post_init__`; a bad value raises TinyLLMError (a ValueError) whose message names the
+field and the value. Nothing here imports torch (the command line reads the table for `--help`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinyllm.errors import TinyLLMError
-from tinyllm.grammar.structured import StructuredOutput
-from tinyllm.sampling.logit_bias import LogitBias, normalise_logit_bias
+from tinyllm.sampling.field_rules import (
+    AtMostMaxTokens,
+    Bias,
+    Constraint,
+    Flag,
+    Int,
+    Real,
+    Rule,
+    Strings,
+    TokenIds,
+    TopK,
+)
+
+if TYPE_CHECKING:  # the fields' types only: logit_bias.py imports torch
+    from tinyllm.grammar.structured import StructuredOutput
+    from tinyllm.sampling.logit_bias import LogitBias
 
 MAX_LOGPROBS = 20
 _SEED_LIMIT = 2**63
@@ -26,35 +46,151 @@ GREEDY_TEMPERATURE = 1e-5
 # A repetition penalty divides or multiplies logits: outside this range a float32 logit overflows to inf
 # or underflows to 0 and the distribution turns to NaN, and no value out there means anything useful.
 REPETITION_PENALTY_RANGE = (1e-3, 1e3)
+SURFACES = ("openai", "ollama", "flag", "plugin")
+
+
+class ByHand(str):
+    """A field's name on a front that maps it with code of its own, not from the table alone."""
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One field on every front: its rule, its help, its name on each surface (None: not there)."""
+
+    rule: Rule
+    help: str
+    default: Any = None  # the dataclass field's
+    openai: str | None = None
+    ollama: str | None = None
+    flag: str | None = None
+    plugin: str | None = None
+
+    def named(self, name: str) -> FieldSpec:
+        """`True` on a surface is the field's own name there (`--top-p` for a flag)."""
+        own = {"flag": "--" + name.replace("_", "-")}
+        return dataclasses.replace(self, **{s: own.get(s, name) for s in SURFACES if getattr(self, s) is True})
+
+
+def _field(default: Any, rule: Rule, help: str, **names: str | bool | None) -> Any:
+    return dataclasses.field(default=default, metadata={"spec": FieldSpec(rule, help, default, **names)})
+
+
+_EVERYWHERE = dict(openai=True, ollama=True, flag=True, plugin=True)
+_OFF = "(default 1: off)"
+_TOP_K = "an integer >= 1, or 0 / -1 to disable"
+# rules that several fields share
+_MASS = Real(lambda v: 0 < v <= 1, "in (0, 1]")
+_POSITIVE = Real(lambda v: 0 < v < math.inf, "a finite number > 0")
+_PENALTY = Real(lambda v: -2 <= v <= 2, "in [-2, 2]")
+_NUM_LOGPROBS = Int(0, MAX_LOGPROBS, f"None or an integer in [0, {MAX_LOGPROBS}]", optional=True)
 
 
 @dataclass(frozen=True)
 class SamplingParams:
     """How to pick the next token. Defaults mean plain sampling at temperature 1."""
 
-    temperature: float = 1.0  # >= 0; below GREEDY_TEMPERATURE (1e-5) = greedy
-    top_k: int = 0  # 0 (or -1, normalised to 0) = disabled; else >= 1
-    top_p: float = 1.0  # (0, 1]
-    typical_p: float = 1.0  # (0, 1]; 1 = off (locally typical sampling, sampling/typical.py)
-    min_p: float = 0.0  # [0, 1]
-    tfs_z: float = 1.0  # (0, 1]; 1 = off (tail-free sampling, sampling/tail_free.py)
-    mirostat: int = 0  # 0 = off; 1 or 2: mirostat v1 / v2 in place of top-k, tfs, typical, top-p and min-p
-    mirostat_tau: float = 5.0  # > 0: mirostat's target surprise, in bits per token
-    mirostat_eta: float = 0.1  # > 0: how fast mirostat's mu follows the surprise of the drawn tokens
-    repetition_penalty: float = 1.0  # in [1e-3, 1e3]; 1 = off
-    presence_penalty: float = 0.0  # [-2, 2]
-    frequency_penalty: float = 0.0  # [-2, 2]
-    penalty_last_n: int | None = None  # the penalties look at the sequence's last n tokens (>= 1); None = all
-    seed: int | None = None  # None -> 0 in the library; else int in [0, 2**63)
-    max_tokens: int | None = 256  # >= 1; None = until the context is full
-    min_tokens: int = 0  # >= 0, <= max_tokens: before this many output tokens, no stop id or stop string ends it
-    stop: tuple[str, ...] = ()  # a str or list is normalised to a tuple
-    stop_token_ids: tuple[int, ...] = ()  # ids >= 0
-    ignore_eos: bool = False
-    logprobs: int | None = None  # None = no alternatives; else 0..20
-    prompt_logprobs: int | None = None  # None = off; else the prompt tokens' logprobs with 0..20 alternatives
-    logit_bias: LogitBias = ()  # token id -> bias in [-100, 100] (a dict is normalised to sorted pairs)
-    structured: StructuredOutput | None = None  # the text must be JSON / match a schema, regex or grammar
+    temperature: float = _field(  # below GREEDY_TEMPERATURE (1e-5) = greedy
+        1.0, Real(lambda v: 0 <= v < math.inf, "a finite number >= 0"), "0 = greedy, the same text every run",
+        **_EVERYWHERE,
+    )  # fmt: skip
+    top_k: int = _field(  # -1 is normalised to 0
+        0, TopK(-1, None, _TOP_K, flag_expected=_TOP_K),
+        "sample from the k most likely tokens (default 0: off)", **_EVERYWHERE,
+    )  # fmt: skip
+    top_p: float = _field(
+        1.0, _MASS,
+        f"sample from the fewest most likely tokens whose probabilities reach p {_OFF}", **_EVERYWHERE,
+    )  # fmt: skip
+    typical_p: float = _field(  # sampling/typical.py
+        1.0, _MASS,
+        f"locally typical sampling: keep the tokens nearest the expected surprise, up to this mass {_OFF}",
+        openai=True, ollama=True,
+    )  # fmt: skip
+    min_p: float = _field(
+        0.0, Real(lambda v: 0 <= v <= 1, "in [0, 1]"),
+        "drop tokens less likely than min-p times the most likely one (default 0: off)", **_EVERYWHERE,
+    )  # fmt: skip
+    tfs_z: float = _field(  # sampling/tail_free.py
+        1.0, _MASS,
+        f"tail-free sampling: cut the tail where the probabilities' second differences reach z {_OFF}",
+        openai=True, ollama=True,
+    )  # fmt: skip
+    mirostat: int = _field(  # sampling/mirostat.py
+        0, Int(0, 2, "0 (off), 1 or 2"),
+        "mirostat v1 or v2 in place of top-k, tail-free, typical, top-p and min-p (default 0: off)",
+        openai=True, ollama=True,
+    )  # fmt: skip
+    mirostat_tau: float = _field(
+        5.0, _POSITIVE,
+        "mirostat's target surprise, in bits per token (default 5)", openai=True, ollama=True,
+    )  # fmt: skip
+    mirostat_eta: float = _field(
+        0.1, _POSITIVE,
+        "how fast mirostat's mu follows the surprise of the drawn tokens (default 0.1)", openai=True, ollama=True,
+    )  # fmt: skip
+    repetition_penalty: float = _field(
+        1.0, Real(lambda v: REPETITION_PENALTY_RANGE[0] <= v <= REPETITION_PENALTY_RANGE[1],
+                  "in [{:g}, {:g}]".format(*REPETITION_PENALTY_RANGE)),
+        f"make tokens already in the prompt or the output less likely when > 1 {_OFF}",
+        openai=True, ollama="repeat_penalty", flag=True, plugin=True,
+    )  # fmt: skip
+    presence_penalty: float = _field(
+        0.0, _PENALTY,
+        "subtract this from the logit of every token already in the output, -2 to 2 (default 0: off)",
+        **_EVERYWHERE,
+    )  # fmt: skip
+    frequency_penalty: float = _field(
+        0.0, _PENALTY,
+        "subtract this from the logit of each output token times its count, -2 to 2 (default 0: off)",
+        **_EVERYWHERE,
+    )  # fmt: skip
+    penalty_last_n: int | None = _field(  # llama.cpp's repeat_last_n: -1 all, 0 no penalties (server/checks)
+        None, Int(1, None, "None or an integer >= 1", optional=True),
+        "the penalties look at the sequence's last n tokens (default: all of them)",
+        openai=ByHand("repeat_last_n"), ollama="repeat_last_n",
+    )  # fmt: skip
+    seed: int | None = _field(  # None -> 0 in the library; the server draws a fresh one
+        None,
+        Int(0, _SEED_LIMIT - 1, "None or an integer in [0, 2**63)", optional=True, flag_expected="in 0..2**63-1"),
+        "seed of the random draws; the same seed gives the same text (default 0)",
+        openai=ByHand("seed"), ollama=ByHand("seed"), flag=True, plugin=True,
+    )  # fmt: skip
+    max_tokens: int | None = _field(  # None = until the context is full
+        256, Int(1, None, "None or an integer >= 1", optional=True),
+        "most tokens to generate (default 256, or what the context leaves)",
+        openai=ByHand("max_tokens"), ollama=ByHand("num_predict"), flag=ByHand("--max-tokens"), plugin=True,
+    )  # fmt: skip
+    min_tokens: int = _field(
+        0, AtMostMaxTokens(0, None, "an integer >= 0"),
+        "no stop id or stop string ends the output before this many tokens (default 0)",
+        openai=ByHand("min_tokens"),
+    )  # fmt: skip
+    stop: tuple[str, ...] = _field(  # a str or list is normalised to a tuple
+        (), Strings(), "end the output before this text, which is not printed",
+        openai=ByHand("stop"), ollama="stop", flag=True, plugin=True,
+    )  # fmt: skip
+    stop_token_ids: tuple[int, ...] = _field(
+        (), TokenIds(), "end the output at any of these token ids (default: none)", openai=True
+    )
+    ignore_eos: bool = _field(False, Flag(), "go on past the end-of-sequence token", openai=True, flag=True)
+    logprobs: int | None = _field(  # None = no alternatives
+        None, _NUM_LOGPROBS,
+        f"each token's logprob, entropy and top-N alternatives, N in 0..{MAX_LOGPROBS} (default: none)",
+        openai=ByHand("logprobs"), flag=ByHand("--logprobs"),
+    )  # fmt: skip
+    prompt_logprobs: int | None = _field(
+        None, _NUM_LOGPROBS,
+        "the prompt tokens' logprobs with top-N alternatives (default: none)",
+        openai=ByHand("prompt_logprobs"),
+    )  # fmt: skip
+    logit_bias: LogitBias = _field(  # a dict is normalised to sorted (id, bias) pairs
+        (), Bias(), "token id -> a bias in [-100, 100] added to its logit (default: none)",
+        openai=ByHand("logit_bias"),
+    )  # fmt: skip
+    structured: StructuredOutput | None = _field(
+        None, Constraint(), "the text is JSON, or matches a JSON schema, a regex or a grammar (default: free text)",
+        openai=ByHand("response_format"), flag=ByHand("--json-schema"), plugin=ByHand("schema"),
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         for name, value in _validated_fields(self).items():
@@ -80,110 +216,16 @@ class SamplingParams:
 
 
 def _validated_fields(p: SamplingParams) -> dict[str, Any]:
-    """Every field checked and normalised, by name."""
-    return {
-        "temperature": _real("temperature", p.temperature, lambda v: 0 <= v < math.inf, "a finite number >= 0"),
-        "top_k": _top_k(p.top_k),
-        "top_p": _real("top_p", p.top_p, lambda v: 0 < v <= 1, "in (0, 1]"),
-        "typical_p": _real("typical_p", p.typical_p, lambda v: 0 < v <= 1, "in (0, 1]"),
-        "min_p": _real("min_p", p.min_p, lambda v: 0 <= v <= 1, "in [0, 1]"),
-        "tfs_z": _real("tfs_z", p.tfs_z, lambda v: 0 < v <= 1, "in (0, 1]"),
-        "mirostat": _mirostat(p.mirostat),
-        "mirostat_tau": _real("mirostat_tau", p.mirostat_tau, lambda v: 0 < v < math.inf, "a finite number > 0"),
-        "mirostat_eta": _real("mirostat_eta", p.mirostat_eta, lambda v: 0 < v < math.inf, "a finite number > 0"),
-        "repetition_penalty": _real(
-            "repetition_penalty",
-            p.repetition_penalty,
-            lambda v: REPETITION_PENALTY_RANGE[0] <= v <= REPETITION_PENALTY_RANGE[1],
-            "in [{:g}, {:g}]".format(*REPETITION_PENALTY_RANGE),
-        ),
-        "presence_penalty": _real("presence_penalty", p.presence_penalty, lambda v: -2 <= v <= 2, "in [-2, 2]"),
-        "frequency_penalty": _real("frequency_penalty", p.frequency_penalty, lambda v: -2 <= v <= 2, "in [-2, 2]"),
-        "penalty_last_n": _optional_int(
-            "penalty_last_n", p.penalty_last_n, lambda v: v >= 1, "None or an integer >= 1"
-        ),
-        "seed": _optional_int("seed", p.seed, lambda v: 0 <= v < _SEED_LIMIT, "None or an integer in [0, 2**63)"),
-        "max_tokens": _optional_int("max_tokens", p.max_tokens, lambda v: v >= 1, "None or an integer >= 1"),
-        "min_tokens": _min_tokens(p.min_tokens, p.max_tokens),
-        "stop": _stop(p.stop),
-        "stop_token_ids": _stop_token_ids(p.stop_token_ids),
-        "ignore_eos": _bool("ignore_eos", p.ignore_eos),
-        "logprobs": _optional_int(
-            "logprobs", p.logprobs, lambda v: 0 <= v <= MAX_LOGPROBS, f"None or an integer in [0, {MAX_LOGPROBS}]"
-        ),
-        "prompt_logprobs": _optional_int(
-            "prompt_logprobs",
-            p.prompt_logprobs,
-            lambda v: 0 <= v <= MAX_LOGPROBS,
-            f"None or an integer in [0, {MAX_LOGPROBS}]",
-        ),
-        "logit_bias": normalise_logit_bias(p.logit_bias),
-        "structured": _structured(p.structured, p.ignore_eos),
-    }
+    """Every field checked and normalised by its rule, by name, in field order."""
+    return {name: spec.rule.check(name, getattr(p, name), p) for name, spec in FIELDS.items()}
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+# field name -> its FieldSpec, in field order
+FIELDS: dict[str, FieldSpec] = {f.name: f.metadata["spec"].named(f.name) for f in dataclasses.fields(SamplingParams)}
 
 
-def _real(name: str, value: Any, ok: Callable[[float], bool], expected: str) -> float:
-    # written as ok(v), not a negated range test, so NaN (all comparisons False) fails
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not ok(float(value)):
-        raise TinyLLMError(f"{name} must be {expected}, got {value!r}")
-    return float(value)
-
-
-def _optional_int(name: str, value: Any, ok: Callable[[int], bool], expected: str) -> int | None:
-    if value is None:
-        return None
-    if not _is_int(value) or not ok(int(value)):
-        raise TinyLLMError(f"{name} must be {expected}, got {value!r}")
-    return int(value)
-
-
-def _min_tokens(value: Any, max_tokens: Any) -> int:
-    if not _is_int(value) or int(value) < 0:
-        raise TinyLLMError(f"min_tokens must be an integer >= 0, got {value!r}")
-    if _is_int(max_tokens) and int(value) > int(max_tokens):
-        raise TinyLLMError(f"min_tokens must be at most max_tokens ({max_tokens}), got {value!r}")
-    return int(value)
-
-
-def _mirostat(value: Any) -> int:
-    if not _is_int(value) or int(value) not in (0, 1, 2):
-        raise TinyLLMError(f"mirostat must be 0 (off), 1 or 2, got {value!r}")
-    return int(value)
-
-
-def _top_k(value: Any) -> int:
-    if not _is_int(value) or int(value) < -1:
-        raise TinyLLMError(f"top_k must be an integer >= 1, or 0 / -1 to disable, got {value!r}")
-    return max(int(value), 0)  # -1 is the OpenAI/vLLM spelling of "off"
-
-
-def _bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TinyLLMError(f"{name} must be a bool, got {value!r}")
-    return value
-
-
-def _stop(value: Any) -> tuple[str, ...]:
-    items = (value,) if isinstance(value, str) else value
-    if not isinstance(items, (list, tuple)) or not all(isinstance(s, str) and s for s in items):
-        raise TinyLLMError(f"stop must be a non-empty string or a list of them, got {value!r}")
-    return tuple(items)
-
-
-def _stop_token_ids(value: Any) -> tuple[int, ...]:
-    if not isinstance(value, (list, tuple)) or not all(_is_int(t) and t >= 0 for t in value):
-        raise TinyLLMError(f"stop_token_ids must be a list of integers >= 0, got {value!r}")
-    return tuple(int(t) for t in value)
-
-
-def _structured(value: Any, ignore_eos: Any) -> StructuredOutput | None:
-    if value is not None and not isinstance(value, StructuredOutput):
-        raise TinyLLMError(f"structured must be None or a StructuredOutput, got {type(value).__name__}")
-    # The grammar ends the text with EOS; a request that ignores EOS would run past the grammar's end.
-    if value is not None and ignore_eos is True:
-        raise TinyLLMError("ignore_eos cannot be combined with structured output, whose end is an EOS token")
-    return value
+def names_on(surface: str, *, by_hand: bool = False) -> dict[str, str]:
+    """Field name -> its name on `surface` (one of SURFACES), in field order: the fields that front derives from
+    the table, or with `by_hand` every field on it."""
+    found = {name: getattr(spec, surface) for name, spec in FIELDS.items() if getattr(spec, surface) is not None}
+    return {k: v for k, v in found.items() if by_hand or not isinstance(v, ByHand)}

@@ -13,7 +13,7 @@ from dataclasses import fields
 
 from ...errors import TinyLLMError
 from ...sampling.logit_bias import check_logit_bias_ids
-from ...sampling.params import SamplingParams
+from ...sampling.params import SamplingParams, names_on
 from ...text.stop_automaton import compile_stops
 from ..wire.errors import APIError, bad_request
 from ..wire.protocol import ChatCompletionRequest, CompletionRequest
@@ -23,6 +23,10 @@ from .admission import check_stops
 FRESH_SEED_LIMIT = 2**31
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's and vLLM's default for /v1/completions
 _PARAM_FIELDS = {f.name for f in fields(SamplingParams)}
+# SamplingParams field -> the request field that sets it as it is (temperature, top_p, ...: its field table's)
+_PLAIN = names_on("openai")
+# a field the request spells another way (none yet) -> its request name, for error messages
+_WIRE_NAMES = {name: wire for name, wire in _PLAIN.items() if name != wire}
 
 
 def fresh_seed() -> int:
@@ -32,23 +36,7 @@ def fresh_seed() -> int:
 def _common(req) -> dict:
     if req.stream_options is not None and not req.stream:
         raise bad_request("stream_options is only allowed when stream is true", "stream_options")
-    values = dict(
-        temperature=req.temperature,
-        top_p=req.top_p,
-        top_k=req.top_k,
-        min_p=req.min_p,
-        typical_p=req.typical_p,
-        tfs_z=req.tfs_z,
-        mirostat=req.mirostat,
-        mirostat_tau=req.mirostat_tau,
-        mirostat_eta=req.mirostat_eta,
-        repetition_penalty=req.repetition_penalty,
-        presence_penalty=req.presence_penalty,
-        frequency_penalty=req.frequency_penalty,
-        stop=req.stop,
-        stop_token_ids=req.stop_token_ids,
-        ignore_eos=req.ignore_eos,
-    )
+    values = {name: getattr(req, wire) for name, wire in _PLAIN.items()}  # the others below
     values["min_tokens"] = req.min_tokens or None  # vLLM's: stop ids and strings wait for this many tokens
     values.update(penalty_window(req.repeat_last_n))
     values["stop"] = check_stops(req.stop) if req.stop is not None else None
@@ -106,7 +94,8 @@ def chat_params(req: ChatCompletionRequest) -> tuple[dict, dict]:
     use_completion = req.max_completion_tokens is not None
     values["max_tokens"] = req.max_completion_tokens if use_completion else req.max_tokens
     values["logprobs"] = (req.top_logprobs or 0) if req.logprobs else None
-    names = {"max_tokens": "max_completion_tokens" if use_completion else "max_tokens", "logprobs": "top_logprobs"}
+    max_name = "max_completion_tokens" if use_completion else "max_tokens"
+    names = {**_WIRE_NAMES, "max_tokens": max_name, "logprobs": "top_logprobs"}
     _check_min_tokens(req.min_tokens, values["max_tokens"], names["max_tokens"])
     return values, names
 
@@ -131,7 +120,7 @@ def completion_params(req: CompletionRequest) -> tuple[dict, dict]:
     values["logprobs"] = req.logprobs
     wanted = [n for n in (req.prompt_logprobs, req.logprobs if req.echo else None) if n is not None]
     values["prompt_logprobs"] = max(wanted) if wanted else None
-    return values, {}
+    return values, dict(_WIRE_NAMES)
 
 
 def per_choice(values: dict, names: dict, seed: int, n: int) -> list[SamplingParams]:

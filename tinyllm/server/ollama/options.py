@@ -19,29 +19,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...sampling.params import FIELDS, names_on
 from ..checks.sampling_params import penalty_window, per_choice
 from ..checks.unsupported import Unsupported, field_table, is_one_of
 from ..wire.errors import APIError, bad_request
 
-# Ollama's option -> (the OpenAI request field, and SamplingParams field, it sets; the JSON type it must have)
-SAMPLING = {
-    "temperature": ("temperature", "number"),
-    "top_k": ("top_k", "integer"),
-    "top_p": ("top_p", "number"),
-    "min_p": ("min_p", "number"),
-    "typical_p": ("typical_p", "number"),
-    "tfs_z": ("tfs_z", "number"),
-    "mirostat": ("mirostat", "integer"),
-    "mirostat_tau": ("mirostat_tau", "number"),
-    "mirostat_eta": ("mirostat_eta", "number"),
-    "repeat_penalty": ("repetition_penalty", "number"),
-    "presence_penalty": ("presence_penalty", "number"),
-    "frequency_penalty": ("frequency_penalty", "number"),
-    "repeat_last_n": ("repeat_last_n", "integer"),
-    "stop": ("stop", "stops"),
-}
-PARAM_NAMES = {field: f"options.{option}" for option, (field, _) in SAMPLING.items()}
-PARAM_NAMES.update(max_tokens="options.num_predict", seed="options.seed")
+# Ollama's option -> (the OpenAI request field, and SamplingParams field, it sets; the kind of JSON value it takes),
+# from SamplingParams' field table: temperature, top_k, ..., repeat_penalty, repeat_last_n, stop
+SAMPLING = {option: (FIELDS[name].openai, FIELDS[name].rule.kind) for name, option in names_on("ollama").items()}
+# SamplingParams field -> the option that sets it, for the 400 (num_predict and seed are read below, by hand)
+PARAM_NAMES = {name: f"options.{option}" for name, option in names_on("ollama", by_hand=True).items()}
 NO_LIMIT = (-1, -2)  # num_predict: -1 until the context is full, -2 fill the context (the same here)
 # The runner's settings: fixed when `tinyllm serve` starts, so a request's value changes nothing (as in Ollama,
 # where they only matter when a model is loaded).
@@ -139,19 +126,23 @@ def sampling_of(options: dict | None, model_context: int, *, generating: bool = 
             _check_neutral(name, value, options)
         else:
             ignored.append(name)
-    if ignored:
-        unknown = [n for n in ignored if n not in RUNNER]
-        runner = [n for n in ignored if n in RUNNER]
-        if runner:
-            notes.append(f"options {', '.join(runner)} are set when the server starts: ignored")
-        if unknown:
-            notes.append(f"options {', '.join(unknown)} are not options this server knows: ignored")
+    notes += _ignored_notes(ignored)
     if generating:
         # Each value checked by SamplingParams itself, so the rules live in one place; the 400 names the option.
         values = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items() if k != "seed"}
         values.update(_penalty_window(values.pop("repeat_last_n", None)))
         per_choice({k: v for k, v in values.items() if v is not None}, PARAM_NAMES, fields.get("seed") or 0, 1)
     return Sampling(fields, num_ctx, tuple(notes))
+
+
+def _ignored_notes(ignored: list[str]) -> list[str]:
+    """One log note for the runner's options (set at start-up) and one for names this server does not know."""
+    runner = [n for n in ignored if n in RUNNER]
+    unknown = [n for n in ignored if n not in RUNNER]
+    notes = [f"options {', '.join(runner)} are set when the server starts: ignored"] if runner else []
+    if unknown:
+        notes.append(f"options {', '.join(unknown)} are not options this server knows: ignored")
+    return notes
 
 
 def _penalty_window(repeat_last_n: int | None) -> dict:

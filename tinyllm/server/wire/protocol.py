@@ -2,9 +2,10 @@
 
 Requests are strict (a string where a number belongs is a 400, not a silent conversion). Generation
 requests and chat messages keep their undeclared fields, so that unsupported.py can refuse those that
-ask for something this server does not do; other unknown extras are ignored. Ranges of
-sampling fields are checked by SamplingParams, so the rules live in one place; every field is
-optional and nullable, since clients send `null` for "not set".
+ask for something this server does not do; other unknown extras are ignored. The sampling fields
+that set a SamplingParams field as they are come from its field table (sampling/params.py), and their
+ranges are checked by SamplingParams, so the rules live in one place; every field is optional and
+nullable, since clients send `null` for "not set".
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from __future__ import annotations
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_serializer
 
 from ... import __version__
+from ...sampling.params import FIELDS, names_on
 from ..transport.limits import MAX_N, MAX_TOP_LOGPROBS
 
 # Names the code that produced an answer; OpenAI's clients read it from every response and chunk.
@@ -44,27 +46,29 @@ class ChatMessage(_OpenBody):
     name: str | None = None
 
 
-class _GenerationRequest(_OpenBody):
+# a field rule's kind -> the JSON value a request sends for it
+_WIRE_TYPES = {"number": float, "integer": int, "bool": bool, "ids": list[int], "strings": str | list[str]}
+
+
+def _sampling_fields() -> dict:
+    """The request fields that set a SamplingParams field as they are, from its field table."""
+    return {wire: (_WIRE_TYPES[FIELDS[name].rule.kind] | None, None) for name, wire in names_on("openai").items()}
+
+
+# temperature, top_p, top_k, min_p, typical_p (llama.cpp's), tfs_z (Ollama's), mirostat and its tau and eta
+# (llama.cpp's), the three penalties, stop_token_ids, ignore_eos (vLLM's), ...
+_SamplingRequest = create_model("_SamplingRequest", __base__=_OpenBody, **_sampling_fields())
+
+
+class _GenerationRequest(_SamplingRequest):
+    """The fields that SamplingParams' table leaves to the routes (server/checks/sampling_params.py)."""
+
     model: str | None = None
     max_tokens: int | None = None
     min_tokens: int | None = None  # vLLM's: no stop (EOS, stop ids or strings) before this many tokens
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    typical_p: float | None = None  # llama.cpp's: locally typical sampling
-    tfs_z: float | None = None  # llama.cpp's (before 2024) and Ollama's: tail-free sampling
-    mirostat: int | None = None  # llama.cpp's: 0 off, 1 or 2 (with mirostat_tau and mirostat_eta)
-    mirostat_tau: float | None = None
-    mirostat_eta: float | None = None
-    repetition_penalty: float | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
     repeat_last_n: int | None = None  # llama.cpp's: the penalties look at the last n tokens (-1: all of them)
     seed: int | None = None
     stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
-    ignore_eos: bool | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     n: int | None = Field(None, ge=1, le=MAX_N)
