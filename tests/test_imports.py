@@ -1,7 +1,8 @@
 """The package's imports flow one way, down these layers (LAYERS): the fronts (server, CLI, bench, the llm
 plugin) -> llm -> distributed -> engine (and the reference loop) -> speculative -> loading (and embedding) ->
 {model, cache, sampling, text} -> grammar -> kernels -> config, errors, outputs; no module imports one that
-imports it back."""
+imports it back. Inside server/ the groups are layers too (SERVER_LAYERS): wire -> checks -> transport and the
+models' state -> endpoints -> ollama -> the app."""
 
 import ast
 from pathlib import Path
@@ -130,3 +131,29 @@ def test_imports_flow_downwards():
                 )
             ):
                 assert not d.startswith(("tinyllm.llm", "tinyllm.reference")), f"{m} reaches up to {d}"
+
+
+SERVER_LAYERS = [  # inside server/, lowest first
+    ("wire",),  # OpenAI's shapes, errors, the documented limits
+    ("checks",),  # a request into the engine's terms
+    ("transport", "metrics", "leases", "model_slots", "state"),  # bodies and clients; the loaded models
+    ("endpoints",),  # a route family each: its handler and answer
+    ("ollama",),  # Ollama's API, built on the endpoints' serving
+    ("surfaces", "app", "cli"),
+]
+
+
+def server_layer_of(module: str) -> int:
+    part = module.split(".")[2]
+    (found,) = [i for i, names in enumerate(SERVER_LAYERS) if part in names] or [None]
+    assert found is not None, f"{module} is in no layer of SERVER_LAYERS"
+    return found
+
+
+def test_the_server_groups_import_downwards():
+    for m, deps in graph().items():
+        if not m.startswith("tinyllm.server."):
+            continue
+        for d in deps:
+            if d.startswith("tinyllm.server.") and d.count(".") >= 2:
+                assert server_layer_of(d) <= server_layer_of(m), f"{m} reaches up to {d}"

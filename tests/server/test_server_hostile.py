@@ -16,8 +16,8 @@ from tinyllm.grammar.constraint import Constraint, GrammarError
 from tinyllm.grammar.structured import StructuredOutput
 from tinyllm.server import create_app
 from tinyllm.server.endpoints import chat as chat_module
-from tinyllm.server.transport.limits import MAX_CHOICES, MAX_GRAMMAR_BYTES, MAX_JSON_DEPTH, MAX_TOOLS
 from tinyllm.server.transport.server_thread import ServerThread
+from tinyllm.server.wire.limits import MAX_CHOICES, MAX_GRAMMAR_BYTES, MAX_JSON_DEPTH, MAX_TOOLS
 
 CONTEXT = 256
 CHAT = [{"role": "user", "content": "Hi"}]

@@ -41,10 +41,10 @@ from .transport.body import (
 )
 from .transport.body_limit import BodyLimit
 from .transport.hosts import HostAllowList
-from .transport.limits import MAX_BODY_BYTES
 from .transport.origins import OriginGuard
 from .transport.slow_clients import ConnectionLimits
 from .wire.errors import APIError, install_error_handlers
+from .wire.limits import MAX_BODY_BYTES
 from .wire.protocol import (
     ChatCompletionChunk,
     ChatCompletionRequest,

@@ -7,9 +7,10 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from .endpoints.chat_page import add_chat_page
-from .endpoints.embeddings import EmbeddingRequest, add_embedding_routes
+from .endpoints.embeddings import add_embedding_routes
 from .ollama import add_ollama_routes
 from .transport.body import add_body_schemas
+from .wire.protocol import EmbeddingRequest
 
 
 def add_local_routes(app: FastAPI, auth: list, ready, state) -> None:

@@ -11,7 +11,7 @@ from tinyllm.errors import TinyLLMError
 from tinyllm.grammar.constraint import Grammars
 from tinyllm.grammar.structured import StructuredOutput
 from tinyllm.server.checks.structured import bounded, from_choices, from_schema
-from tinyllm.server.transport.limits import MAX_CHOICE_BYTES, MAX_CHOICES, MAX_GRAMMAR_BYTES, MAX_JSON_DEPTH
+from tinyllm.server.wire.limits import MAX_CHOICE_BYTES, MAX_CHOICES, MAX_GRAMMAR_BYTES, MAX_JSON_DEPTH
 
 
 @pytest.fixture(scope="module")

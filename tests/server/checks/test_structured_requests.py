@@ -7,8 +7,8 @@ import pytest
 from tinyllm.errors import TinyLLMError
 from tinyllm.grammar.structured import StructuredOutput
 from tinyllm.server.checks.structured import bounded, choice_regex, from_choices, from_schema, structured_from
-from tinyllm.server.transport.limits import MAX_CHOICE_BYTES, MAX_GRAMMAR_BYTES
 from tinyllm.server.wire.errors import APIError
+from tinyllm.server.wire.limits import MAX_CHOICE_BYTES, MAX_GRAMMAR_BYTES
 from tinyllm.server.wire.protocol import ChatCompletionRequest
 
 S = StructuredOutput

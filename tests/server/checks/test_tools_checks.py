@@ -9,8 +9,8 @@ import pytest
 
 from tinyllm.grammar.structured import StructuredOutput
 from tinyllm.server.checks.tools import ToolRequest, tools_from
-from tinyllm.server.transport.limits import MAX_GRAMMAR_BYTES, MAX_TOOLS
 from tinyllm.server.wire.errors import APIError
+from tinyllm.server.wire.limits import MAX_GRAMMAR_BYTES, MAX_TOOLS
 from tinyllm.text.tool_calls import HERMES, MISTRAL, ParsedCall, ParsedOutput, call_grammar
 
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

@@ -13,7 +13,7 @@ import torch
 from helpers.live_server import tiny_llm
 from tinyllm.engine.embedding_queue import EmbeddingLimits
 from tinyllm.server import create_app
-from tinyllm.server.endpoints.embeddings import MAX_INPUTS
+from tinyllm.server.checks.embeddings import MAX_INPUTS
 from tinyllm.server.transport.server_thread import ServerThread
 
 MODEL = "tiny"

@@ -7,7 +7,7 @@ import pytest
 
 from helpers.live_server import tiny_llm
 from tinyllm.server import create_app
-from tinyllm.server.endpoints.embeddings import MAX_INPUTS
+from tinyllm.server.checks.embeddings import MAX_INPUTS
 from tinyllm.server.ollama.protocol import EmbedBody, GenerateBody
 from tinyllm.server.transport.server_thread import ServerThread
 

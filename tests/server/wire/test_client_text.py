@@ -5,8 +5,8 @@ import logging
 import subprocess
 import sys
 
-from tinyllm.server.transport.limits import MAX_LOGGED_CHARS
 from tinyllm.server.wire.client_text import ClippedFormatter, clip, clip_traceback
+from tinyllm.server.wire.limits import MAX_LOGGED_CHARS
 
 GRAMMAR = "start: " + " | ".join(f'"w{i}"' for i in range(40_000))  # ~400 KB of a client's grammar
 

@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass
 
 from ...engine.prompt import NoRoom, check_room
-from ..transport.limits import MAX_STOP_CHARS, MAX_STOP_STRINGS
 from ..wire.errors import APIError
+from ..wire.limits import MAX_STOP_CHARS, MAX_STOP_STRINGS
 
 CONTEXT_CODE = "context_length_exceeded"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from ...errors import TinyLLMError
 from ...text.chat_prompt import ChatPrompt
-from ..transport.limits import MAX_PROMPTS
 from ..wire.errors import bad_request
+from ..wire.limits import MAX_PROMPTS
 from ..wire.protocol import ChatMessage
 from .admission import PromptLimits, replace_lone_surrogates
 

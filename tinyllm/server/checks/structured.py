@@ -17,10 +17,10 @@ from typing import Any
 
 from ...errors import TinyLLMError
 from ...grammar.structured import StructuredOutput
-from ..transport.json_depth import nests_deeper_than
-from ..transport.limits import MAX_CHOICE_BYTES, MAX_CHOICES, MAX_GRAMMAR_BYTES, MAX_JSON_DEPTH
 from ..wire.client_text import clip
 from ..wire.errors import bad_request
+from ..wire.json_depth import nests_deeper_than
+from ..wire.limits import MAX_CHOICE_BYTES, MAX_CHOICES, MAX_GRAMMAR_BYTES, MAX_JSON_DEPTH
 
 S = StructuredOutput
 

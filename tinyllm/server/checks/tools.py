@@ -18,9 +18,9 @@ from typing import Any
 from ...errors import TinyLLMError
 from ...grammar.structured import StructuredOutput
 from ...text.tool_calls import ParsedOutput, ToolCallFormat, call_grammar, detect_format, parse_tool_calls
-from ..transport.limits import MAX_GRAMMAR_BYTES, MAX_TOOLS
 from ..wire.client_text import clip
 from ..wire.errors import bad_request
+from ..wire.limits import MAX_GRAMMAR_BYTES, MAX_TOOLS
 from ..wire.protocol import FunctionCall, ToolCall
 
 CHOICES = ("none", "auto", "required")

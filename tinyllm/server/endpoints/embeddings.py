@@ -3,7 +3,7 @@
 own width. Two extras: `pooling` ("mean", the default, or "last") and `normalize` (default true). Each vector is
 the model's final hidden states after its final norm, pooled (model/pooling.py).
 
-Limits, checked before the work: at most MAX_INPUTS inputs, each within the context, at most
+Limits, checked before the work (checks/embeddings.py): at most MAX_INPUTS inputs, each within the context, at most
 `EmbeddingLimits.max_request_tokens` tokens together. Both APIs' embeddings go through one EmbeddingQueue
 (engine/embedding_queue.py): its thread runs every forward, batching several requests' inputs; a waiting request
 holds no thread, a full queue answers 429 with Retry-After, a client that leaves has its inputs dropped, and once
@@ -16,100 +16,35 @@ import asyncio
 import base64
 import threading
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict
 
-from ...embedding import check_embeddable, pooling_of
+from ...embedding import check_embeddable
 from ...engine.embedding_queue import EmbeddingLimits, EmbeddingQueue, Job, QueueClosed, QueueFull
 from ...errors import TinyLLMError
 from ...model.pooling import Pooling
-from ..checks.admission import PromptLimits, context_error
-from ..checks.prompts import encode_text
+from ..checks.embeddings import (
+    PROMPT_PARAM,
+    check_dimensions,
+    embedding_ids,
+    input_counts,
+    pooling_options,
+    split_inputs,
+)
 from ..state import Ready
 from ..transport.body import parse_body, request_body_doc
 from ..wire.errors import APIError, bad_request
+from ..wire.protocol import EmbeddingRequest
 from .serving import ClientGone, client_gone_response, until_disconnected
-
-MAX_INPUTS = 2048  # inputs in one request, as OpenAI's API allows
-PROMPT_PARAM = "input"
-Inputs = str | list[str] | list[int] | list[list[int]]
-
-
-class EmbeddingRequest(BaseModel):
-    model_config = ConfigDict(strict=True, extra="allow")
-
-    model: str | None = None
-    input: Inputs
-    encoding_format: Literal["float", "base64"] | None = None
-    dimensions: int | None = None
-    user: str | None = None
-    pooling: str | None = None  # not OpenAI's: "mean" (default) or "last"
-    normalize: bool | None = None  # not OpenAI's: L2-normalize each vector (default true)
 
 
 @dataclass(frozen=True)
 class Embedded:
     vectors: torch.Tensor  # float32 [N, C]
     num_tokens: int  # of every input together
-
-
-def split_inputs(value: Inputs, param: str = PROMPT_PARAM) -> list:
-    """The inputs of a request (text, texts, ids, lists of ids), at least one and at most MAX_INPUTS."""
-    items = [value] if isinstance(value, str) or (value and isinstance(value[0], int)) else list(value)
-    if not items:
-        raise bad_request(f"{param} is an empty list; expected text, token ids, or a list of them", param)
-    if len(items) > MAX_INPUTS:
-        raise bad_request(f"{param} has {len(items)} inputs, more than the limit of {MAX_INPUTS}", param)
-    return items
-
-
-def input_counts(limits: PromptLimits, param: str = PROMPT_PARAM):
-    """The body's check before validation: the input count, and each id list against the context."""
-
-    def check(data: dict) -> None:
-        value = data.get(param)
-        if not isinstance(value, list) or not value:
-            return
-        lists = [value] if isinstance(value[0], int) else [v for v in value if isinstance(v, list)]
-        if len(value) > MAX_INPUTS and len(lists) != 1:
-            raise bad_request(f"{param} has {len(value)} inputs, more than the limit of {MAX_INPUTS}", param)
-        for i, ids in enumerate(lists):
-            _check_length(len(ids), limits.context_length, f"{param}[{i}]" if ids is not value else param, param)
-
-    return check
-
-
-def _check_length(num_ids: int, context: int, where: str, param: str) -> None:
-    if num_ids > context:
-        raise context_error(f"{where} has {num_ids} tokens, more than the model's context length of {context}", param)
-
-
-def _ids(ctx: Ready, items: list, param: str, truncate: bool, context: int | None, max_tokens: int) -> list[list[int]]:
-    """Each input's ids, checked against the context (or cut to it when truncate) and their total against
-    max_tokens; `context` is the request's own, at most the model's."""
-    vocab, context = ctx.parts.config.vocab_size, context or ctx.context_length
-    out = []
-    for i, item in enumerate(items):
-        if not item:
-            raise bad_request(f"{param}[{i}] is empty; expected at least one character or token id", param)
-        ids = encode_text(ctx.tokenizer, item) if isinstance(item, str) else item
-        bad = next((t for t in ids if not 0 <= t < vocab), None)
-        if bad is not None:
-            raise bad_request(f"{param}[{i}] has token id {bad}, outside the vocabulary [0, {vocab})", param)
-        if not truncate:
-            _check_length(len(ids), context, f"{param}[{i}]", param)
-        out.append(ids[:context])
-    total = sum(len(ids) for ids in out)
-    if total > max_tokens:
-        raise bad_request(
-            f"{param} has {total} tokens together, more than the limit of {max_tokens} for one request", param
-        )
-    return out
 
 
 def shutting_down() -> APIError:
@@ -150,7 +85,8 @@ class Embedder:
             if isinstance(item, str):
                 ctx.limits.check_text(len(item), f"{param}[{i}]")
         max_tokens = self.limits.max_request_tokens
-        ids = await run_in_threadpool(_ids, ctx, items, param, truncate, context, max_tokens)
+        vocab, context = ctx.parts.config.vocab_size, context or ctx.context_length
+        ids = await run_in_threadpool(embedding_ids, ctx.tokenizer, vocab, context, items, param, truncate, max_tokens)
         queue = self._started(ctx.parts.model)
         try:
             job = queue.submit(ids, pooling, normalize)
@@ -197,24 +133,6 @@ async def _answer(request: Request, queue: EmbeddingQueue, job: Job) -> torch.Te
         queue.cancel(job)  # nothing left to drop once it is answered
 
 
-def pooling_options(pooling: str | None, normalize: bool | None) -> tuple[Pooling, bool]:
-    try:
-        how = pooling_of(pooling or Pooling.MEAN.value)
-    except TinyLLMError as exc:
-        raise bad_request(str(exc), "pooling") from None
-    return how, normalize is not False
-
-
-def check_dimensions(dimensions: int | None, ctx: Ready, param: str = "dimensions") -> None:
-    width = ctx.parts.config.hidden_size
-    if dimensions is not None and dimensions != width:
-        raise bad_request(
-            f"{param} {dimensions} is not supported: this model's embeddings have {width} dimensions; "
-            f"send {width} or leave {param} out",
-            param,
-        )
-
-
 def _encoded(vector: torch.Tensor, encoding_format: str | None) -> list[float] | str:
     if encoding_format == "base64":
         return base64.b64encode(vector.numpy().astype("<f4").tobytes()).decode("ascii")
@@ -226,7 +144,7 @@ def add_embedding_routes(app: FastAPI, auth: list, ready) -> None:
         """Pooled final hidden states of each input (see the `pooling` and `normalize` extras)."""
         body = await parse_body(request, EmbeddingRequest, input_counts(ctx.limits))
         ctx.check_model(body.model)
-        check_dimensions(body.dimensions, ctx)
+        check_dimensions(body.dimensions, ctx.parts.config.hidden_size)
         how, normalize = pooling_options(body.pooling, body.normalize)
         try:
             done = await ctx.embedder.embed(request, ctx, split_inputs(body.input), how, normalize)

@@ -32,9 +32,9 @@ from ..endpoints.serving import (
     engine_error,
     start_group,
 )
+from ..endpoints.tool_stream import ToolCallStream
 from ..state import Ready
 from ..wire.logprobs import TokenTexts, chat_logprobs
-from ..wire.tool_stream import ToolCallStream
 from .protocol import STREAM_MEDIA_TYPE, created_at, nanos
 
 

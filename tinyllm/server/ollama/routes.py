@@ -26,10 +26,10 @@ from ...loading.model_card import model_license
 from ...model.pooling import Pooling
 from ...sampling.params import SamplingParams
 from ..checks.admission import room_or_400
+from ..checks.embeddings import input_counts, split_inputs
 from ..checks.prompts import encode_text
 from ..endpoints.chat import prepare_chat
 from ..endpoints.completions import prepare_completion
-from ..endpoints.embeddings import input_counts, split_inputs
 from ..endpoints.serving import ClientGone, client_gone_response
 from ..state import Ready
 from ..transport.body import chat_counts, ids_counts, parse_body, peek_json

@@ -31,8 +31,8 @@ from pydantic.json_schema import models_json_schema
 from ..checks.admission import PromptLimits
 from ..wire.client_text import clip
 from ..wire.errors import APIError, bad_request
-from .json_depth import deep_field, nests_deeper_than
-from .limits import MAX_JSON_DEPTH, MAX_PROMPTS
+from ..wire.json_depth import deep_field, nests_deeper_than
+from ..wire.limits import MAX_JSON_DEPTH, MAX_PROMPTS
 from .yielding_json import TooDeep, loads_yielding
 
 Model = TypeVar("Model", bound=BaseModel)

@@ -15,7 +15,7 @@ import json
 from json.decoder import WHITESPACE, JSONDecodeError, JSONObject
 from json.scanner import py_make_scanner
 
-from .json_depth import nests_deeper_than
+from ..wire.json_depth import nests_deeper_than
 
 RUN_CHARS = 1 << 16  # parsed by json.loads at once: a few milliseconds holding the GIL
 # Where the next run may end, by the first character of the elements: after a closing bracket, or any comma.

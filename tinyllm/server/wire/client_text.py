@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from ..transport.limits import MAX_LOGGED_CHARS
+from .limits import MAX_LOGGED_CHARS
 
 
 def clip(text: str, limit: int = MAX_LOGGED_CHARS) -> str:

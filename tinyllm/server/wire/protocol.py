@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_serialize
 
 from ... import __version__
 from ...sampling.params import FIELDS, names_on
-from ..transport.limits import MAX_N, MAX_TOP_LOGPROBS
+from .limits import MAX_N, MAX_TOP_LOGPROBS
 
 # Names the code that produced an answer; OpenAI's clients read it from every response and chunk.
 SYSTEM_FINGERPRINT = f"tinyllm-{__version__}"
@@ -124,6 +124,21 @@ class DetokenizeRequest(_Body):
 
 def _now() -> int:
     return int(time.time())
+
+
+EmbeddingInputs = str | list[str] | list[int] | list[list[int]]
+
+
+class EmbeddingRequest(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    model: str | None = None
+    input: EmbeddingInputs
+    encoding_format: Literal["float", "base64"] | None = None
+    dimensions: int | None = None
+    user: str | None = None
+    pooling: str | None = None  # not OpenAI's: "mean" (default) or "last"
+    normalize: bool | None = None  # not OpenAI's: L2-normalize each vector (default true)
 
 
 class PromptTokensDetails(BaseModel):

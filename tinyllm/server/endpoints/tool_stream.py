@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ...text.tool_calls import ParsedOutput, call_start
 from ..checks.tools import ToolRequest, new_call_id
-from .protocol import FunctionDelta, ToolCallDelta
+from ..wire.protocol import FunctionDelta, ToolCallDelta
 
 
 def _partial_open(text: str, opening: str) -> int:

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tinyllm.server.checks.tools import ToolRequest
-from tinyllm.server.wire.tool_stream import ToolCallStream, call_deltas
+from tinyllm.server.endpoints.tool_stream import ToolCallStream, call_deltas
 from tinyllm.text.tool_calls import FORMATS, HERMES
 
 CALLS = [{"name": "f", "arguments": {"x": "a b"}}, {"name": "g", "arguments": {}}]

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tinyllm.server.transport.json_depth import deep_field, nests_deeper_than
+from tinyllm.server.wire.json_depth import deep_field, nests_deeper_than
 
 tricky_text = st.text(alphabet='[]{}"\\,:ab é\n', max_size=6)
 values = st.recursive(
