@@ -359,7 +359,7 @@ class LLM:
 
     def info(self) -> dict:
         c = self.config
-        from .model.features import model_features
+        from .model.features import idle_expert_parameters, model_features
         from .model.quant_linear import activations, quant_weights, weight_summary
 
         n_params = sum(p.numel() for p in self.model.parameters())
@@ -372,6 +372,7 @@ class LLM:
             "family": c.family,
             "features": model_features(c),
             "parameters": n_params,
+            "active_parameters": n_params - idle_expert_parameters(c),  # a token's: all but the experts it skips
             "layers": c.num_layers,
             "heads": c.num_heads,
             "kv_heads": c.num_kv_heads,

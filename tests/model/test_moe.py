@@ -124,3 +124,13 @@ def test_bad_expert_configs_are_refused_naming_the_value(values, message):
 def test_a_dense_family_with_experts_is_refused():
     with pytest.raises(ValueError, match="the qwen3 family has no experts, but the config gives 4"):
         tiny_moe(family="qwen3")
+
+
+def test_info_counts_the_parameters_a_token_reads(tmp_path):
+    ref = hf_model("qwen3_moe", mlp_only_layers=[1])
+    info = LLM(write_hf(ref, str(tmp_path / "moe"))).info()
+    total = sum(p.numel() for p in ref.parameters())
+    experts = sum(p.numel() for p in ref.model.layers[0].mlp.experts.parameters())  # 4 experts' gate, up, down
+    assert info["parameters"] == total
+    assert info["active_parameters"] == total - 2 * experts * (4 - 2) // 4  # layers 0 and 2 skip 2 of 4 each
+    assert "mixture of experts: top 2 of 4 (softmax router, renormalised) on 2 of 3 layers" in info["features"]
