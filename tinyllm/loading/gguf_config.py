@@ -57,11 +57,20 @@ def _experts(g: GGUFFile, family: Family, num_layers: int) -> ExpertConfig | Non
     values = {f: meta.get(k.format(arch=arch)) for f, k in GGUF_EXPERT_KEYS.items()}
     if not values["num_experts"]:
         return None
+    if family.router is None:  # llama.cpp writes Mixtral as a llama with experts
+        key = GGUF_EXPERT_KEYS["num_experts"].format(arch=arch)
+        raise TinyLLMError(
+            f"{g.path!r} is a mixture of experts ({key} = {values['num_experts']}), which tinyllm "
+            f"does not run for GGUF architecture {arch!r}"
+        )
+    missing = [GGUF_EXPERT_KEYS[f].format(arch=arch) for f in ("top_k", "intermediate_size") if values[f] is None]
+    if missing:
+        raise TinyLLMError(f"{g.path!r} has experts but lacks metadata {', '.join(missing)}")
     if values["renormalize"] is None:
         values["renormalize"] = family.gguf_renormalize
     values["dense_layers"] = tuple(i for i in range(num_layers) if GGUF_ROUTER.format(i=i) not in g.tensors)
     counts = ("num_experts", "top_k", "intermediate_size")
-    values.update({k: int(v) for k, v in values.items() if k in counts and v is not None})  # None: named by the check
+    values.update({k: int(v) for k, v in values.items() if k in counts})
     return ExpertConfig(**{**values, "renormalize": bool(values["renormalize"])})
 
 
