@@ -24,8 +24,9 @@ PROMPT = [5, 77, 140, 9, 33, 201, 18, 64, 250, 7, 99, 120, 41]
 def files(tmp_path_factory):
     root = tmp_path_factory.mktemp("converted")
     folder = write_hf(hf_model("qwen3_moe"), str(root / "moe"))
-    outputs = {kind: str(root / f"moe-{kind}.gguf") for kind in ("f32", "f16", "q8_0")}
-    convert(folder, outputs)
+    options = {kind: ["--outtype", kind] for kind in ("f32", "f16", "q8_0")}
+    outputs = {kind: str(root / f"moe-{kind}.gguf") for kind in options}
+    convert(folder, {outputs[kind]: opts for kind, opts in options.items()})
     return folder, outputs, LLM(folder)
 
 

@@ -5,9 +5,9 @@ Per decoder layer, rank r of N keeps:
   self_attn.o_proj     row-parallel: the input columns of its query heads; output all-reduced
   mlp.gate_up_proj     column-parallel: its slice of the gate rows, then the same slice of the up rows
   mlp.down_proj        row-parallel: the same slice of the intermediate columns; output all-reduced
-and sets self_attn.num_heads / num_kv_heads and mlp.intermediate_size to its local counts. A mixture-of-experts
-MLP stays whole on every rank (replicated): each rank computes the same output from the same input. With fewer KV heads
-than ranks, each KV head is replicated on N / Hkv ranks (the ranks whose query heads read it).
+and sets self_attn.num_heads / num_kv_heads and mlp.intermediate_size to its local counts. With fewer KV heads
+than ranks, each KV head is replicated on N / Hkv ranks (the ranks whose query heads read it). A mixture-of-experts
+MLP stays whole on every rank (replicated): each rank computes the same output from the same input.
 
 The embedding, the final norm and the head stay whole on every rank (replicated): the lookup is a gather and
 costs nothing to repeat, and a replicated head gives the driver the full logits with no gather of [n, V] per

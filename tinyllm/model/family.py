@@ -67,7 +67,6 @@ _EXPERTS = (
     ("blk.{i}.ffn_gate_inp.weight", "model.layers.{i}.mlp.gate.weight"),
     ("blk.{i}.ffn_gate_exps.weight", "model.layers.{i}.mlp.experts.{e}.gate_proj.weight"),
     ("blk.{i}.ffn_up_exps.weight", "model.layers.{i}.mlp.experts.{e}.up_proj.weight"),
-    ("blk.{i}.ffn_gate_up_exps.weight", "model.layers.{i}.mlp.experts.{e}.gate_up_proj.weight"),
     ("blk.{i}.ffn_down_exps.weight", "model.layers.{i}.mlp.experts.{e}.down_proj.weight"),
 )
 _GEMMA = dict(norm="rms_plus_one", activation="gelu_tanh", block="sandwich", embed_scale=True, gguf_norm_shift=1.0)
