@@ -6,7 +6,7 @@ speculative, GGUF) run in test_families.py with every family."""
 import pytest
 import torch
 
-from helpers.family_models import hf_model, write_hf
+from helpers.family_models import hf_model, write_family_gguf, write_hf
 from helpers.tiny_models import quantized_copy, tiny_llama
 from tinyllm import LLM
 from tinyllm.config import ExpertConfig
@@ -92,6 +92,22 @@ def test_transformers_qwen3_moe_variants_give_the_same_logits(tmp_path, override
         ours = llm.model(torch.tensor([PROMPT]))[0]
     assert (ours - want).abs().max().item() <= 1e-4
     assert torch.equal(ours.argmax(-1), want.argmax(-1))
+
+
+def test_a_gguf_layer_without_a_router_keeps_its_dense_mlp(tmp_path, monkeypatch):
+    """llama.cpp's converter writes experts on every qwen3moe layer; a file whose layer 1 holds a dense MLP's
+    tensors and no router (written here with gguf's writer, its table widened) loads as the folder does."""
+    import gguf
+
+    arch, dense = gguf.MODEL_ARCH.QWEN3MOE, ("FFN_GATE", "FFN_UP", "FFN_DOWN")
+    monkeypatch.setitem(gguf.MODEL_TENSORS, arch, [*gguf.MODEL_TENSORS[arch], *(gguf.MODEL_TENSOR[t] for t in dense)])
+    ref = hf_model("qwen3_moe", mlp_only_layers=[1])
+    folder = LLM(write_hf(ref, str(tmp_path / "moe")))
+    from_gguf = LLM(write_family_gguf(ref, "qwen3_moe", str(tmp_path / "moe.gguf")), weights="dequantized")
+    assert from_gguf.config.experts == folder.config.experts and from_gguf.config.experts.dense_layers == (1,)
+    with torch.no_grad():
+        ids = torch.tensor([PROMPT])
+        assert (from_gguf.model(ids) - folder.model(ids)).abs().max().item() <= 1e-5
 
 
 @pytest.mark.skipif(native.library() is None, reason="no native kernels on this machine")
