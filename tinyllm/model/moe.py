@@ -45,8 +45,13 @@ class MoEMLP(nn.Module):
         weights, chosen = route(self.gate(flat), self.plan)  # [N, k] each
         weights = weights.to(x.dtype)
         parts = flat.new_zeros(*chosen.shape, flat.shape[-1])  # [N, k, C]: each token's weighted expert outputs
-        for e in torch.unique(chosen).tolist():
-            rows, slots = torch.nonzero(chosen == e, as_tuple=True)  # [n_e] each: a token takes an expert once
+        k = chosen.shape[1]
+        picks = torch.argsort(chosen.reshape(-1), stable=True)  # [N·k] (token, slot) pairs grouped by expert
+        counts = torch.bincount(chosen.reshape(-1), minlength=self.plan.num_experts).tolist()  # [E]
+        for e, group in enumerate(picks.split(counts)):
+            if not counts[e]:
+                continue
+            rows, slots = group // k, group % k  # [n_e] each: a token takes an expert once
             out = self.experts[e](flat.index_select(0, rows))  # [n_e, C]
             parts[rows, slots] = out * weights[rows, slots, None]
         total = parts[:, 0]  # [N, C]
