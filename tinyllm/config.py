@@ -68,6 +68,26 @@ LAYER_KINDS = ("full", "sliding")
 
 
 @dataclass(frozen=True)
+class ExpertConfig:
+    """A mixture of experts in place of the dense MLP: num_experts gated MLPs of intermediate_size each, top_k of
+    them per token, their weights renormalised to sum to one where `renormalize` (HF's norm_topk_prob)."""
+
+    num_experts: int
+    top_k: int
+    intermediate_size: int
+    renormalize: bool = False
+    dense_layers: tuple[int, ...] = ()  # layers that keep a dense MLP (HF's mlp_only_layers, decoder_sparse_step)
+
+    def __post_init__(self) -> None:
+        for name in ("num_experts", "top_k", "intermediate_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"experts' {name} must be a positive integer, got {value!r}")
+        if self.top_k > self.num_experts:
+            raise ValueError(f"experts' top_k must be at most num_experts={self.num_experts}, got {self.top_k}")
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """Hyper-parameters of a decoder of one of the families in model/family.py. Validates itself on
     construction. Layers are "full" (attend to every earlier position) or "sliding" (the last
@@ -96,6 +116,7 @@ class ModelConfig:
     query_scale: float | None = None  # multiplies q·k; None means 1/sqrt(head_dim)
     attn_softcap: float | None = None  # attention logits become cap·tanh(logit/cap)
     final_softcap: float | None = None  # the same on the output logits
+    experts: ExpertConfig | None = None  # a mixture of experts' MLPs; None = every layer's MLP dense
 
     def __post_init__(self) -> None:
         for name in (
@@ -140,9 +161,16 @@ class ModelConfig:
             raise ValueError(f"sliding_window must be a positive integer or None, got {self.sliding_window!r}")
         if "sliding" in self.layer_kinds and self.sliding_window is None:
             raise ValueError("layer_kinds has sliding layers but sliding_window is None")
+        bad = [i for i in (self.experts.dense_layers if self.experts else ()) if not 0 <= i < self.num_layers]
+        if bad:
+            raise ValueError(f"experts' dense_layers must be layers 0..{self.num_layers - 1}, got {bad[0]!r}")
 
     def layer_kind(self, layer: int) -> str:
         return self.layer_kinds[layer] if self.layer_kinds else "full"
+
+    def has_experts(self, layer: int) -> bool:
+        """Whether this layer's MLP is a mixture of experts."""
+        return self.experts is not None and layer not in self.experts.dense_layers
 
     def layer_window(self, layer: int) -> int | None:
         """How many positions (the query's own included) a query of this layer sees; None = all."""

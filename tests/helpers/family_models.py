@@ -58,18 +58,24 @@ def _configs() -> dict:
             rope_parameters=gemma3_rope,
         ),
         "phi3": lambda: tf.Phi3Config(**COMMON, sliding_window=WINDOW, tie_word_embeddings=False),
+        "qwen3_moe": lambda: tf.Qwen3MoeConfig(**COMMON, head_dim=16, **MOE),
     }
 
 
-FAMILY_NAMES = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3")
+# A tiny mixture of experts: 4 experts of width 32, the top 2 per token, their weights renormalised.
+MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True)
+FAMILY_NAMES = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "qwen3_moe")
 
 
-def hf_model(family: str, seed: int = 0, vocab_size: int | None = None):
+def hf_model(family: str, seed: int = 0, vocab_size: int | None = None, **overrides):
     """A transformers model of the family with random weights spread wide enough that a wrong mask, scale
-    or norm changes the logits; vocab_size defaults to the tiny byte-level vocabulary's."""
+    or norm changes the logits; vocab_size defaults to the tiny byte-level vocabulary's; overrides: config
+    attributes set on the family's config."""
     from transformers import AutoModelForCausalLM
 
     config = _configs()[family]()
+    for key, value in overrides.items():
+        setattr(config, key, value)
     config.vocab_size = vocab_size or tiny_vocab_size()
     config._attn_implementation = "eager"  # the plain reference, soft-capping included
     torch.manual_seed(seed)
@@ -77,7 +83,7 @@ def hf_model(family: str, seed: int = 0, vocab_size: int | None = None):
     gemma = family.startswith("gemma")
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() == 2:
+            if p.dim() >= 2:  # matrices, and stacks of experts' matrices
                 p.normal_(0.0, 0.3 if "embed" in name else 0.15)
             elif name.endswith("bias"):
                 p.normal_(0.0, 0.2)
@@ -112,9 +118,13 @@ _TENSORS = {
     "mlp.up_proj": "FFN_UP",
     "mlp.gate_up_proj": "FFN_UP",
     "mlp.down_proj": "FFN_DOWN",
+    "mlp.gate": "FFN_GATE_INP",
+    "mlp.experts.gate_proj": "FFN_GATE_EXP",
+    "mlp.experts.up_proj": "FFN_UP_EXP",
+    "mlp.experts.down_proj": "FFN_DOWN_EXP",
 }
 _ARCH = {"llama": "LLAMA", "mistral": "LLAMA", "qwen2": "QWEN2", "qwen3": "QWEN3"}
-_ARCH |= {"gemma2": "GEMMA2", "gemma3": "GEMMA3", "phi3": "PHI3"}
+_ARCH |= {"gemma2": "GEMMA2", "gemma3": "GEMMA3", "phi3": "PHI3", "qwen3_moe": "QWEN3MOE"}
 
 
 def _gguf_name(gguf, arch, name: str, sandwich: bool) -> str:
@@ -169,11 +179,16 @@ def _metadata(w, model, family: str, arch_name: str) -> None:
     if params.get("rope_type") == "linear":
         w.add_string(f"{arch_name}.rope.scaling.type", "linear")
         w.add_float32(f"{arch_name}.rope.scaling.factor", params["factor"])
+    if getattr(c, "num_experts", None):
+        w.add_expert_count(c.num_experts)
+        w.add_expert_used_count(c.num_experts_per_tok)
+        w.add_expert_feed_forward_length(c.moe_intermediate_size)
+        w.add_expert_weights_norm(c.norm_topk_prob)
 
 
 # The byte-level BPE pre-tokenizer llama.cpp names for each family's GGUF files (the SentencePiece families
 # get byte-level BPE too unless write_family_gguf is given a SentencePiece model).
-PRE_TOKENIZERS = {"llama": "llama-bpe", "qwen2": "qwen2", "qwen3": "qwen2"}
+PRE_TOKENIZERS = {"llama": "llama-bpe", "qwen2": "qwen2", "qwen3": "qwen2", "qwen3_moe": "qwen2"}
 
 
 def _tokenizer(w, family: str) -> None:
@@ -198,6 +213,21 @@ def _rope_freqs(model) -> np.ndarray:
     return (base / scaled).astype(np.float32)
 
 
+def _arrays(model):
+    """(name, float32 array) of every parameter, a stack of experts' gate_up_proj [E, 2I, C] split into its
+    gate and up stacks [E, I, C] as llama.cpp stores them."""
+    for name, t in model.state_dict().items():
+        a = t.detach().float().numpy().copy()
+        if name.endswith("mlp.experts.gate_up_proj"):
+            gate, up = np.split(a, 2, axis=1)
+            yield name.replace("gate_up_proj", "gate_proj.weight"), gate
+            yield name.replace("gate_up_proj", "up_proj.weight"), up
+        elif name.endswith("mlp.experts.down_proj"):
+            yield name + ".weight", a
+        else:
+            yield name, a
+
+
 def write_family_gguf(model, family: str, path: str, quant: str | None = None, spm=None) -> str:
     """quant: a block format ("Q8_0") for the matrices whose rows it divides; norms and biases stay F32.
     spm: a SentencePieceProcessor whose vocabulary the file carries (padded to the model's) instead of
@@ -215,16 +245,15 @@ def write_family_gguf(model, family: str, path: str, quant: str | None = None, s
         write_spm_tokenizer(w, spm, model.config.vocab_size)
     c = model.config
     sandwich = family.startswith("gemma")
-    for name, t in model.state_dict().items():
+    for name, a in _arrays(model):
         if name == "lm_head.weight" and c.tie_word_embeddings:
             continue
-        a = t.detach().float().numpy().copy()
         if family in ("llama", "mistral") and (".q_proj." in name or ".k_proj." in name):
             a = _permute(a, c.num_attention_heads if ".q_proj." in name else c.num_key_value_heads)
         if sandwich and name.endswith("norm.weight"):
             a = a + np.float32(1.0)  # llama.cpp stores Gemma's norm scales whole
         gname = _gguf_name(gguf, arch, name, sandwich)
-        if quant and a.ndim == 2 and a.shape[1] % 32 == 0:
+        if quant and a.ndim >= 2 and a.shape[-1] % 32 == 0:
             qtype = gguf.GGMLQuantizationType[quant]
             w.add_tensor(gname, quantize(a, qtype), raw_dtype=qtype)
         else:

@@ -100,3 +100,44 @@ def test_gguf_with_an_unsupported_rope_scaling_is_named(tmp_path):
     w.close()
     with pytest.raises(TinyLLMError, match="rope scaling of type 'yarn' is not supported"):
         LLM(str(tmp_path / "yarn2.gguf"))
+
+
+def _copy_gguf(source: str, dest: str, arch: str | None = None, uint32: dict | None = None) -> str:
+    """source's metadata (its architecture's keys renamed to `arch`, `uint32` keys added) and tensors, in dest."""
+    import gguf
+
+    reader = gguf.GGUFReader(source)
+    old = reader.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(dest, arch or old)
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            continue
+        name = (
+            f"{arch}.{field.name.removeprefix(old + '.')}" if arch and field.name.startswith(old + ".") else field.name
+        )
+        w.add_key_value(name, field.contents(), field.types[0], field.types[-1] if len(field.types) > 1 else None)
+    for key, value in (uint32 or {}).items():
+        w.add_uint32(key, value)
+    for t in reader.tensors:
+        w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dest
+
+
+def test_a_llama_gguf_with_experts_is_refused_naming_the_key(tmp_path):
+    """llama.cpp writes Mixtral as architecture llama with expert_count: never loaded as a dense llama."""
+    write_gguf(random_tiny_llama(4), str(tmp_path / "llama.gguf"))
+    path = _copy_gguf(str(tmp_path / "llama.gguf"), str(tmp_path / "mixtral.gguf"), uint32={"llama.expert_count": 8})
+    with pytest.raises(TinyLLMError, match=r"mixture of experts \(llama.expert_count = 8\).*architecture 'llama'"):
+        LLM(path)
+
+
+def test_a_qwen3moe_gguf_without_its_expert_keys_is_named(tmp_path):
+    write_gguf(random_tiny_llama(4), str(tmp_path / "llama.gguf"))
+    uint32 = {"qwen3moe.expert_count": 4, "qwen3moe.expert_feed_forward_length": 32}
+    path = _copy_gguf(str(tmp_path / "llama.gguf"), str(tmp_path / "cut.gguf"), "qwen3moe", uint32)
+    with pytest.raises(TinyLLMError, match="has experts but lacks metadata qwen3moe.expert_used_count"):
+        LLM(path)

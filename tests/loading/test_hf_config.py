@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tinyllm.config import RopeScaling
+from tinyllm.config import ExpertConfig, RopeScaling
 from tinyllm.loading.hf_config import config_from_hf
 
 BASE = dict(
@@ -66,3 +66,15 @@ def test_windows_apply_to_every_layer_or_none(tmp_path):
     qwen = load(tmp_path, model_type="qwen2", sliding_window=32, use_sliding_window=False)
     assert qwen.sliding_window is None and qwen.layer_window(0) is None
     assert load(tmp_path, model_type="phi3", sliding_window=8, partial_rotary_factor=0.5).rotary_dim == 4
+
+
+def test_experts_from_the_hubs_qwen3_moe_keys(tmp_path):
+    """Qwen3-30B-A3B's config.json names num_experts (transformers 5 writes num_local_experts); layers listed in
+    mlp_only_layers or off the decoder_sparse_step keep a dense MLP."""
+    moe = dict(model_type="qwen3_moe", num_experts=8, num_experts_per_tok=2, moe_intermediate_size=16)
+    c = load(tmp_path, **moe, norm_topk_prob=True, decoder_sparse_step=2, mlp_only_layers=[3])
+    assert c.experts == ExpertConfig(8, 2, 16, renormalize=True, dense_layers=(0, 2, 3, 4))
+    assert [c.has_experts(i) for i in range(6)] == [False, True, False, False, False, True]
+    assert load(tmp_path, **moe).experts == ExpertConfig(8, 2, 16)  # norm_topk_prob absent: False, as transformers
+    assert load(tmp_path, **{**moe, "num_experts": 0}).experts is None  # transformers builds dense MLPs then
+    assert load(tmp_path, **{**moe, "model_type": "qwen3"}).experts is None  # a dense family has none

@@ -128,6 +128,8 @@ KINDS = {
     "rope": ROPE_TABLES,
     "final_norm": NORM_KINDS,
 }
+# Plan fields the native step declines (`unsupported` names them; the module path runs): tests/model/test_moe.py
+DECLINED = ("moe",)
 
 
 def test_the_variants_take_every_value_of_every_plan_field():
@@ -136,7 +138,7 @@ def test_the_variants_take_every_value_of_every_plan_field():
     plans = [variant_plan(name)[1] for name in VARIANTS]
     seen = {f.name: {getattr(layer, f.name) for p in plans for layer in p.layers} for f in fields(LayerPlan)}
     seen.update({f.name: {getattr(p, f.name) for p in plans} for f in fields(ModelPlan) if f.name != "layers"})
-    for name, values in seen.items():
+    for name, values in ((n, v) for n, v in seen.items() if n not in DECLINED):
         assert values == set(KINDS[name]) if name in KINDS else len(values) >= 2, (name, values)
 
 

@@ -6,7 +6,8 @@ Per decoder layer, rank r of N keeps:
   mlp.gate_up_proj     column-parallel: its slice of the gate rows, then the same slice of the up rows
   mlp.down_proj        row-parallel: the same slice of the intermediate columns; output all-reduced
 and sets self_attn.num_heads / num_kv_heads and mlp.intermediate_size to its local counts. With fewer KV heads
-than ranks, each KV head is replicated on N / Hkv ranks (the ranks whose query heads read it).
+than ranks, each KV head is replicated on N / Hkv ranks (the ranks whose query heads read it). A mixture-of-experts
+MLP stays whole on every rank (replicated): each rank computes the same output from the same input.
 
 The embedding, the final norm and the head stay whole on every rank (replicated): the lookup is a gather and
 costs nothing to repeat, and a replicated head gives the driver the full logits with no gather of [n, V] per
@@ -65,9 +66,10 @@ def kv_head_range(rank: int, num_kv_heads: int, world_size: int) -> range:
 def shard_model(model: nn.Module, rank: int, world_size: int, all_reduce: Callable[[torch.Tensor], None]) -> None:
     """Replace every layer's projections by rank's shards; `all_reduce` sums a row-parallel output in place."""
     check_shardable(model.config, world_size)
-    for layer in model.model.layers:
+    for plan, layer in zip(model.plan.layers, model.model.layers, strict=True):
         _shard_attention(layer.self_attn, rank, world_size, all_reduce)
-        _shard_mlp(layer.mlp, rank, world_size, all_reduce)
+        if plan.moe is None:
+            _shard_mlp(layer.mlp, rank, world_size, all_reduce)
 
 
 def _shard_attention(attn: nn.Module, rank: int, N: int, all_reduce) -> None:

@@ -62,10 +62,12 @@ def fuse(state: dict, source: str = "<memory>", pack: Callable[[list], QuantWeig
 def fused_sizes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Rows of each part of each fused parameter, in FUSED_PARAMETERS order."""
     q, kv = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
+    expert = config.experts.intermediate_size if config.experts else config.intermediate_size
     return {
         "self_attn.qkv_proj.weight": (q, kv, kv),
         "mlp.gate_up_proj.weight": (config.intermediate_size, config.intermediate_size),
         "self_attn.qkv_proj.bias": (q, kv, kv),
+        "gate_up_proj.weight": (expert, expert),
     }
 
 

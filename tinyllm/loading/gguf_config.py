@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ..config import ModelConfig, RopeScaling
+from ..config import ExpertConfig, ModelConfig, RopeScaling
 from ..errors import TinyLLMError
 from ..model.family import Family, family_for_gguf
 from .gguf_file import GGUFFile
-from .names import GGUF_CONFIG_KEYS, GGUF_OPTIONAL_KEYS, GGUF_ROPE_FREQS
+from .names import GGUF_CONFIG_KEYS, GGUF_EXPERT_KEYS, GGUF_OPTIONAL_KEYS, GGUF_ROPE_FREQS, GGUF_ROUTER
 
 _INTS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim")
 _INTS += ("max_position_embeddings", "rope_dim", "sliding_window")
@@ -50,6 +50,30 @@ def _optional(g: GGUFFile, family: Family, values: dict) -> None:
     values["attention_bias"] = "blk.0.attn_q.bias" in g.tensors and not family.qkv_bias
 
 
+def _experts(g: GGUFFile, family: Family, num_layers: int) -> ExpertConfig | None:
+    """expert_count and its keys, where the file has them; a layer without a router keeps a dense MLP; the
+    weights are renormalised as the file's key says, else as llama.cpp does for the architecture."""
+    meta, arch = g.metadata, g.architecture
+    values = {f: meta.get(k.format(arch=arch)) for f, k in GGUF_EXPERT_KEYS.items()}
+    if not values["num_experts"]:
+        return None
+    if family.router is None:  # llama.cpp writes Mixtral as a llama with experts
+        key = GGUF_EXPERT_KEYS["num_experts"].format(arch=arch)
+        raise TinyLLMError(
+            f"{g.path!r} is a mixture of experts ({key} = {values['num_experts']}), which tinyllm "
+            f"does not run for GGUF architecture {arch!r}"
+        )
+    missing = [GGUF_EXPERT_KEYS[f].format(arch=arch) for f in ("top_k", "intermediate_size") if values[f] is None]
+    if missing:
+        raise TinyLLMError(f"{g.path!r} has experts but lacks metadata {', '.join(missing)}")
+    if values["renormalize"] is None:
+        values["renormalize"] = family.gguf_renormalize
+    values["dense_layers"] = tuple(i for i in range(num_layers) if GGUF_ROUTER.format(i=i) not in g.tensors)
+    counts = ("num_experts", "top_k", "intermediate_size")
+    values.update({k: int(v) for k, v in values.items() if k in counts})
+    return ExpertConfig(**{**values, "renormalize": bool(values["renormalize"])})
+
+
 def config_from_gguf(g: GGUFFile) -> ModelConfig:
     arch = g.architecture
     family = family_for_gguf(arch)
@@ -70,6 +94,7 @@ def config_from_gguf(g: GGUFFile) -> ModelConfig:
     _optional(g, family, values)
     values.update({k: int(v) for k, v in values.items() if k in _INTS})
     try:
+        values["experts"] = _experts(g, family, values["num_layers"])
         return ModelConfig(architecture=arch, family=family.name, **values)
     except ValueError as exc:
         raise TinyLLMError(f"{g.path!r} has an invalid config: {exc}") from None

@@ -51,15 +51,17 @@ class GGUFFile:
         return np.ascontiguousarray(out, dtype=np.float32).reshape(shape)
 
     def can_stay_quantized(self, name: str) -> bool:
+        """A block format the kernels run (or transcode), in a 2-D tensor or a 3-D stack of experts' weights."""
         kind = self.tensor_type(name)
-        return (kind in FORMATS or kind in TRANSCODED) and len(self.tensors[name].shape) == 2
+        return (kind in FORMATS or kind in TRANSCODED) and len(self.tensors[name].shape) in (2, 3)
 
-    def quant_weight(self, name: str) -> QuantWeight:
-        """A 2-D block-format tensor as a QuantWeight whose data views the mmap (no copy, never written);
-        its block table is checked: a wrong byte count or a NaN/infinite scale raises, naming the tensor."""
+    def quant_weight(self, name: str, expert: int | None = None) -> QuantWeight:
+        """A 2-D block-format tensor, or one expert's [N, K] of a 3-D stack [E, N, K], as a QuantWeight whose data
+        views the mmap (no copy, never written); its block table is checked: a wrong byte count or a
+        NaN/infinite scale raises, naming the tensor."""
         t = self.tensors[name]
-        k, n = (int(d) for d in t.shape)  # ggml lists the fastest dim first
-        data = t.data
+        k, n = (int(d) for d in t.shape[:2])  # ggml lists the fastest dim first
+        data = t.data if expert is None else t.data[expert]
         if data.ndim != 2 or data.shape[0] != n:
             raise TinyLLMError(
                 f"tensor {name!r} in {self.path} has a block table of shape {data.shape}, expected {n} rows"

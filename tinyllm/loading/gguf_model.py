@@ -22,7 +22,7 @@ def _our_name(gguf_name: str, family: Family) -> str | None:
     if layer:
         pattern = "blk.{i}." + gguf_name[layer.end() :]
         target = table.get(pattern)
-        return target.format(i=layer.group(1)) if target else None
+        return target.format(i=layer.group(1), e="{e}") if target else None  # "{e}": one name per expert
     return table.get(gguf_name)
 
 
@@ -57,6 +57,18 @@ def _tensor(g: GGUFFile, gguf_name: str, name: str, config: ModelConfig, dtype: 
     return torch.from_numpy(w if w.flags.writeable else w.copy()).to(dtype)
 
 
+def _expert_tensors(g: GGUFFile, gguf_name: str, dtype: torch.dtype, native: bool) -> list:
+    """A stack of experts' weights [E, N, K] -> one weight [N, K] per expert: QuantWeights viewing the file's
+    blocks (native), else float tensors."""
+    num_experts = int(g.tensors[gguf_name].shape[-1])  # ggml lists the fastest dim first
+    if g.can_stay_quantized(gguf_name):
+        weights = [g.quant_weight(gguf_name, e) for e in range(num_experts)]  # checked either way
+        if native:
+            return weights
+    w = g.dequantize(gguf_name)  # [E, N, K]
+    return list(torch.from_numpy(w if w.flags.writeable else w.copy()).to(dtype).unbind(0))
+
+
 def state_dict_from_gguf(g: GGUFFile, config: ModelConfig, dtype: torch.dtype, native: bool = False) -> dict:
     """Our parameter names (HF names, before fusing) -> float tensors, or QuantWeights where `native`."""
     state = {}
@@ -65,5 +77,9 @@ def state_dict_from_gguf(g: GGUFFile, config: ModelConfig, dtype: torch.dtype, n
         name = _our_name(gguf_name, family)
         if name is None:
             raise TinyLLMError(f"{g.path!r} holds tensor {gguf_name!r}, which a {family.name} model does not have")
-        state[name] = _tensor(g, gguf_name, name, config, dtype, native)
+        if "{e}" in name:
+            experts = _expert_tensors(g, gguf_name, dtype, native)
+            state.update((name.format(e=e), w) for e, w in enumerate(experts))
+        else:
+            state[name] = _tensor(g, gguf_name, name, config, dtype, native)
     return state

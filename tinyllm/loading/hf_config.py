@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 
-from ..config import ModelConfig, RopeScaling
+from ..config import ExpertConfig, ModelConfig, RopeScaling
 from ..errors import TinyLLMError
 from ..model.family import Family, family_for_hf
 from .hf_model import read_json
-from .names import HF_ACTIVATIONS, HF_CONFIG_KEYS, HF_LAYER_KINDS
+from .names import HF_ACTIVATIONS, HF_CONFIG_KEYS, HF_EXPERT_KEYS, HF_LAYER_KINDS
 
 
 def rope_scaling_from(params: dict | None, where: str) -> RopeScaling | None:
@@ -71,6 +71,18 @@ def _layer_kinds(raw: dict, family: Family, num_layers: int, where: str) -> tupl
     return ("sliding",) * num_layers
 
 
+def _experts(raw: dict, family: Family, num_layers: int) -> ExpertConfig | None:
+    """The experts of a family that may have them: None where the config gives none (transformers then builds
+    every MLP dense). A layer keeps a dense MLP when listed in mlp_only_layers or off the decoder_sparse_step."""
+    values = {f: next((raw[k] for k in keys if raw.get(k) is not None), None) for f, keys in HF_EXPERT_KEYS.items()}
+    if family.router is None or not values["num_experts"]:
+        return None
+    step, dense = raw.get("decoder_sparse_step") or 1, set(raw.get("mlp_only_layers") or ())
+    values["dense_layers"] = tuple(i for i in range(num_layers) if i in dense or (i + 1) % step)
+    values["renormalize"] = bool(values["renormalize"])
+    return ExpertConfig(**values)
+
+
 def _check_options(raw: dict, family: Family, where: str) -> None:
     if raw.get("mlp_bias"):
         raise TinyLLMError(f"{where}: mlp_bias is not supported")
@@ -108,6 +120,7 @@ def config_from_hf(folder: str) -> ModelConfig:
     values["layer_kinds"] = kinds
     values["sliding_window"] = raw.get("sliding_window") if "sliding" in kinds else None
     try:
+        values["experts"] = _experts(raw, family, values.get("num_layers", 0))
         return ModelConfig(architecture=model_type, family=family.name, **values)
     except (TypeError, ValueError) as exc:
         raise TinyLLMError(f"{where} is not a valid {family.name} config: {exc}") from None

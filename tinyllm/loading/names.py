@@ -29,6 +29,16 @@ GGUF_OPTIONAL_KEYS = {
     "rope_scaling_factor": "{arch}.rope.scaling.factor",
 }
 
+# ExpertConfig field -> GGUF metadata key (a mixture of experts' MLPs; expert_count present = experts).
+GGUF_EXPERT_KEYS = {
+    "num_experts": "{arch}.expert_count",
+    "top_k": "{arch}.expert_used_count",
+    "intermediate_size": "{arch}.expert_feed_forward_length",
+    "renormalize": "{arch}.expert_weights_norm",
+}
+# The router's tensor: a layer without it in a file with experts keeps a dense MLP.
+GGUF_ROUTER = "blk.{i}.ffn_gate_inp.weight"
+
 # Tensors that configure rather than weigh: read into the config, never into a parameter.
 GGUF_ROPE_FREQS = "rope_freqs.weight"
 
@@ -73,6 +83,14 @@ HF_CONFIG_KEYS = {
     "final_softcap": ("final_logit_softcapping",),
 }
 
+# ExpertConfig field -> config.json key (first one present wins).
+HF_EXPERT_KEYS = {
+    "num_experts": ("num_experts", "num_local_experts"),
+    "top_k": ("num_experts_per_tok",),
+    "intermediate_size": ("moe_intermediate_size",),
+    "renormalize": ("norm_topk_prob",),
+}
+
 # config.json activation names -> Family.activation.
 HF_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh"}
 # config.json layer_types values -> our layer kinds.
@@ -83,4 +101,6 @@ FUSED_PARAMETERS = {
     "self_attn.qkv_proj.weight": ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
     "mlp.gate_up_proj.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight"),
     "self_attn.qkv_proj.bias": ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"),
+    # an expert's (mlp.experts.{e}.): after the dense MLP's row, which its names do not end with
+    "gate_up_proj.weight": ("gate_proj.weight", "up_proj.weight"),
 }

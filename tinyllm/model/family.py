@@ -14,6 +14,7 @@ from ..errors import TinyLLMError
 NORM_KINDS = ("rms", "rms_plus_one")  # weight·x̂, or (1 + weight)·x̂ (Gemma)
 ACTIVATIONS = ("silu", "gelu_tanh")
 BLOCK_KINDS = ("pre_norm", "sandwich")  # sandwich: norms before and after attention and MLP (Gemma 2/3)
+ROUTERS = ("softmax",)  # how a token picks its experts: softmax over all experts, then the top k (Qwen3-MoE)
 
 
 @dataclass(frozen=True)
@@ -33,12 +34,15 @@ class Family:
     sliding_pattern: int | None = None  # every n-th layer full, the rest sliding, where the source says no more
     gguf_local_rope_theta: float | None = None  # sliding layers' base when the file does not give one
     gguf_tensors: tuple[tuple[str, str], ...] = ()  # extra or overriding GGUF -> our names
+    router: str | None = None  # a ROUTERS entry where the family's configs may have experts; None = dense only
+    gguf_renormalize: bool = False  # llama.cpp renormalises the chosen experts' weights, where the file says not
 
     def __post_init__(self):
         for name, value, allowed in (
             ("norm", self.norm, NORM_KINDS),
             ("activation", self.activation, ACTIVATIONS),
             ("block", self.block, BLOCK_KINDS),
+            ("router", self.router, (None, *ROUTERS)),
         ):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
@@ -58,6 +62,13 @@ _SANDWICH = (
     ("blk.{i}.ffn_norm.weight", "model.layers.{i}.pre_feedforward_layernorm.weight"),
     ("blk.{i}.post_ffw_norm.weight", "model.layers.{i}.post_feedforward_layernorm.weight"),
 )
+# A tensor whose target holds "{e}" stacks the experts: [E, N, K] in the file, one [N, K] weight per expert.
+_EXPERTS = (
+    ("blk.{i}.ffn_gate_inp.weight", "model.layers.{i}.mlp.gate.weight"),
+    ("blk.{i}.ffn_gate_exps.weight", "model.layers.{i}.mlp.experts.{e}.gate_proj.weight"),
+    ("blk.{i}.ffn_up_exps.weight", "model.layers.{i}.mlp.experts.{e}.up_proj.weight"),
+    ("blk.{i}.ffn_down_exps.weight", "model.layers.{i}.mlp.experts.{e}.down_proj.weight"),
+)
 _GEMMA = dict(norm="rms_plus_one", activation="gelu_tanh", block="sandwich", embed_scale=True, gguf_norm_shift=1.0)
 
 FAMILIES = {
@@ -67,6 +78,15 @@ FAMILIES = {
         Family("mistral", ("mistral",), None, gguf_rope_permuted=True),
         Family("qwen2", ("qwen2",), "qwen2", qkv_bias=True, gguf_tensors=_QKV_BIAS),
         Family("qwen3", ("qwen3",), "qwen3", qk_norm=True, gguf_tensors=_QK_NORM + _QKV_BIAS),
+        Family(
+            "qwen3_moe",
+            ("qwen3_moe",),
+            "qwen3moe",
+            qk_norm=True,
+            router="softmax",
+            gguf_renormalize=True,
+            gguf_tensors=_QK_NORM + _QKV_BIAS + _EXPERTS,
+        ),
         Family("gemma2", ("gemma2",), "gemma2", sliding_pattern=2, gguf_tensors=_SANDWICH, **_GEMMA),
         Family(
             "gemma3",

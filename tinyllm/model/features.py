@@ -1,5 +1,6 @@
 """What a loaded model does beyond a plain Llama, in words, for `tinyllm info`: its plan's layer and model
-features (model/plan.py) and the rotary tables' options of its config."""
+features (model/plan.py) and the rotary tables' options of its config; and the parameters a token leaves unread
+in a mixture of experts."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from ..config import ModelConfig
-from .plan import LayerPlan, ModelPlan, model_plan
+from .plan import LayerPlan, ModelPlan, MoEPlan, model_plan
 
 # (text, a layer's value): the text, formatted with the value, for each value other than None or False
 _LAYER_TRAITS: tuple[tuple[str, Callable[[LayerPlan], object]], ...] = (
@@ -16,6 +17,21 @@ _LAYER_TRAITS: tuple[tuple[str, Callable[[LayerPlan], object]], ...] = (
     ("pre- and post-norms", lambda p: p.block == "sandwich"),
     ("q/k norms", lambda p: p.qk_norm),
 )
+
+
+def _experts(moe: MoEPlan | None) -> str | None:
+    if moe is None:
+        return None
+    renormalised = ", renormalised" if moe.renormalize else ""
+    return f"mixture of experts: top {moe.top_k} of {moe.num_experts} ({moe.router} router{renormalised})"
+
+
+def idle_expert_parameters(c: ModelConfig) -> int:
+    """Parameters a token does not read: the gate, up and down weights of the experts it is not routed to, in
+    every layer with experts (total minus this = the active parameters)."""
+    plan = model_plan(c)
+    per_expert = 3 * c.hidden_size * c.experts.intermediate_size if c.experts else 0
+    return sum((p.moe.num_experts - p.moe.top_k) * per_expert for p in plan.layers if p.moe is not None)
 
 
 def _per_layer(plan: ModelPlan, text: str, value: Callable[[LayerPlan], object], count_all: bool = False) -> list:
@@ -43,6 +59,7 @@ def _rotary(c: ModelConfig) -> list[str]:
 def model_features(c: ModelConfig) -> list[str]:
     plan = model_plan(c)
     features = [f for text, value in _LAYER_TRAITS for f in _per_layer(plan, text, value)]
+    features += _per_layer(plan, "{}", lambda p: _experts(p.moe))
     if plan.embed_scale is not None:
         features.append("embeddings scaled by sqrt(hidden)")
     features += _per_layer(plan, "q/k/v biases", lambda p: p.qkv_bias)

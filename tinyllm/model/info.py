@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..cache.q8_kv import bytes_per_value
 from ..config import KV_DTYPES, ModelConfig
-from .features import model_features
+from .features import idle_expert_parameters, model_features
 from .quant_linear import activations, quant_weights, weight_summary
 
 
@@ -24,6 +24,7 @@ def model_info(
         "family": c.family,
         "features": model_features(c),
         "parameters": n_params,
+        "active_parameters": n_params - idle_expert_parameters(c),  # a token's: all but the experts it skips
         "layers": c.num_layers,
         "heads": c.num_heads,
         "kv_heads": c.num_kv_heads,

@@ -1,7 +1,8 @@
 """The decoder every family shares (Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3): wires embedding, blocks,
 norm and head. What differs between families is data: the model's plan (model/plan.py, built from the family
-table and the config) gives each layer its norm, activation, block layout, biases, q/k norms, rotary table and
-AttentionSpec, and the model its embedding scale, final norm and final soft-cap.
+table and the config) gives each layer its norm, activation, block layout, biases, q/k norms, rotary table,
+AttentionSpec and MLP (dense, or a mixture of experts), and the model its embedding scale, final norm and
+final soft-cap.
 
 Parameter names follow Hugging Face's checkpoints, except that q/k/v and gate/up are fused into one
 projection each (`qkv_proj`, `gate_up_proj`); the loaders map both HF and GGUF names by tables and
@@ -16,6 +17,7 @@ from torch import nn
 from ..config import ModelConfig
 from .attention import GQAttention
 from .mlp import GatedMLP
+from .moe import MoEMLP
 from .norm import NORMS
 from .plan import PLAIN_LAYER, LayerPlan, ModelPlan, model_plan
 from .rope import RotaryEmbedding
@@ -42,7 +44,10 @@ class DecoderLayer(nn.Module):
             spec=plan.attention,
         )
         self.post_attention_layernorm = norm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, plan.activation)
+        if plan.moe is None:
+            self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, plan.activation)
+        else:
+            self.mlp = MoEMLP(config.hidden_size, config.experts.intermediate_size, plan.moe, plan.activation)
 
     def forward(self, x, cos, sin, step: ForwardStep):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, step)

@@ -4,7 +4,8 @@ function (`model_plan`) from the family table and the config. Both executors rea
 
 A layer: its norm kind, activation and block layout, q/k/v biases, per-head q/k norms, which rotary table it
 reads ("full": rope_theta and the scaling; "sliding": the sliding layers' own base), its window, and the scale
-and soft-cap of its attention logits. The model: the embedding scale, the final norm and the final soft-cap.
+and soft-cap of its attention logits, and its MLP: dense, or a mixture of experts (router kind, top-k,
+renormalisation). The model: the embedding scale, the final norm and the final soft-cap.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import ModelConfig
-from .family import ACTIVATIONS, BLOCK_KINDS, FAMILIES, NORM_KINDS
+from .family import ACTIVATIONS, BLOCK_KINDS, FAMILIES, NORM_KINDS, ROUTERS
 from .sdpa import AttentionSpec
 
 ROPE_TABLES = ("full", "sliding")
@@ -29,6 +30,26 @@ def _check_positive(name: str, value) -> None:
 
 
 @dataclass(frozen=True)
+class MoEPlan:
+    """A mixture-of-experts MLP: a router picks top_k of num_experts gated MLPs per token, and the token's
+    output is their outputs weighted by the router's probabilities (renormalised over the chosen where
+    `renormalize`). Ties between equal probabilities go to the lower expert index."""
+
+    num_experts: int
+    top_k: int
+    router: str = "softmax"  # a ROUTERS entry
+    renormalize: bool = False
+    shared_expert: bool = False  # an always-on expert beside the routed ones (Qwen2-MoE); none is built yet
+
+    def __post_init__(self):
+        _check_kind("router", self.router, ROUTERS)
+        if not 0 < self.top_k <= self.num_experts:
+            raise ValueError(f"top_k must be in [1, num_experts={self.num_experts}], got {self.top_k}")
+        if self.shared_expert:
+            raise ValueError("shared_expert must be False: a shared expert is not supported yet")
+
+
+@dataclass(frozen=True)
 class LayerPlan:
     """One decoder layer; the defaults are a plain Llama layer."""
 
@@ -41,6 +62,7 @@ class LayerPlan:
     window: int | None = None  # positions a query sees, its own included; None = all earlier ones
     attn_scale: float | None = None  # multiplies q·k; None = 1/sqrt(head_dim)
     attn_softcap: float | None = None  # attention logits become cap·tanh(logit/cap); None = none
+    moe: MoEPlan | None = None  # the MLP: a mixture of experts, or None for the dense gated MLP
 
     def __post_init__(self):
         _check_kind("norm", self.norm, NORM_KINDS)
@@ -92,7 +114,17 @@ def layer_plan(config: ModelConfig, layer: int) -> LayerPlan:
         window=config.layer_window(layer),
         attn_scale=config.query_scale,
         attn_softcap=config.attn_softcap,
+        moe=_moe_plan(config, layer),
     )
+
+
+def _moe_plan(config: ModelConfig, layer: int) -> MoEPlan | None:
+    experts, router = config.experts, FAMILIES[config.family].router
+    if not config.has_experts(layer):
+        return None
+    if router is None:
+        raise ValueError(f"the {config.family} family has no experts, but the config gives {experts.num_experts}")
+    return MoEPlan(experts.num_experts, experts.top_k, router, experts.renormalize)
 
 
 def model_plan(config: ModelConfig) -> ModelPlan:

@@ -76,6 +76,8 @@ def unsupported(model) -> str | None:
     for layer in plan.layers:
         if layer.activation not in ACTIVATIONS:
             return f"the activation {layer.activation} is not covered"
+        if layer.moe is not None:
+            return "a mixture-of-experts MLP is not covered"
     if model.dtype != torch.float32 or model.device.type != "cpu":
         return "it does not run in float32 on the CPU"
     if config.rotary_dim > config.head_dim:

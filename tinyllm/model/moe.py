@@ -1,0 +1,60 @@
+"""A mixture-of-experts MLP (the plan's MoEPlan): a router scores every expert per token, the token runs through
+its top k experts (each a gated MLP, mlp.py) and gets their outputs weighted by the router's probabilities.
+
+The rows of a batch or a prompt are grouped by expert: each chosen expert multiplies the rows routed to it in one
+matmul, so its weights are read once per forward. A token's output depends on the token alone: its experts are
+chosen with a fixed tie rule (the lower index wins) and its k weighted outputs are summed in expert-index order,
+whatever rows share the forward. Parameter names follow Hugging Face's checkpoints: `gate` is the router,
+`experts.{e}` the experts (gate_up_proj fused as in the dense MLP).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .mlp import GatedMLP
+from .plan import MoEPlan
+
+
+def route(logits: torch.Tensor, plan: MoEPlan) -> tuple[torch.Tensor, torch.Tensor]:
+    """Router logits [N, E] -> (weights [N, k] float32, experts [N, k]), each row's experts in ascending index.
+
+    Softmax over all experts in float32, the k most probable kept (a stable sort: among equal probabilities
+    the lower index comes first; torch.topk promises no order for ties), renormalised over the chosen where the
+    plan says so, in rank order as the reference sums them."""
+    probs = torch.softmax(logits.float(), dim=-1)  # [N, E]
+    ranked = torch.sort(probs, dim=-1, descending=True, stable=True).indices[:, : plan.top_k]  # [N, k]
+    weights = probs.gather(-1, ranked)  # [N, k], most probable first
+    if plan.renormalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    experts, order = ranked.sort(dim=-1)  # [N, k] ascending expert index
+    return weights.gather(-1, order), experts
+
+
+class MoEMLP(nn.Module):
+    def __init__(self, hidden_size: int, expert_size: int, plan: MoEPlan, activation: str = "silu"):
+        super().__init__()
+        self.plan = plan
+        self.gate = nn.Linear(hidden_size, plan.num_experts, bias=False)  # the router
+        self.experts = nn.ModuleList(GatedMLP(hidden_size, expert_size, activation) for _ in range(plan.num_experts))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., C] -> [..., C]."""
+        flat = x.reshape(-1, x.shape[-1])  # [N, C]
+        weights, chosen = route(self.gate(flat), self.plan)  # [N, k] each
+        weights = weights.to(x.dtype)
+        parts = flat.new_zeros(*chosen.shape, flat.shape[-1])  # [N, k, C]: each token's weighted expert outputs
+        k = chosen.shape[1]
+        picks = torch.argsort(chosen.reshape(-1), stable=True)  # [N·k] (token, slot) pairs grouped by expert
+        counts = torch.bincount(chosen.reshape(-1), minlength=self.plan.num_experts).tolist()  # [E]
+        for e, group in enumerate(picks.split(counts)):
+            if not counts[e]:
+                continue
+            rows, slots = group // k, group % k  # [n_e] each: a token takes an expert once
+            out = self.experts[e](flat.index_select(0, rows))  # [n_e, C]
+            parts[rows, slots] = out * weights[rows, slots, None]
+        total = parts[:, 0]  # [N, C]
+        for slot in range(1, chosen.shape[1]):  # in expert-index order, for every token alike
+            total = total + parts[:, slot]
+        return total.view(x.shape)
