@@ -29,6 +29,7 @@ from pathlib import Path
 CSRC = Path(__file__).parent / "csrc"  # the ops: matmuls, 8-bit activations, formats, thread pool, greedy argmax
 DECODER = Path(__file__).parent.parent / "model" / "native" / "csrc"  # the native decode step, over the ops
 HEADERS = ["ahead.h", "blocks.h", "pool.h", "q8act.h", "simd.h", "tile.h", "vmath.h"]
+HEADERS += sorted(str(p.relative_to(CSRC)) for p in (CSRC / "formats").glob("*.h"))  # each format's decode
 DECODER_HEADERS = ["attention.h", "decode_args.h", "kv.h", "kv16.h", "layer_ops.h"]
 # compiled into one library, each unit from its folder
 UNITS = ["qmatmul.cpp", "q8act.cpp", "q8pack.cpp", "greedy.cpp", "probe.cpp"]

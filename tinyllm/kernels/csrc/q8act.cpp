@@ -549,9 +549,8 @@ int q8_matmul(int fmt, const Q8Act& a, const uint8_t* packed, int64_t n, float* 
     void (*run)(void*, int64_t);
     int64_t bytes;
     switch (fmt) {
-#define TL_Q8_CASE(F) case F: run = chunk<F>; bytes = Packed<F>::group_bytes(a.kb); break;
-        TL_Q8_CASE(Q4_0) TL_Q8_CASE(Q4_1) TL_Q8_CASE(Q5_0) TL_Q8_CASE(Q5_1) TL_Q8_CASE(Q8_0) TL_Q8_CASE(Q4_K)
-        TL_Q8_CASE(Q5_K) TL_Q8_CASE(Q6_K)
+#define TL_Q8_CASE(F, ...) case F: run = chunk<F>; bytes = Packed<F>::group_bytes(a.kb); break;
+        TL_FORMATS(TL_Q8_CASE)
 #undef TL_Q8_CASE
         default: return -1;
     }
@@ -603,8 +602,9 @@ int tl_q8_vnni512() {
 // 1 for the formats tl_qmatmul_q8 runs, else 0.
 int tl_q8_supported(int fmt) {
     switch (fmt) {
-        case tl::Q4_0: case tl::Q4_1: case tl::Q5_0: case tl::Q5_1: case tl::Q8_0: case tl::Q4_K: case tl::Q5_K:
-        case tl::Q6_K: return 1;
+#define TL_Q8_CASE(F, ...) case tl::F:
+        TL_FORMATS(TL_Q8_CASE) return 1;
+#undef TL_Q8_CASE
         default: return 0;
     }
 }

@@ -119,10 +119,9 @@ template <int F> void pack_group(void* ctx, int64_t g) {
 // not whole blocks.
 int64_t group_bytes(int fmt, int64_t kb) {
     switch (fmt) {
-#define TL_Q8_CASE(F) \
+#define TL_Q8_CASE(F, ...) \
     case F: return kb % Packed<F>::subs ? -1 : Packed<F>::group_bytes(kb);
-        TL_Q8_CASE(Q4_0) TL_Q8_CASE(Q4_1) TL_Q8_CASE(Q5_0) TL_Q8_CASE(Q5_1) TL_Q8_CASE(Q8_0) TL_Q8_CASE(Q4_K)
-        TL_Q8_CASE(Q5_K) TL_Q8_CASE(Q6_K)
+        TL_FORMATS(TL_Q8_CASE)
 #undef TL_Q8_CASE
         default: return -1;
     }
@@ -144,14 +143,9 @@ int tl_q8_pack(int fmt, const uint8_t* data, int64_t n, int64_t k, int64_t strid
     using namespace tl;
     void (*group)(void*, int64_t);
     switch (fmt) {
-        case Q4_0: group = pack_group<Q4_0>; break;
-        case Q4_1: group = pack_group<Q4_1>; break;
-        case Q5_0: group = pack_group<Q5_0>; break;
-        case Q5_1: group = pack_group<Q5_1>; break;
-        case Q8_0: group = pack_group<Q8_0>; break;
-        case Q4_K: group = pack_group<Q4_K>; break;
-        case Q5_K: group = pack_group<Q5_K>; break;
-        case Q6_K: group = pack_group<Q6_K>; break;
+#define TL_Q8_CASE(F, ...) case F: group = pack_group<F>; break;
+        TL_FORMATS(TL_Q8_CASE)
+#undef TL_Q8_CASE
         default: return -1;
     }
     PackJob job{data, n, k, stride, out};

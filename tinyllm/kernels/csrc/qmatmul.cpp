@@ -502,17 +502,11 @@ template <int F> static void dequantize(const Weight& w, float* out, int threads
 }
 
 // Runs call(F) for the format id and returns 0, or returns -1 for an unknown id.
-#define TL_DISPATCH(fmt, call)                   \
-    switch (fmt) {                               \
-        case tl::Q4_0: call(Q4_0); return 0;     \
-        case tl::Q4_1: call(Q4_1); return 0;     \
-        case tl::Q5_0: call(Q5_0); return 0;     \
-        case tl::Q5_1: call(Q5_1); return 0;     \
-        case tl::Q8_0: call(Q8_0); return 0;     \
-        case tl::Q4_K: call(Q4_K); return 0;     \
-        case tl::Q5_K: call(Q5_K); return 0;     \
-        case tl::Q6_K: call(Q6_K); return 0;     \
-        default: return -1;                      \
+#define TL_DISPATCH_CASE(F, ...) case tl::F: TL_CALL(F); return 0;
+#define TL_DISPATCH(fmt)                    \
+    switch (fmt) {                          \
+        TL_FORMATS(TL_DISPATCH_CASE)        \
+        default: return -1;                 \
     }
 
 }  // namespace tl
@@ -525,7 +519,7 @@ int tl_qmatmul_ahead(int fmt, const float* x, int64_t m, int64_t k, const uint8_
                      float* y, int threads, tl::Ahead* ahead) {
     const tl::Weight w{data, n, k, stride};
 #define TL_CALL(F) tl::matmul<tl::F>(w, x, m, y, threads, ahead)
-    TL_DISPATCH(fmt, TL_CALL)
+    TL_DISPATCH(fmt)
 #undef TL_CALL
 }
 
@@ -546,8 +540,15 @@ int tl_qmatmul(int fmt, const float* x, int64_t m, int64_t k, const uint8_t* dat
 int tl_dequantize(int fmt, const uint8_t* data, int64_t n, int64_t k, int64_t stride, float* out, int threads) {
     const tl::Weight w{data, n, k, stride};
 #define TL_CALL(F) tl::dequantize<tl::F>(w, out, threads)
-    TL_DISPATCH(fmt, TL_CALL)
+    TL_DISPATCH(fmt)
 #undef TL_CALL
+}
+
+// The formats compiled in, a line each: "name type-id elements-per-block bytes-per-block" (formats/list.h).
+const char* tl_formats() {
+#define TL_FORMAT_LINE(name, id, block, bytes) #name " " #id " " #block " " #bytes "\n"
+    return TL_FORMATS(TL_FORMAT_LINE);
+#undef TL_FORMAT_LINE
 }
 
 // 1 when built with the AVX2/FMA kernels, 2 with the NEON ones, 0 for the portable scalar path.

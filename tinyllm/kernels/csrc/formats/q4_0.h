@@ -1,0 +1,9 @@
+// Q4_0: 32 elements in 18 bytes: d, then 16 bytes of nibbles (block32.h).
+#pragma once
+#include "block32.h"
+
+namespace tl {
+
+template <> struct Format<Q4_0> : Block32<false, false> {};
+
+}  // namespace tl
