@@ -26,10 +26,10 @@ struct Weight {
 constexpr int64_t DECODE_AHEAD = 16384;
 
 #ifdef TL_AVX2
-// Formats whose lines a kernel at one activation row fetches ahead into L2 (prefetcht1) rather than into L1:
-// from memory Q8_0's and Q4_K's ran faster so, Q4_0's slower and the rest level; at 2-8 activation rows it was
-// slower (docs/benchmarks.md).
-template <int F> constexpr bool ahead_into_l2() { return F == Q8_0 || F == Q4_K; }
+// Formats whose lines a kernel at one activation row fetches ahead into L2 (prefetcht1) rather than into L1
+// (Format<F>::ahead_into_l2: Q8_0 and Q4_K ran faster so from memory, Q4_0 slower, the rest level; at 2-8
+// activation rows it was slower for all).
+template <int F> constexpr bool ahead_into_l2() { return Format<F>::ahead_into_l2; }
 
 // The line DECODE_AHEAD bytes past p, fetched into L1 (L2 with L2), by an asm that reads no memory the compiler
 // knows of: _mm_prefetch (or any asm with a memory operand) in a loop had the compiler store a kernel's arrays
@@ -53,7 +53,7 @@ template <int F> struct RowDecode {
     // Whether the tile takes this format's decode in among its FMAs: the blocks of 32 and Q4_K decode with
     // tables, shuffles and integer operations; Q5_K, Q6_K and Q8_0 convert and scale on the FMAs' own ports,
     // and ran slower so (paired runs per format, docs/benchmarks.md).
-    static constexpr bool IN_TILE = F == Q4_0 || F == Q4_1 || F == Q5_0 || F == Q5_1 || F == Q4_K;
+    static constexpr bool IN_TILE = Format<F>::decode_in_tile;
     Weight w;
     const uint8_t* row = nullptr;
     float *o = nullptr, *row_out = nullptr;
@@ -374,7 +374,7 @@ template <int F> static void quad_rows(const Weight& w, const float* x, float* y
 // docs/benchmarks.md).
 template <int F> constexpr int64_t tile_min_m() {
 #ifdef TL_TILE16
-    return F == Q4_1 ? 10 : 7;
+    return Format<F>::tile_min_m;  // 7; Q4_1 10
 #else
     return 8;
 #endif
@@ -387,11 +387,12 @@ static void rows_chunk(const Weight& w, const float* x, int64_t m, float* y, int
     const int64_t num_blocks = w.k / Traits<F>::block;
     if (m == 1) {
 #if defined(TL_AVX2) && defined(__AVX512F__)
-        // several weight rows at once (docs/benchmarks.md): four; two for Q6_K (four rows of its four decoded
-        // sub-blocks spill) and Q8_0 (from memory, its 34 bytes per 32 weights read slower as four streams a
-        // thread); Q5_1 keeps the one-row kernel (no table: FMAs in its decode, slower in pairs)
-        if constexpr (F == Q6_K || F == Q8_0) return pair_rows<F>(w, x, m, y, n0, n1);
-        if constexpr (F != Q5_1) return quad_rows<F>(w, x, y, n0, n1);
+        // several weight rows at once (docs/benchmarks.md), Format<F>::rows_at_m1: four; two for Q6_K (four rows
+        // of its four decoded sub-blocks spill) and Q8_0 (from memory, its 34 bytes per 32 weights read slower
+        // as four streams a thread); Q5_1 keeps the one-row kernel (no table: FMAs in its decode, slower in pairs)
+        static_assert(Format<F>::rows_at_m1 == 1 || Format<F>::rows_at_m1 == 2 || Format<F>::rows_at_m1 == 4);
+        if constexpr (Format<F>::rows_at_m1 == 2) return pair_rows<F>(w, x, m, y, n0, n1);
+        if constexpr (Format<F>::rows_at_m1 == 4) return quad_rows<F>(w, x, y, n0, n1);
         for (int64_t n = n0; n < n1; ++n) y[n] = dot_row16<F>(w.data + n * w.stride, num_blocks, x);
 #else
         for (int64_t n = n0; n < n1; ++n) y[n] = dot_row<F>(w.data + n * w.stride, num_blocks, x);

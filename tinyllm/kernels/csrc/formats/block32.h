@@ -17,6 +17,9 @@ static inline __m256i high_bits(__m256i qh, int g) {
 template <bool HAS_MIN, bool FIVE> struct Block32 : FormatBase<Block32<HAS_MIN, FIVE>> {
     static constexpr bool has_min = HAS_MIN, five = FIVE;
     static constexpr int qh_off = has_min ? 4 : 2, qs_off = qh_off + (five ? 4 : 0);
+    static constexpr int code_offset = has_min ? 0 : five ? 16 : 8, code_high_bits = five ? 1 : 0;
+    // tables, shuffles and integer operations (decode16): off the FMAs' ports, so the tile takes it in
+    static constexpr bool decode_in_tile = true;
 
     static inline void decode32_scalar(const uint8_t* b, int, float* out) {
         const float d = f16(b), m = has_min ? f16(b + 2) : 0.0f;
@@ -35,6 +38,20 @@ template <bool HAS_MIN, bool FIVE> struct Block32 : FormatBase<Block32<HAS_MIN, 
                 const int off = five ? 16 : 8;
                 out[l] = d * (float)(lo - off);
                 out[l + 16] = d * (float)(hi - off);
+            }
+        }
+    }
+
+    static inline void codes32(const uint8_t* b, int, uint32_t* w, int* s0, int* s1) {
+        *s0 = *s1 = 0;
+        const uint32_t qh = five ? u32(b + qh_off) : 0;
+        const uint8_t* qs = b + qs_off;
+        for (int m = 0; m < 4; ++m) {
+            w[m] = u32(qs + 4 * m) & 0x0F0F0F0Fu;
+            w[m + 4] = (u32(qs + 4 * m) >> 4) & 0x0F0F0F0Fu;
+            if (five) {
+                w[m] |= spread4(qh >> (4 * m)) << 4;
+                w[m + 4] |= spread4(qh >> (16 + 4 * m)) << 4;
             }
         }
     }

@@ -33,6 +33,8 @@ template <class Self, bool FIVE> struct KBlock : FormatBase<Self> {
     static constexpr bool five = FIVE;
     static constexpr int qs_off = five ? 48 : 16;  // the nibbles
     static constexpr int group_subs = 2;
+    static constexpr bool has_min = true;  // dmin, negated in the packed form
+    static constexpr int code_high_bits = five ? 1 : 0;
 
     static inline void decode32_scalar(const uint8_t* b, int sub, float* out) {
         int sc, mn;
@@ -44,6 +46,15 @@ template <class Self, bool FIVE> struct KBlock : FormatBase<Self> {
             int q = (qs[l] >> shift) & 15;
             if (five) q |= ((b[16 + l] >> sub) & 1) << 4;
             out[l] = dl * (float)q - ml;
+        }
+    }
+
+    static inline void codes32(const uint8_t* b, int sub, uint32_t* w, int* s0, int* s1) {
+        k_scale_min(b + 4, sub, s0, s1);
+        const uint8_t* qs = b + qs_off + (sub / 2) * 32;
+        for (int m = 0; m < 8; ++m) {
+            w[m] = (u32(qs + 4 * m) >> (4 * (sub & 1))) & 0x0F0F0F0Fu;
+            if (five) w[m] |= ((u32(b + 16 + 4 * m) >> sub) & 0x01010101u) << 4;
         }
     }
 

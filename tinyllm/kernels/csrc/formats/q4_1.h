@@ -4,6 +4,8 @@
 
 namespace tl {
 
-template <> struct Format<Q4_1> : Block32<true, false> {};
+template <> struct Format<Q4_1> : Block32<true, false> {
+    static constexpr int tile_min_m = 10;  // its pair_rows keeps up with the tile until then
+};
 
 }  // namespace tl

@@ -5,6 +5,9 @@
 namespace tl {
 
 template <> struct Format<Q4_K> : KBlock<Format<Q4_K>, false> {
+    static constexpr bool ahead_into_l2 = true;  // at one activation row
+    static constexpr bool decode_in_tile = true;  // decode_group's table: off the FMAs' ports
+
 #if defined(TL_AVX2) && defined(__AVX512F__)
     // Sub-blocks 2g, 2g + 1 into w[0..3] as decode16 gives them, each byte loaded once. A sub-block's weights take
     // 16 values, dl * q - ml for q = 0..15, worked out once into a table that the codes index (vpermps reads an

@@ -4,6 +4,8 @@
 
 namespace tl {
 
-template <> struct Format<Q5_1> : Block32<true, true> {};
+template <> struct Format<Q5_1> : Block32<true, true> {
+    static constexpr int rows_at_m1 = 1;  // no table: FMAs in its decode, slower several rows at once
+};
 
 }  // namespace tl

@@ -10,6 +10,10 @@ namespace tl {
 
 template <> struct Format<Q6_K> : FormatBase<Format<Q6_K>> {
     static constexpr int group_subs = 4;
+    static constexpr int d_offset = 208, code_offset = 32, code_high_bits = 2;
+    static constexpr bool scale_halves = true;
+    // two weight rows at once at one activation row: four rows of its four decoded sub-blocks spill
+    static constexpr int rows_at_m1 = 2;
 
     static inline void decode32_scalar(const uint8_t* b, int sub, float* out) {
         const int h = sub / 4, j = sub % 4;
@@ -21,6 +25,16 @@ template <> struct Format<Q6_K> : FormatBase<Format<Q6_K>> {
             int q = (((ql[l] >> (4 * (j >> 1))) & 15) | (((qh[l] >> (2 * j)) & 3) << 4)) - 32;
             out[l] = (l < 16 ? d0 : d1) * (float)q;
         }
+    }
+
+    static inline void codes32(const uint8_t* b, int sub, uint32_t* w, int* s0, int* s1) {
+        const int h = sub / 4, j = sub % 4;
+        *s0 = (int8_t)b[192 + h * 8 + j * 2];
+        *s1 = (int8_t)b[192 + h * 8 + j * 2 + 1];
+        const uint8_t* ql = b + h * 64 + (j & 1) * 32;
+        const uint8_t* qh = b + 128 + h * 32;
+        for (int m = 0; m < 8; ++m)
+            w[m] = ((u32(ql + 4 * m) >> (4 * (j >> 1))) & 0x0F0F0F0Fu) | ((u32(qh + 4 * m) >> (2 * j)) & 0x03030303u) << 4;
     }
 
     // The sixteen scales as the reference computes them, ks[i] = d * scale_i (an fp16 times an 8-bit integer,
