@@ -1,7 +1,9 @@
 // What a format's decode provides (Format<F>, specialised in the format's header) and the defaults for a format
-// whose sub-blocks share no bytes: a group of one sub-block, no per-block scales to unpack.
+// whose sub-blocks share no bytes: a group of one sub-block, no per-block scales to unpack. decode_group8 and
+// decode_group are a format's own where group_subs > 1 (on NEON decode_group8 never is); else blocks.h decodes
+// the group's one sub-block.
 //   decode32_scalar(b, sub, out)    portable: sub-block `sub` of block b into out[32], the reference's operations
-//   k_scales(b, ks)                 SIMD: the block's sub-block scales, unpacked once per block
+//   k_scales(b, ks)                 SIMD, where block_scales: the block's sub-block scales, unpacked once a block
 //   decode32(b, sub, w, ks)         AVX2 / NEON: sub-block `sub` into four 8-lane vectors
 //   decode_group8(b, g, ks, w)      AVX2 / NEON: group g of group_subs sub-blocks into 4 group_subs vectors
 //   decode16<STORED>(b, sub, ks, w01, w23), decode_group<STORED>(b, g, ks, w)   AVX-512: sixteen lanes at a time
@@ -14,12 +16,14 @@
 #include "bytes.h"
 
 namespace tl {
+namespace {  // internal linkage, as static functions: GCC inlines them as it did those
 
 // Bits 0..3 of x as the lowest bit of bytes 0..3 (the four shifted copies do not overlap: no carries).
 static inline uint32_t spread4(uint32_t x) { return ((x & 15) * 0x00204081u) & 0x01010101u; }
 
 template <class Self> struct FormatBase {
     static constexpr int group_subs = 1;  // sub-blocks decoded together (sharing their code bytes)
+    static constexpr bool block_scales = false;  // sub-block scales to unpack per block (k_scales)
 
     // A weight is D * (code - code_offset) (+ M), D and M the (sub-)block's scale and minimum (q8act.h).
     static constexpr int d_offset = 0;            // the block's fp16 d
@@ -34,17 +38,7 @@ template <class Self> struct FormatBase {
     static constexpr bool decode_in_tile = false; // AVX-512 tile: the next strip's decode among the FMAs
     static constexpr int tile_min_m = 7;          // AVX-512: the fewest activation rows the register tile takes
     static constexpr int rows_at_m1 = 4;          // AVX-512, one activation row: weight rows at once (4, 2 or 1)
-#if defined(TL_AVX2) || defined(TL_NEON)
-    static inline void k_scales(const uint8_t*, float*) {}
-    static inline void decode_group8(const uint8_t* b, int g, const float* ks, V8* w) {
-        for (int i = 0; i < Self::group_subs; ++i) Self::decode32(b, g * Self::group_subs + i, w + 4 * i, ks);
-    }
-#endif
-#if defined(TL_AVX2) && defined(__AVX512F__)
-    template <bool STORED> static inline void decode_group(const uint8_t* b, int g, const float* ks, __m512* w) {
-        Self::template decode16<STORED>(b, g, ks, w[0], w[1]);
-    }
-#endif
 };
 
+}  // namespace
 }  // namespace tl

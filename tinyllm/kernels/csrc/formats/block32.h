@@ -5,6 +5,7 @@
 #include "base.h"
 
 namespace tl {
+namespace {  // internal linkage, as static functions: GCC inlines them as it did those
 
 #ifdef TL_AVX2
 // Bit (8g + i) of qh, for i = 0..7, as 0 or 16 in lane i.
@@ -152,4 +153,5 @@ template <bool HAS_MIN, bool FIVE> struct Block32 : FormatBase<Block32<HAS_MIN, 
 #endif
 };
 
+}  // namespace
 }  // namespace tl

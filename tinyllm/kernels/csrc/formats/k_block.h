@@ -6,6 +6,7 @@
 #include "base.h"
 
 namespace tl {
+namespace {  // internal linkage, as static functions: GCC inlines them as it did those
 
 // The 6-bit scale and min of sub-block s (0..7) from the 12 packed bytes.
 static inline void k_scale_min(const uint8_t* s, int sub, int* sc, int* mn) {
@@ -33,6 +34,7 @@ template <class Self, bool FIVE> struct KBlock : FormatBase<Self> {
     static constexpr bool five = FIVE;
     static constexpr int qs_off = five ? 48 : 16;  // the nibbles
     static constexpr int group_subs = 2;
+    static constexpr bool block_scales = true;
     static constexpr bool has_min = true;  // dmin, negated in the packed form
     static constexpr int code_high_bits = five ? 1 : 0;
 
@@ -167,4 +169,5 @@ template <class Self, bool FIVE> struct KBlock : FormatBase<Self> {
 #endif
 };
 
+}  // namespace
 }  // namespace tl

@@ -27,7 +27,9 @@ template <int F> struct Traits;
 TL_FORMATS(TL_FORMAT_TRAITS)
 #undef TL_FORMAT_TRAITS
 
+namespace {
 template <int F> struct Format;  // each format's decode (base.h lists what it provides)
+}
 
 }  // namespace tl
 

@@ -3,6 +3,7 @@
 #include "k_block.h"
 
 namespace tl {
+namespace {  // internal linkage, as static functions: GCC inlines them as it did those
 
 template <> struct Format<Q4_K> : KBlock<Format<Q4_K>, false> {
     static constexpr bool ahead_into_l2 = true;  // at one activation row
@@ -27,4 +28,5 @@ template <> struct Format<Q4_K> : KBlock<Format<Q4_K>, false> {
 #endif
 };
 
+}  // namespace
 }  // namespace tl

@@ -3,7 +3,9 @@
 #include "block32.h"
 
 namespace tl {
+namespace {  // internal linkage, as static functions: GCC inlines them as it did those
 
 template <> struct Format<Q5_0> : Block32<false, true> {};
 
+}  // namespace
 }  // namespace tl

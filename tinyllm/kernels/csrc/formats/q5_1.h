@@ -3,9 +3,11 @@
 #include "block32.h"
 
 namespace tl {
+namespace {  // internal linkage, as static functions: GCC inlines them as it did those
 
 template <> struct Format<Q5_1> : Block32<true, true> {
     static constexpr int rows_at_m1 = 1;  // no table: FMAs in its decode, slower several rows at once
 };
 
+}  // namespace
 }  // namespace tl

@@ -3,6 +3,7 @@
 #include "k_block.h"
 
 namespace tl {
+namespace {  // internal linkage, as static functions: GCC inlines them as it did those
 
 template <> struct Format<Q5_K> : KBlock<Format<Q5_K>, true> {  // converts and scales on the FMAs' ports: not in the tile
 #if defined(TL_AVX2) && defined(__AVX512F__)
@@ -29,4 +30,5 @@ template <> struct Format<Q5_K> : KBlock<Format<Q5_K>, true> {  // converts and 
 #endif
 };
 
+}  // namespace
 }  // namespace tl

@@ -7,9 +7,11 @@
 #include "base.h"
 
 namespace tl {
+namespace {  // internal linkage, as static functions: GCC inlines them as it did those
 
 template <> struct Format<Q6_K> : FormatBase<Format<Q6_K>> {
     static constexpr int group_subs = 4;
+    static constexpr bool block_scales = true;
     static constexpr int d_offset = 208, code_offset = 32, code_high_bits = 2;
     static constexpr bool scale_halves = true;
     // two weight rows at once at one activation row: four rows of its four decoded sub-blocks spill
@@ -152,4 +154,5 @@ template <> struct Format<Q6_K> : FormatBase<Format<Q6_K>> {
 #endif
 };
 
+}  // namespace
 }  // namespace tl

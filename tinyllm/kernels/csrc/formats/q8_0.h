@@ -3,6 +3,7 @@
 #include "base.h"
 
 namespace tl {
+namespace {  // internal linkage, as static functions: GCC inlines them as it did those
 
 template <> struct Format<Q8_0> : FormatBase<Format<Q8_0>> {
     static constexpr bool signed_codes = true;
@@ -50,4 +51,5 @@ template <> struct Format<Q8_0> : FormatBase<Format<Q8_0>> {
 #endif
 };
 
+}  // namespace
 }  // namespace tl
