@@ -137,11 +137,10 @@ template <int F> inline float scale1(const uint8_t* unit, const uint8_t* sub, in
 #ifdef TL_AVX2
 // At small M the packed weight is one stream read in address order, and on the machine measured (an AMD EPYC
 // VM, AVX-512) the hardware prefetchers keep too few of its lines in flight. Fetching each line AHEAD bytes
-// before it is read (a unit's head line with its first sub-block, then each sub-block's lines) raises one thread
-// at 8192 x 2048 from 62 to 97 G weights/s (Q4_K), 38 to 56 (Q6_K), 73 to 101 (Q4_0) at M = 1 and from 12-27 to
-// 31-40 at M = 8 (the AVX2 build: 36 to 59 for Q4_K at M = 1). 8 KB ahead is 5-12% slower than 16 KB, and 24 or
-// 32 KB no faster. Into L2 (prefetcht1) rather than L1: the 24-bit mode's three rows ran faster so, the 8-bit
-// mode's level (docs/benchmarks.md).
+// before it is read (a unit's head line with its first sub-block, then each sub-block's lines) raises one
+// thread's rate at M = 1 and M = 8, in both builds; 8 KB ahead is slower than 16 KB, and 24 or 32 KB no faster.
+// Into L2 (prefetcht1) rather than L1: the 24-bit mode's three rows ran faster so, the 8-bit mode's level
+// (docs/benchmarks.md, "Kernel notes", has the figures).
 constexpr int64_t AHEAD = 16384;
 
 template <int F> inline void prefetch(const uint8_t* unit, const uint8_t* sub, int sb) {
@@ -180,7 +179,7 @@ template <int F> inline void codes512(const uint8_t* c, __m512i* w) {
 
 // start + the exact sum over j in [j0, j1) of code * q for 16 outputs (x: the row's block of 32 q): two
 // chains, each four bytes of x broadcast from memory as the instruction's own operand ({1to16}; the compiler
-// emits a separate broadcast load for _mm512_set1_epi32, one more micro-op per 64 products: 1-7% slower).
+// emits a separate broadcast load for _mm512_set1_epi32, one more micro-op per 64 products, and ran slower).
 inline __m512i dot(const __m512i* w, const int8_t* x, int j0, int j1, __m512i start) {
     __m512i c[2] = {start, _mm512_setzero_si512()};
     for (int j = j0; j < j1; ++j) {

@@ -6,6 +6,13 @@
 // same way), so a row's result is the same bits at any M: rows are batch-invariant, as the portable path's
 // are. Threads take chunks of output rows. Large M on the module path is the caller's BLAS on rows decoded by
 // tl_dequantize.
+// What differs by format is the format's own (formats/, Format<F>): its decode, and its choices here:
+// tile_min_m (7, Q4_1 10; 8 on 8-lane builds), rows_at_m1 (four weight rows at one activation row; two for
+// Q6_K and Q8_0, one for Q5_1: each lane of an output is one chain of FMAs, so more rows' chains in flight
+// keep the FMA ports busy until the decoded sub-blocks spill), ahead_into_l2 and decode_in_tile. pair_rows
+// takes the activation rows in groups of at most 6, 5 or 3 (blocks of 32, a Q4_K/Q5_K pair, a Q6_K quarter:
+// what the 32 registers hold), as even as they go; each activation vector is loaded into a register once and
+// feeds every weight row's FMAs.
 #include "blocks.h"
 #include "pool.h"
 #include "tile.h"
@@ -466,9 +473,8 @@ static Job job_of(const Weight& w, const float* x, int64_t m, float* y, int thre
 
 #ifdef TL_SIMD
 // Rows of x packed for the tile (pack_row), on the pool's threads for many rows. A prompt chunk's activations are
-// megabytes: packed on the caller alone they took long enough (~0.1 ms) for the pool's helper to go to sleep, and waking it
-// made it late for its chunk of the matmul. Steps of 256 prompt and decode tokens: medians 501 -> 442-450 ms
-// (alternating steps in one process).
+// megabytes: packed on the caller alone they took long enough for the pool's helper to go to sleep, and waking
+// it made it late for its chunk of the matmul (past 2^16 floats the pool packs them; docs/benchmarks.md).
 struct PackJob {
     const float* x;
     float* out;
