@@ -71,4 +71,6 @@ template <int F, bool STORED = true> TL_FORWARD void decode_group(const uint8_t*
 }
 #endif
 
+#undef TL_FORWARD
+
 }  // namespace tl
