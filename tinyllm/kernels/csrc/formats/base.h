@@ -21,7 +21,7 @@ namespace {  // internal linkage, as static functions: GCC inlines them as it di
 // Bits 0..3 of x as the lowest bit of bytes 0..3 (the four shifted copies do not overlap: no carries).
 static inline uint32_t spread4(uint32_t x) { return ((x & 15) * 0x00204081u) & 0x01010101u; }
 
-template <class Self> struct FormatBase {
+struct FormatBase {
     static constexpr int group_subs = 1;  // sub-blocks decoded together (sharing their code bytes)
     static constexpr bool block_scales = false;  // sub-block scales to unpack per block (k_scales)
 

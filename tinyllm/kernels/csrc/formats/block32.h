@@ -15,7 +15,7 @@ static inline __m256i high_bits(__m256i qh, int g) {
 }
 #endif
 
-template <bool HAS_MIN, bool FIVE> struct Block32 : FormatBase<Block32<HAS_MIN, FIVE>> {
+template <bool HAS_MIN, bool FIVE> struct Block32 : FormatBase {
     static constexpr bool has_min = HAS_MIN, five = FIVE;
     static constexpr int qh_off = has_min ? 4 : 2, qs_off = qh_off + (five ? 4 : 0);
     static constexpr int code_offset = has_min ? 0 : five ? 16 : 8, code_high_bits = five ? 1 : 0;

@@ -30,7 +30,7 @@ static inline void k_scale_min8(const uint8_t* s, uint64_t* sc, uint64_t* mn) {
 }
 #endif
 
-template <class Self, bool FIVE> struct KBlock : FormatBase<Self> {
+template <bool FIVE> struct KBlock : FormatBase {
     static constexpr bool five = FIVE;
     static constexpr int qs_off = five ? 48 : 16;  // the nibbles
     static constexpr int group_subs = 2;

@@ -5,7 +5,7 @@
 namespace tl {
 namespace {  // internal linkage, as static functions: GCC inlines them as it did those
 
-template <> struct Format<Q4_K> : KBlock<Format<Q4_K>, false> {
+template <> struct Format<Q4_K> : KBlock<false> {
     static constexpr bool ahead_into_l2 = true;  // at one activation row
     static constexpr bool decode_in_tile = true;  // decode_group's table: off the FMAs' ports
 

@@ -5,7 +5,8 @@
 namespace tl {
 namespace {  // internal linkage, as static functions: GCC inlines them as it did those
 
-template <> struct Format<Q5_K> : KBlock<Format<Q5_K>, true> {  // converts and scales on the FMAs' ports: not in the tile
+// Its decode converts and scales on the FMAs' ports: not in the tile (decode_in_tile false).
+template <> struct Format<Q5_K> : KBlock<true> {
 #if defined(TL_AVX2) && defined(__AVX512F__)
     // Sub-blocks 2g, 2g + 1 into w[0..3] as decode16 gives them, each byte loaded once.
     template <bool STORED> static inline void decode_group(const uint8_t* b, int g, const float* ks, __m512* w) {

@@ -9,7 +9,7 @@
 namespace tl {
 namespace {  // internal linkage, as static functions: GCC inlines them as it did those
 
-template <> struct Format<Q6_K> : FormatBase<Format<Q6_K>> {
+template <> struct Format<Q6_K> : FormatBase {
     static constexpr int group_subs = 4;
     static constexpr bool block_scales = true;
     static constexpr int d_offset = 208, code_offset = 32, code_high_bits = 2;

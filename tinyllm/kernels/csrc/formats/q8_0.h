@@ -5,7 +5,7 @@
 namespace tl {
 namespace {  // internal linkage, as static functions: GCC inlines them as it did those
 
-template <> struct Format<Q8_0> : FormatBase<Format<Q8_0>> {
+template <> struct Format<Q8_0> : FormatBase {
     static constexpr bool signed_codes = true;
     // At one activation row: its lines fetched ahead into L2; two weight rows at once (its 34 bytes per 32
     // weights read slower as four streams a thread). Its decode converts and scales on the FMAs' ports: not in
