@@ -30,6 +30,7 @@ from pathlib import Path
 
 CSRC = Path(__file__).parent / "csrc"  # the ops: matmuls, 8-bit activations, formats, thread pool, greedy argmax
 HEADERS = ("ahead.h", "blocks.h", "pool.h", "q8act.h", "simd.h", "tile.h", "vmath.h")
+HEADERS += tuple(sorted(str(p.relative_to(CSRC)) for p in (CSRC / "formats").glob("*.h")))  # each format's decode
 UNITS = ("qmatmul.cpp", "q8act.cpp", "q8pack.cpp", "greedy.cpp", "probe.cpp")  # compiled into one library
 FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-fPIC", "-shared", "-pthread"]
 LINK_ONLY = {"-shared"}

@@ -13,13 +13,12 @@ import torch
 
 from ..errors import TinyLLMError
 from ..kernels import FORMATS, QuantWeight, check_blocks
+from ..kernels.formats import SUPPORTED_TYPES, TRANSCODED
 from .gguf_reader import CutShort, GGUFTensor, attach_views, read_gguf
 from .transcode import q3_k_as_q6_k
 
-# Block types the kernels do not run, kept as blocks of another format holding the same values (transcode.py)
-TRANSCODED = {"Q3_K": ("Q6_K", q3_k_as_q6_k)}
-# Types we promise to load (Q2_K dequantized to float32 at load time).
-SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+# How each block type the kernels do not run becomes blocks of the format TRANSCODED names (transcode.py)
+TRANSCODERS = {"Q3_K": q3_k_as_q6_k}
 
 
 @dataclass
@@ -68,7 +67,7 @@ class GGUFFile:
             )
         kind = t.tensor_type.name
         if kind in TRANSCODED:  # a copy in a format the kernels run, of the same values
-            data, kind = TRANSCODED[kind][1](data), TRANSCODED[kind][0]
+            data, kind = TRANSCODERS[kind](data), TRANSCODED[kind]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # the mmap is read-only; nothing writes to it
             view = torch.from_numpy(data)  # [N, row_bytes] uint8

@@ -137,11 +137,10 @@ template <int F> inline float scale1(const uint8_t* unit, const uint8_t* sub, in
 #ifdef TL_AVX2
 // At small M the packed weight is one stream read in address order, and on the machine measured (an AMD EPYC
 // VM, AVX-512) the hardware prefetchers keep too few of its lines in flight. Fetching each line AHEAD bytes
-// before it is read (a unit's head line with its first sub-block, then each sub-block's lines) raises one thread
-// at 8192 x 2048 from 62 to 97 G weights/s (Q4_K), 38 to 56 (Q6_K), 73 to 101 (Q4_0) at M = 1 and from 12-27 to
-// 31-40 at M = 8 (the AVX2 build: 36 to 59 for Q4_K at M = 1). 8 KB ahead is 5-12% slower than 16 KB, and 24 or
-// 32 KB no faster. Into L2 (prefetcht1) rather than L1: the 24-bit mode's three rows ran faster so, the 8-bit
-// mode's level (docs/benchmarks.md).
+// before it is read (a unit's head line with its first sub-block, then each sub-block's lines) raises one
+// thread's rate at M = 1 and M = 8, in both builds; 8 KB ahead is slower than 16 KB, and 24 or 32 KB no faster.
+// Into L2 (prefetcht1) rather than L1: the 24-bit mode's three rows ran faster so, the 8-bit mode's level
+// (docs/benchmarks.md, "Kernel notes", has the figures).
 constexpr int64_t AHEAD = 16384;
 
 template <int F> inline void prefetch(const uint8_t* unit, const uint8_t* sub, int sb) {
@@ -180,7 +179,7 @@ template <int F> inline void codes512(const uint8_t* c, __m512i* w) {
 
 // start + the exact sum over j in [j0, j1) of code * q for 16 outputs (x: the row's block of 32 q): two
 // chains, each four bytes of x broadcast from memory as the instruction's own operand ({1to16}; the compiler
-// emits a separate broadcast load for _mm512_set1_epi32, one more micro-op per 64 products: 1-7% slower).
+// emits a separate broadcast load for _mm512_set1_epi32, one more micro-op per 64 products, and ran slower).
 inline __m512i dot(const __m512i* w, const int8_t* x, int j0, int j1, __m512i start) {
     __m512i c[2] = {start, _mm512_setzero_si512()};
     for (int j = j0; j < j1; ++j) {
@@ -549,9 +548,8 @@ int q8_matmul(int fmt, const Q8Act& a, const uint8_t* packed, int64_t n, float* 
     void (*run)(void*, int64_t);
     int64_t bytes;
     switch (fmt) {
-#define TL_Q8_CASE(F) case F: run = chunk<F>; bytes = Packed<F>::group_bytes(a.kb); break;
-        TL_Q8_CASE(Q4_0) TL_Q8_CASE(Q4_1) TL_Q8_CASE(Q5_0) TL_Q8_CASE(Q5_1) TL_Q8_CASE(Q8_0) TL_Q8_CASE(Q4_K)
-        TL_Q8_CASE(Q5_K) TL_Q8_CASE(Q6_K)
+#define TL_Q8_CASE(F, ...) case F: run = chunk<F>; bytes = Packed<F>::group_bytes(a.kb); break;
+        TL_FORMATS(TL_Q8_CASE)
 #undef TL_Q8_CASE
         default: return -1;
     }
@@ -603,8 +601,9 @@ int tl_q8_vnni512() {
 // 1 for the formats tl_qmatmul_q8 runs, else 0.
 int tl_q8_supported(int fmt) {
     switch (fmt) {
-        case tl::Q4_0: case tl::Q4_1: case tl::Q5_0: case tl::Q5_1: case tl::Q8_0: case tl::Q4_K: case tl::Q5_K:
-        case tl::Q6_K: return 1;
+#define TL_Q8_CASE(F, ...) case tl::F:
+        TL_FORMATS(TL_Q8_CASE) return 1;
+#undef TL_Q8_CASE
         default: return 0;
     }
 }

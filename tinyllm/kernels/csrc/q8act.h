@@ -33,13 +33,13 @@ namespace tl {
 constexpr int64_t GROUP = 16;  // weight rows per packed group
 
 template <int F> struct Packed {
-    static constexpr bool k = F == Q4_K || F == Q5_K || F == Q6_K;  // 256-element units
-    static constexpr bool min = F == Q4_1 || F == Q5_1 || F == Q4_K || F == Q5_K;
-    static constexpr bool halves = F == Q6_K;  // two scales per sub-block
-    static constexpr bool sign = F == Q8_0;    // signed codes, a byte each
+    static constexpr bool k = Traits<F>::block > 32;  // 256-element units, with integer sub-block scales
+    static constexpr bool min = Format<F>::has_min;
+    static constexpr bool halves = Format<F>::scale_halves;  // two scales per sub-block
+    static constexpr bool sign = Format<F>::signed_codes;    // signed codes, a byte each
     static constexpr bool nibbles = !sign;
-    static constexpr int high = F == Q5_0 || F == Q5_1 || F == Q5_K ? 1 : F == Q6_K ? 2 : 0;  // bits above the nibble
-    static constexpr int offset = F == Q4_0 ? 8 : F == Q5_0 ? 16 : F == Q6_K ? 32 : 0;
+    static constexpr int high = Format<F>::code_high_bits;  // bits above the nibble
+    static constexpr int offset = Format<F>::code_offset;
     static constexpr int subs = k ? 8 : 1;                                 // sub-blocks per unit
     static constexpr int64_t head = min ? 64 : 32;                         // float16 d (and m) opening a unit
     static constexpr int64_t ints = k ? 32 : 0;                            // int8 scales opening a sub-block

@@ -6,6 +6,13 @@
 // same way), so a row's result is the same bits at any M: rows are batch-invariant, as the portable path's
 // are. Threads take chunks of output rows. Large M on the module path is the caller's BLAS on rows decoded by
 // tl_dequantize.
+// What differs by format is the format's own (formats/, Format<F>): its decode, and its choices here:
+// tile_min_m (7, Q4_1 10; 8 on 8-lane builds), rows_at_m1 (four weight rows at one activation row; two for
+// Q6_K and Q8_0, one for Q5_1: each lane of an output is one chain of FMAs, so more rows' chains in flight
+// keep the FMA ports busy until the decoded sub-blocks spill), ahead_into_l2 and decode_in_tile. pair_rows
+// takes the activation rows in groups of at most 6, 5 or 3 (blocks of 32, a Q4_K/Q5_K pair, a Q6_K quarter:
+// what the 32 registers hold), as even as they go; each activation vector is loaded into a register once and
+// feeds every weight row's FMAs.
 #include "blocks.h"
 #include "pool.h"
 #include "tile.h"
@@ -26,10 +33,10 @@ struct Weight {
 constexpr int64_t DECODE_AHEAD = 16384;
 
 #ifdef TL_AVX2
-// Formats whose lines a kernel at one activation row fetches ahead into L2 (prefetcht1) rather than into L1:
-// from memory Q8_0's and Q4_K's ran faster so, Q4_0's slower and the rest level; at 2-8 activation rows it was
-// slower (docs/benchmarks.md).
-template <int F> constexpr bool ahead_into_l2() { return F == Q8_0 || F == Q4_K; }
+// Formats whose lines a kernel at one activation row fetches ahead into L2 (prefetcht1) rather than into L1
+// (Format<F>::ahead_into_l2: Q8_0 and Q4_K ran faster so from memory, Q4_0 slower, the rest level; at 2-8
+// activation rows it was slower for all).
+template <int F> constexpr bool ahead_into_l2() { return Format<F>::ahead_into_l2; }
 
 // The line DECODE_AHEAD bytes past p, fetched into L1 (L2 with L2), by an asm that reads no memory the compiler
 // knows of: _mm_prefetch (or any asm with a memory operand) in a loop had the compiler store a kernel's arrays
@@ -53,7 +60,7 @@ template <int F> struct RowDecode {
     // Whether the tile takes this format's decode in among its FMAs: the blocks of 32 and Q4_K decode with
     // tables, shuffles and integer operations; Q5_K, Q6_K and Q8_0 convert and scale on the FMAs' own ports,
     // and ran slower so (paired runs per format, docs/benchmarks.md).
-    static constexpr bool IN_TILE = F == Q4_0 || F == Q4_1 || F == Q5_0 || F == Q5_1 || F == Q4_K;
+    static constexpr bool IN_TILE = Format<F>::decode_in_tile;
     Weight w;
     const uint8_t* row = nullptr;
     float *o = nullptr, *row_out = nullptr;
@@ -374,7 +381,7 @@ template <int F> static void quad_rows(const Weight& w, const float* x, float* y
 // docs/benchmarks.md).
 template <int F> constexpr int64_t tile_min_m() {
 #ifdef TL_TILE16
-    return F == Q4_1 ? 10 : 7;
+    return Format<F>::tile_min_m;  // 7; Q4_1 10
 #else
     return 8;
 #endif
@@ -387,11 +394,12 @@ static void rows_chunk(const Weight& w, const float* x, int64_t m, float* y, int
     const int64_t num_blocks = w.k / Traits<F>::block;
     if (m == 1) {
 #if defined(TL_AVX2) && defined(__AVX512F__)
-        // several weight rows at once (docs/benchmarks.md): four; two for Q6_K (four rows of its four decoded
-        // sub-blocks spill) and Q8_0 (from memory, its 34 bytes per 32 weights read slower as four streams a
-        // thread); Q5_1 keeps the one-row kernel (no table: FMAs in its decode, slower in pairs)
-        if constexpr (F == Q6_K || F == Q8_0) return pair_rows<F>(w, x, m, y, n0, n1);
-        if constexpr (F != Q5_1) return quad_rows<F>(w, x, y, n0, n1);
+        // several weight rows at once (docs/benchmarks.md), Format<F>::rows_at_m1: four; two for Q6_K (four rows
+        // of its four decoded sub-blocks spill) and Q8_0 (from memory, its 34 bytes per 32 weights read slower
+        // as four streams a thread); Q5_1 keeps the one-row kernel (no table: FMAs in its decode, slower in pairs)
+        static_assert(Format<F>::rows_at_m1 == 1 || Format<F>::rows_at_m1 == 2 || Format<F>::rows_at_m1 == 4);
+        if constexpr (Format<F>::rows_at_m1 == 2) return pair_rows<F>(w, x, m, y, n0, n1);
+        if constexpr (Format<F>::rows_at_m1 == 4) return quad_rows<F>(w, x, y, n0, n1);
         for (int64_t n = n0; n < n1; ++n) y[n] = dot_row16<F>(w.data + n * w.stride, num_blocks, x);
 #else
         for (int64_t n = n0; n < n1; ++n) y[n] = dot_row<F>(w.data + n * w.stride, num_blocks, x);
@@ -465,9 +473,8 @@ static Job job_of(const Weight& w, const float* x, int64_t m, float* y, int thre
 
 #ifdef TL_SIMD
 // Rows of x packed for the tile (pack_row), on the pool's threads for many rows. A prompt chunk's activations are
-// megabytes: packed on the caller alone they took long enough (~0.1 ms) for the pool's helper to go to sleep, and waking it
-// made it late for its chunk of the matmul. Steps of 256 prompt and decode tokens: medians 501 -> 442-450 ms
-// (alternating steps in one process).
+// megabytes: packed on the caller alone they took long enough for the pool's helper to go to sleep, and waking
+// it made it late for its chunk of the matmul (past 2^16 floats the pool packs them; docs/benchmarks.md).
 struct PackJob {
     const float* x;
     float* out;
@@ -502,17 +509,11 @@ template <int F> static void dequantize(const Weight& w, float* out, int threads
 }
 
 // Runs call(F) for the format id and returns 0, or returns -1 for an unknown id.
-#define TL_DISPATCH(fmt, call)                   \
-    switch (fmt) {                               \
-        case tl::Q4_0: call(Q4_0); return 0;     \
-        case tl::Q4_1: call(Q4_1); return 0;     \
-        case tl::Q5_0: call(Q5_0); return 0;     \
-        case tl::Q5_1: call(Q5_1); return 0;     \
-        case tl::Q8_0: call(Q8_0); return 0;     \
-        case tl::Q4_K: call(Q4_K); return 0;     \
-        case tl::Q5_K: call(Q5_K); return 0;     \
-        case tl::Q6_K: call(Q6_K); return 0;     \
-        default: return -1;                      \
+#define TL_DISPATCH_CASE(F, ...) case tl::F: TL_CALL(F); return 0;
+#define TL_DISPATCH(fmt)                    \
+    switch (fmt) {                          \
+        TL_FORMATS(TL_DISPATCH_CASE)        \
+        default: return -1;                 \
     }
 
 }  // namespace tl
@@ -525,7 +526,7 @@ int tl_qmatmul_ahead(int fmt, const float* x, int64_t m, int64_t k, const uint8_
                      float* y, int threads, tl::Ahead* ahead) {
     const tl::Weight w{data, n, k, stride};
 #define TL_CALL(F) tl::matmul<tl::F>(w, x, m, y, threads, ahead)
-    TL_DISPATCH(fmt, TL_CALL)
+    TL_DISPATCH(fmt)
 #undef TL_CALL
 }
 
@@ -546,8 +547,15 @@ int tl_qmatmul(int fmt, const float* x, int64_t m, int64_t k, const uint8_t* dat
 int tl_dequantize(int fmt, const uint8_t* data, int64_t n, int64_t k, int64_t stride, float* out, int threads) {
     const tl::Weight w{data, n, k, stride};
 #define TL_CALL(F) tl::dequantize<tl::F>(w, out, threads)
-    TL_DISPATCH(fmt, TL_CALL)
+    TL_DISPATCH(fmt)
 #undef TL_CALL
+}
+
+// The formats compiled in, a line each: "name type-id elements-per-block bytes-per-block" (formats/list.h).
+const char* tl_formats() {
+#define TL_FORMAT_LINE(name, id, block, bytes) #name " " #id " " #block " " #bytes "\n"
+    return TL_FORMATS(TL_FORMAT_LINE);
+#undef TL_FORMAT_LINE
 }
 
 // 1 when built with the AVX2/FMA kernels, 2 with the NEON ones, 0 for the portable scalar path.

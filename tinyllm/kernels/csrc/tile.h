@@ -11,8 +11,8 @@
 // So a row's result is the same bits at any M: rows are batch-invariant. The weight strip and each group of
 // TILE_MR activation rows come packed so that a micro tile reads one stream of each: split order puts element
 // 32 j + 8 g + l of a row in vector g k / 32 + j (each partial sum's elements in a run of vectors), and a group
-// of r rows holds vector v of its rows side by side ([k / 8][r][8]). Against rows read apart: 2-6% less time
-// (medians of paired runs of a layer's four matmuls, 1 and 2 threads, M 32-256), the same bits.
+// of r rows holds vector v of its rows side by side ([k / 8][r][8]): less time than rows read apart, the same
+// bits (docs/benchmarks.md, "Kernel notes").
 #pragma once
 #include "ahead.h"
 #include "blocks.h"
@@ -72,8 +72,7 @@ static inline V8 hsum8(const V8* u) {
 
 // y[i * ldy + r] = join4 of the four partial sums of output (i, r), parked in part [4][MR][NR]. Out of line:
 // inlined, the compiler kept the joins' vectors in the registers the tile's accumulators need. Eight at a time
-// against one by one: 4% less time for a layer's matmuls on one thread (paired runs, M = 256), no change
-// measured on two.
+// (hsum8, the same additions as hsum) rather than one by one: less time on one thread, level on two.
 template <int MR, int NR> __attribute__((noinline)) static void join_tile(const V8* part, float* y, int64_t ldy) {
     constexpr int T = MR * NR;
 #ifdef TL_AVX2
@@ -200,7 +199,7 @@ static void micro_tile(const float* x, const float* w, int64_t k, float* y, int6
         for (int64_t j = 0; j < nv; ++j, wp += NR * 8, xp += MR * 8) {
             V8 wv[NR];
             // each weight vector feeds MR FMAs: in a register, one load (folded into each FMA, the loads
-            // outnumber what the ports take: 52% of the FMA peak against 68-74% here)
+            // outnumber what the ports take, and the tile ran at a lower share of the FMA peak)
             for (int r = 0; r < NR; ++r) wv[r] = in_register(v8_load(wp + r * 8));
             for (int i = 0; i < MR; ++i) {
                 const V8 xv = v8_load(xp + i * 8);
