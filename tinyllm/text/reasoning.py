@@ -92,6 +92,11 @@ class ReasoningSplitter:
     def in_reasoning(self) -> bool:
         return self.part is Part.REASONING
 
+    @property
+    def closed(self) -> bool:
+        """The span was opened and closed: what follows is answer."""
+        return self.opened and self.part in (Part.ANSWER_START, Part.ANSWER)
+
     def push(self, text: str) -> Split:
         reasoning, answer = [], []
         text = self._held + text

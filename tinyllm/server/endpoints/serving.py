@@ -17,8 +17,9 @@ from pydantic import BaseModel
 from ...engine.async_engine import SHUTTING_DOWN, EngineFault, EngineStopped
 from ...errors import TinyLLMError
 from ...outputs import FinishReason, RequestOutput
+from ...text.reasoning import ReasoningSplitter, Split
 from ..wire.errors import APIError, bad_request
-from ..wire.protocol import PromptTokensDetails, Usage
+from ..wire.protocol import CompletionTokensDetails, PromptTokensDetails, Usage
 from .request_group import RequestGroup
 
 log = logging.getLogger("tinyllm.server")
@@ -36,11 +37,18 @@ class Choice:
     cached_tokens: int = 0
     text_offset: int = 0  # completions logprobs: where the next streamed token starts
     prompt_logprobs: list | None = None  # [None, TokenLogprob, ...] when the request asked for them
+    splitter: ReasoningSplitter | None = None  # a reasoning model's chat answer: its text is split
+    reasoning_pieces: list[str] = field(default_factory=list)
+    reasoning_tokens: int = 0
+    last: Split = Split("", "")  # the last output's reasoning and answer text
 
     def update(self, output) -> APIError | None:
         """Take in an output; the client's error when the request ended through its own fault."""
-        if output.text:
-            self.pieces.append(output.text)
+        self.last = self._split(output)
+        if self.last.answer:
+            self.pieces.append(self.last.answer)
+        if self.last.reasoning:
+            self.reasoning_pieces.append(self.last.reasoning)
         self.logprobs.extend(output.logprobs)
         if output.prompt_logprobs is not None:
             self.prompt_logprobs = output.prompt_logprobs
@@ -50,9 +58,27 @@ class Choice:
             self.finish_reason = output.finish_reason
         return own_fault_error(output)
 
+    def _split(self, output) -> Split:
+        if self.splitter is None:
+            return Split("", output.text or "")
+        # a token counts as reasoning when it was generated inside the span, or opened it
+        was_closed = self.splitter.closed
+        split = self.splitter.push(output.text or "")
+        if output.finished:
+            tail = self.splitter.flush()
+            split = Split(split.reasoning + tail.reasoning, split.answer + tail.answer)
+        if self.splitter.opened and not was_closed:
+            self.reasoning_tokens += len(output.token_ids)
+        return split
+
     @property
     def text(self) -> str:
         return "".join(self.pieces)
+
+    @property
+    def reasoning(self) -> str | None:
+        """The reasoning text of the answer; None when there is none (or the model does not reason), as vLLM's."""
+        return "".join(self.reasoning_pieces) or None
 
 
 def usage_of(choices: list[Choice]) -> Usage:
@@ -69,7 +95,14 @@ def usage_of(choices: list[Choice]) -> Usage:
         completion_tokens=completion,
         total_tokens=prompt_tokens + completion,
         prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(c for _, c in prompts.values())),
+        completion_tokens_details=_reasoning_details(choices),
     )
+
+
+def _reasoning_details(choices: list[Choice]) -> CompletionTokensDetails | None:
+    if all(c.splitter is None for c in choices):
+        return None
+    return CompletionTokensDetails(reasoning_tokens=sum(c.reasoning_tokens for c in choices))
 
 
 def own_fault_error(output) -> APIError | None:
