@@ -9,7 +9,6 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from ...text.reasoning import ReasoningSplitter, opens_in_prompt
 from ..checks.prompts import chat_prompt
 from ..checks.reasoning import Thinking, thinking_of
 from ..checks.sampling_params import chat_params, check_vocab, fresh_seed, per_choice, prepare_stops
@@ -93,8 +92,8 @@ async def chat_completion(body: ChatCompletionRequest, request: Request, ctx: Re
         prompt, params, seed, tools, thinking = await prepare_chat(body, ctx)
     group = RequestGroup(ctx.engine, len(params))
     await start_group(group, [(prompt.ids, p) for p in params], PROMPT_PARAM)
-    in_reasoning = thinking.fmt is not None and opens_in_prompt(thinking.fmt, prompt.text)
-    return await owned(group, _answer(body, request, ctx, group, len(prompt.ids), seed, tools, in_reasoning))
+    choices = [Choice(i, 0, len(prompt.ids), splitter=thinking.splitter(prompt.text)) for i in range(len(params))]
+    return await owned(group, _answer(body, request, ctx, group, choices, seed, tools))
 
 
 async def prepare_chat(body: ChatCompletionRequest, ctx: Ready):
@@ -160,16 +159,11 @@ async def _answer(
     request: Request,
     ctx: Ready,
     group: RequestGroup,
-    prompt_tokens: int,
+    choices: list[Choice],
     seed: int,
     tools: ToolRequest | None,
-    in_reasoning: bool,
 ) -> Response:
     n = len(group.ids)
-    fmt = ctx.tokenizer.reasoning
-    choices = [
-        Choice(i, 0, prompt_tokens, splitter=ReasoningSplitter(fmt, in_reasoning) if fmt else None) for i in range(n)
-    ]
     meta = dict(
         id=f"chatcmpl-{group.ids[0].rsplit('-', 1)[0]}", model=ctx.model_name, seed=seed, created=int(time.time())
     )  # one timestamp for every chunk

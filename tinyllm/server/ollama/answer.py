@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, Response
 
 from ...engine.async_engine import EngineStopped
 from ...sampling.params import SamplingParams
+from ..checks.reasoning import Thinking
 from ..checks.tools import ToolRequest
 from ..endpoints.request_group import RequestGroup
 from ..endpoints.serving import (
@@ -59,13 +60,20 @@ class Tracked(Choice):
 @dataclass(frozen=True)
 class Job:
     """What runs: the prompt's ids, its SamplingParams, the tools (chat), the request field a bad prompt is
-    reported under, and whether the answer returns the conversation's ids (generate's `context`)."""
+    reported under, whether the answer returns the conversation's ids (generate's `context`), and for a rendered
+    chat prompt its thinking and text (a reasoning model's answer is split into `thinking` and the answer)."""
 
     ids: list[int]
     params: SamplingParams
     tools: ToolRequest | None
     param: str
     returns_context: bool
+    thinking: Thinking | None = None
+    prompt_text: str = ""
+
+    def choice(self) -> Tracked:
+        splitter = self.thinking.splitter(self.prompt_text) if self.thinking is not None else None
+        return Tracked(0, 0, len(self.ids), splitter=splitter)
 
 
 class Shape:
@@ -74,14 +82,20 @@ class Shape:
     def __init__(self, model: str, is_chat: bool, texts: TokenTexts, want_logprobs: bool):
         self.model, self.is_chat, self.texts, self.want_logprobs = model, is_chat, texts, want_logprobs
 
-    def piece(self, text: str, logprobs: list | None = None, calls: list | None = None, done: bool = False) -> dict:
+    def piece(
+        self, text: str, logprobs: list | None = None, calls: list | None = None, done: bool = False, thinking=None
+    ) -> dict:
         out: dict = {"model": self.model, "created_at": created_at()}
         if self.is_chat:
             out["message"] = {"role": "assistant", "content": text}
+            if thinking:
+                out["message"]["thinking"] = thinking
             if calls:
                 out["message"]["tool_calls"] = calls
         else:
             out["response"] = text
+            if thinking:
+                out["thinking"] = thinking
         if self.want_logprobs and logprobs:
             out["logprobs"] = [lp.model_dump(exclude_none=True) for lp in chat_logprobs(self.texts, logprobs).content]
         out["done"] = done
@@ -128,7 +142,7 @@ async def answer(request: Request, ctx: Ready, job: Job, shape: Shape, stream: b
     group = RequestGroup(ctx.engine, 1)
     await start_group(group, [(job.ids, job.params)], job.param)
     accepted = time.perf_counter()
-    choice = Tracked(0, 0, len(job.ids))
+    choice = job.choice()
     if stream:
         return ClosingStream(_lines(group, choice, job, shape, accepted, arrival), group.close, STREAM_MEDIA_TYPE, {})
     try:
@@ -140,7 +154,7 @@ async def answer(request: Request, ctx: Ready, job: Job, shape: Shape, stream: b
         parsed = job.tools.parse(choice.text)
         if parsed.calls:
             content, calls = parsed.content, ollama_calls(parsed)
-    whole = shape.piece(content, choice.logprobs, calls, done=True)
+    whole = shape.piece(content, choice.logprobs, calls, done=True, thinking=choice.reasoning)
     return JSONResponse({**whole, **shape.done(job, choice, accepted, arrival)})
 
 
@@ -151,9 +165,10 @@ async def _lines(
     try:
         async for _, output in group.outputs():
             error = choice.update(output)
-            text = output.text if held is None else held.feed(output.text or "")
-            if text or (shape.want_logprobs and output.logprobs):
-                yield _line(shape.piece(text or "", output.logprobs))
+            thinking, answer_text = choice.last  # the answer alone passes the tool-call stream
+            text = answer_text if held is None else held.feed(answer_text)
+            if text or thinking or (shape.want_logprobs and output.logprobs):
+                yield _line(shape.piece(text or "", output.logprobs, thinking=thinking))
             if error is not None:
                 yield _line({"error": error.message})
                 return
