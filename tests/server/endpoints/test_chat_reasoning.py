@@ -95,3 +95,16 @@ def test_a_model_that_does_not_reason_refuses_thinking_and_ignores_off(tmp_path,
         r = client.chat.completions.create(model=MODEL, messages=CHAT, extra_body={"reasoning_effort": "none"})
         assert r.choices[0].message.content == "4" and r.usage.completion_tokens_details is None
         assert "reasoning_content" not in r.choices[0].message.model_extra
+
+
+def test_responses_put_a_reasoning_item_before_the_message(client):
+    r = client.responses.create(model=MODEL, input=CHAT[0]["content"], max_output_tokens=40)
+    kinds = [item.type for item in r.output]
+    assert kinds == ["reasoning", "message"] and r.output_text == "It is 4."
+    assert r.output[0].content[0].text == "I add two and two."
+    assert r.usage.output_tokens_details.reasoning_tokens > 0
+    events = list(client.responses.create(model=MODEL, input=CHAT[0]["content"], max_output_tokens=40, stream=True))
+    thinking = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    answer = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert (thinking, answer) == ("I add two and two.", "It is 4.")
+    assert [i.type for i in events[-1].response.output] == ["reasoning", "message"]

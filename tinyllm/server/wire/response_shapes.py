@@ -6,8 +6,10 @@ SDK reads them:
     → response.output_text.delta … → response.output_text.done → response.content_part.done
     → response.output_item.done → response.completed (or response.incomplete, when max_output_tokens cut it)
 
-An answer whose items come whole (with tools) sends, for each item, output_item.added, its content (a
-message's part and text; a call's function_call_arguments.delta and .done) and output_item.done.
+An answer whose items come whole (with tools, or from a model that reasons) sends, for each item,
+output_item.added, its content (a reasoning item's reasoning_text.delta and .done; a message's part and text; a
+call's function_call_arguments.delta and .done) and output_item.done. A reasoning item, OpenAI's shape with the
+text in `content`, comes before the message.
 """
 
 from __future__ import annotations
@@ -35,12 +37,12 @@ class ResponseMeta:
         return self.sequence - 1
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int, reasoning_tokens: int = 0) -> dict:
     return {
         "input_tokens": prompt_tokens,
         "input_tokens_details": {"cached_tokens": cached_tokens},
         "output_tokens": completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
         "total_tokens": prompt_tokens + completion_tokens,
     }
 
@@ -86,14 +88,31 @@ def function_call_item(call_id: str, name: str, arguments: str) -> dict:
     }
 
 
+def reasoning_item(text: str, status: str) -> dict:
+    return {
+        "type": "reasoning",
+        "id": f"rs_{secrets.token_hex(16)}",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+        "status": status,
+    }
+
+
 def finished_response(
-    meta: ResponseMeta, text: str | None, finish_reason: str | None, usage_: dict, calls: list[tuple] = ()
+    meta: ResponseMeta,
+    text: str | None,
+    finish_reason: str | None,
+    usage_: dict,
+    calls: list[tuple] = (),
+    reasoning: str | None = None,
 ) -> dict:
-    """The whole response: the message (unless the answer is only calls) and each (call_id, name, arguments)."""
+    """The whole response: the reasoning (when the model thought), the message (unless the answer is only calls)
+    and each (call_id, name, arguments)."""
     status = FINISHED.get(finish_reason or "stop", "completed")
     item_status = "completed" if status == "completed" else "incomplete"
+    thought = [reasoning_item(reasoning, item_status)] if reasoning is not None else []
     message = [message_item(meta, text or "", item_status)] if text is not None or not calls else []
-    return response_object(meta, status, [*message, *(function_call_item(*c) for c in calls)], usage_)
+    return response_object(meta, status, [*thought, *message, *(function_call_item(*c) for c in calls)], usage_)
 
 
 def event(meta: ResponseMeta, kind: str, **fields) -> str:
@@ -155,6 +174,14 @@ def _whole_item_events(meta: ResponseMeta, index: int, item: dict) -> list[str]:
             event(meta, "response.output_text.delta", **at, delta=text, logprobs=[]),
             event(meta, "response.output_text.done", **at, text=text, logprobs=[]),
             event(meta, "response.content_part.done", **at, part=text_part(text)),
+        ]
+    elif item["type"] == "reasoning":
+        added["content"] = []
+        at = dict(item_id=item["id"], output_index=index, content_index=0)
+        text = item["content"][0]["text"]
+        body = [
+            event(meta, "response.reasoning_text.delta", **at, delta=text),
+            event(meta, "response.reasoning_text.done", **at, text=text),
         ]
     else:
         added["arguments"] = ""
