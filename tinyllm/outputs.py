@@ -58,6 +58,7 @@ class Generation:
     finish_reason: str = FinishReason.LENGTH.value
     prompt_ids: list[int] = field(default_factory=list)
     prompt_logprobs: list | None = None  # [None, TokenLogprob, ...] per prompt token, when asked
+    reasoning: str | None = None  # LLM.chat with a model that reasons: the think span's text (`text` is the answer)
 
     @property
     def usage(self) -> dict:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple
 
+from ..errors import TinyLLMError
+
 
 @dataclass(frozen=True)
 class ReasoningFormat:
@@ -159,3 +161,17 @@ class ReasoningSplitter:
         if self.part is Part.START:
             return Split("", held)
         return Split("", "")
+
+
+def split_text(fmt: ReasoningFormat, text: str, in_reasoning: bool = False) -> Split:
+    """A whole reply's reasoning and answer."""
+    splitter = ReasoningSplitter(fmt, in_reasoning)
+    first, rest = splitter.push(text), splitter.flush()
+    return Split(first.reasoning + rest.reasoning, first.answer + rest.answer)
+
+
+def thinking_variables(fmt: ReasoningFormat | None, thinking: bool | None) -> dict:
+    """The chat template's variables for a caller's `thinking` (None: the template's default)."""
+    if thinking and fmt is None:
+        raise TinyLLMError("thinking=True asks for reasoning, but this model does not reason; leave it out")
+    return {} if fmt is None or thinking is None else {fmt.switch: thinking}
