@@ -31,7 +31,7 @@ from .outputs import Score
 from .reference import ENGINE_CACHE, ReferenceLoop
 from .sampling.params import SamplingParams
 from .speculative.proposer import SpeculativeConfig
-from .text.reasoning import opens_in_prompt, split_text, thinking_variables
+from .text.reasoning import thinking_variables
 
 
 def sampling_params(params: SamplingParams | None, sampling: dict) -> SamplingParams:
@@ -193,11 +193,10 @@ class LLM:
         prompt = self.tokenizer.encode_chat(messages, True, tools, thinking_variables(fmt, thinking))
         if stream:
             return self.stream(prompt.ids, **kwargs)
-        gen = self.generate(prompt.ids, **kwargs)
-        if fmt is not None:
-            reasoning, gen.text = split_text(fmt, gen.text, opens_in_prompt(fmt, prompt.text))
-            gen.reasoning = reasoning or None
-        return gen
+        if fmt is not None:  # the engine sets the think span apart; stop strings match the answer only
+            given = kwargs.get("params")
+            kwargs = {**kwargs, "params": given.replace(reasoning=True)} if given else {**kwargs, "reasoning": True}
+        return self.generate(prompt.ids, **kwargs)
 
     # ---- scoring
     def logprobs(self, text: str | Sequence[int]) -> list:

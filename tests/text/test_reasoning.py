@@ -91,3 +91,24 @@ def test_a_model_reasons_when_its_template_has_the_switch_and_its_vocab_the_mark
 )
 def test_a_prompt_that_ends_in_an_open_span_starts_the_reply_in_it(prompt, opened):
     assert opens_in_prompt(THINK, prompt) is opened
+
+
+@pytest.mark.parametrize("cut", [3, 10, 40])
+def test_the_output_stream_sets_the_span_apart_before_its_stop_strings(tmp_path, cut):
+    from helpers.reasoning_model import write_reasoning_tokenizer
+    from tinyllm.outputs import TokenLogprob
+    from tinyllm.text.output_stream import OutputStream
+    from tinyllm.text.tokenizer import Tokenizer
+
+    write_reasoning_tokenizer(str(tmp_path))
+    tok = Tokenizer.from_hf_folder(tmp_path)
+    reply = "<think>\nwhy 4? two and two\n</think>\n\nIt is two."
+    ids = tok.encode(reply, add_special_tokens=False)[:cut]
+    out = OutputStream.create(tok, ["two"], ReasoningSplitter(THINK))
+    streamed = [out.add(i, TokenLogprob(i, 0.0)) for i in ids if not out.stopped]
+    streamed.append(out.finish())
+    whole_reasoning, whole_answer = split_pieces([tok.decode(ids)])
+    assert out.reasoning == (whole_reasoning or None) and out.take_reasoning() == whole_reasoning
+    assert "".join(streamed) == out.text == whole_answer.split("two")[0]  # "two" in the thinking stops nothing
+    num_span = len(tok.encode(reply[: reply.index("</think>") + 8], add_special_tokens=False))
+    assert out.num_reasoning_tokens == min(cut, num_span)

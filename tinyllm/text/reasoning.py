@@ -163,13 +163,6 @@ class ReasoningSplitter:
         return Split("", "")
 
 
-def split_text(fmt: ReasoningFormat, text: str, in_reasoning: bool = False) -> Split:
-    """A whole reply's reasoning and answer."""
-    splitter = ReasoningSplitter(fmt, in_reasoning)
-    first, rest = splitter.push(text), splitter.flush()
-    return Split(first.reasoning + rest.reasoning, first.answer + rest.answer)
-
-
 def thinking_variables(fmt: ReasoningFormat | None, thinking: bool | None) -> dict:
     """The chat template's variables for a caller's `thinking` (None: the template's default)."""
     if thinking and fmt is None:

@@ -108,3 +108,11 @@ def test_responses_put_a_reasoning_item_before_the_message(client):
     answer = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert (thinking, answer) == ("I add two and two.", "It is 4.")
     assert [i.type for i in events[-1].response.output] == ["reasoning", "message"]
+
+
+def test_stop_strings_match_the_answer_only(client):
+    r = client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=40, stop=["two"])
+    assert r.choices[0].message.content == "It is 4." and r.choices[0].finish_reason == "stop"
+    assert r.choices[0].message.reasoning_content == "I add two and two."  # "two" there does not stop it
+    r = client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=40, stop=[" is"])
+    assert r.choices[0].message.content == "It" and r.choices[0].finish_reason == "stop"

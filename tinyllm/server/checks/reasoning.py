@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...text.reasoning import ReasoningFormat, ReasoningSplitter, opens_in_prompt
+from ...text.reasoning import ReasoningFormat
 from ..wire.errors import bad_request
 
 EFFORTS = ("none", "minimal", "low", "medium", "high")
@@ -28,9 +28,10 @@ class Thinking:
     def variables(self) -> dict:
         return {} if self.fmt is None or self.enabled is None else {self.fmt.switch: self.enabled}
 
-    def splitter(self, prompt_text: str) -> ReasoningSplitter | None:
-        """A fresh splitter for one answer to the rendered prompt (None for a model that does not reason)."""
-        return None if self.fmt is None else ReasoningSplitter(self.fmt, opens_in_prompt(self.fmt, prompt_text))
+    @property
+    def reasons(self) -> bool:
+        """The model reasons: its answers' think span is set apart (SamplingParams.reasoning)."""
+        return self.fmt is not None
 
 
 def _asked(extra: dict) -> tuple[bool | None, str | None]:

@@ -92,7 +92,7 @@ async def chat_completion(body: ChatCompletionRequest, request: Request, ctx: Re
         prompt, params, seed, tools, thinking = await prepare_chat(body, ctx)
     group = RequestGroup(ctx.engine, len(params))
     await start_group(group, [(prompt.ids, p) for p in params], PROMPT_PARAM)
-    choices = [Choice(i, 0, len(prompt.ids), splitter=thinking.splitter(prompt.text)) for i in range(len(params))]
+    choices = [Choice(i, 0, len(prompt.ids), reasons=thinking.reasons) for i in range(len(params))]
     return await owned(group, _answer(body, request, ctx, group, choices, seed, tools))
 
 
@@ -107,6 +107,8 @@ async def prepare_chat(body: ChatCompletionRequest, ctx: Ready):
     if structured is not None:
         values["structured"], names["structured"] = structured, field
     thinking = thinking_of(body.model_extra or {}, ctx.tokenizer.reasoning, structured is not None)
+    if thinking.reasons:  # the engine sets the think span apart, and matches stop strings in the answer only
+        values["reasoning"] = True
     # Before rendering: counts and sizes (the tools' JSON with the messages' text) against the context.
     ctx.limits.check_messages(body.messages, tools.prompt_tools() if tools is not None else None)
     # Off the event loop and the engine thread: rendering, encoding, the stop strings' automaton, the grammar.

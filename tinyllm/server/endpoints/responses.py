@@ -132,7 +132,7 @@ async def create_response(body: ResponsesRequest, request: Request, ctx: Ready) 
     meta = ResponseMeta(
         f"resp_{secrets.token_hex(16)}", f"msg_{secrets.token_hex(16)}", ctx.model_name, int(time.time()), settings
     )
-    choice = Choice(0, 0, len(ids), splitter=thinking.splitter(prompt.text))
+    choice = Choice(0, 0, len(ids), reasons=thinking.reasons)
     if body.stream:
         return EventStream(_events(group, meta, choice, tools), group.close)
     return await owned(group, _whole(request, group, meta, choice, tools))
@@ -154,6 +154,8 @@ async def _prepared(body: ResponsesRequest, ctx: Ready):
     names = {"max_tokens": "max_output_tokens"}
     if forced is not None:
         values["structured"], names["structured"] = forced, "tool_choice"
+    if thinking.reasons:
+        values["reasoning"] = True
     [params] = per_choice(values, names, fresh_seed(), 1)
     return prompt, params, tools, thinking
 
@@ -203,7 +205,7 @@ async def _events(
     group: RequestGroup, meta: ResponseMeta, choice: Choice, tools: ToolRequest | None
 ) -> AsyncIterator[str]:
     # calls are read from the whole answer, and a reasoning item comes before the message: the items come at the end
-    held = (tools is not None and tools.is_rendered) or choice.splitter is not None
+    held = (tools is not None and tools.is_rendered) or choice.reasons
     try:
         for text in opening_events(meta, with_message=not held):
             yield text

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from ...engine.async_engine import SHUTTING_DOWN, EngineFault, EngineStopped
 from ...errors import TinyLLMError
 from ...outputs import FinishReason, RequestOutput
-from ...text.reasoning import ReasoningSplitter, Split
+from ...text.reasoning import Split
 from ..wire.errors import APIError, bad_request
 from ..wire.protocol import CompletionTokensDetails, PromptTokensDetails, Usage
 from .request_group import RequestGroup
@@ -37,14 +37,15 @@ class Choice:
     cached_tokens: int = 0
     text_offset: int = 0  # completions logprobs: where the next streamed token starts
     prompt_logprobs: list | None = None  # [None, TokenLogprob, ...] when the request asked for them
-    splitter: ReasoningSplitter | None = None  # a reasoning model's chat answer: its text is split
+    reasons: bool = False  # a reasoning model's chat answer: the engine sets its think span apart
     reasoning_pieces: list[str] = field(default_factory=list)
     reasoning_tokens: int = 0
     last: Split = Split("", "")  # the last output's reasoning and answer text
 
     def update(self, output) -> APIError | None:
         """Take in an output; the client's error when the request ended through its own fault."""
-        self.last = self._split(output)
+        self.last = Split(output.reasoning, output.text or "")
+        self.reasoning_tokens = output.reasoning_tokens
         if self.last.answer:
             self.pieces.append(self.last.answer)
         if self.last.reasoning:
@@ -57,19 +58,6 @@ class Choice:
         if output.finished:
             self.finish_reason = output.finish_reason
         return own_fault_error(output)
-
-    def _split(self, output) -> Split:
-        if self.splitter is None:
-            return Split("", output.text or "")
-        # a token counts as reasoning when it was generated inside the span, or opened it
-        was_closed = self.splitter.closed
-        split = self.splitter.push(output.text or "")
-        if output.finished:
-            tail = self.splitter.flush()
-            split = Split(split.reasoning + tail.reasoning, split.answer + tail.answer)
-        if self.splitter.opened and not was_closed:
-            self.reasoning_tokens += len(output.token_ids)
-        return split
 
     @property
     def text(self) -> str:
@@ -100,7 +88,7 @@ def usage_of(choices: list[Choice]) -> Usage:
 
 
 def _reasoning_details(choices: list[Choice]) -> CompletionTokensDetails | None:
-    if all(c.splitter is None for c in choices):
+    if not any(c.reasons for c in choices):
         return None
     return CompletionTokensDetails(reasoning_tokens=sum(c.reasoning_tokens for c in choices))
 

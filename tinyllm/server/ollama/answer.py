@@ -20,7 +20,6 @@ from fastapi.responses import JSONResponse, Response
 
 from ...engine.async_engine import EngineStopped
 from ...sampling.params import SamplingParams
-from ..checks.reasoning import Thinking
 from ..checks.tools import ToolRequest
 from ..endpoints.request_group import RequestGroup
 from ..endpoints.serving import (
@@ -60,20 +59,18 @@ class Tracked(Choice):
 @dataclass(frozen=True)
 class Job:
     """What runs: the prompt's ids, its SamplingParams, the tools (chat), the request field a bad prompt is
-    reported under, whether the answer returns the conversation's ids (generate's `context`), and for a rendered
-    chat prompt its thinking and text (a reasoning model's answer is split into `thinking` and the answer)."""
+    reported under, whether the answer returns the conversation's ids (generate's `context`), and whether the
+    model reasons (its answer's think span comes apart, as `thinking`)."""
 
     ids: list[int]
     params: SamplingParams
     tools: ToolRequest | None
     param: str
     returns_context: bool
-    thinking: Thinking | None = None
-    prompt_text: str = ""
+    reasons: bool = False
 
     def choice(self) -> Tracked:
-        splitter = self.thinking.splitter(self.prompt_text) if self.thinking is not None else None
-        return Tracked(0, 0, len(self.ids), splitter=splitter)
+        return Tracked(0, 0, len(self.ids), reasons=self.reasons)
 
 
 class Shape:

@@ -104,7 +104,7 @@ async def _chat_job(body: ChatBody, sampling: Sampling, ctx: Ready) -> Job:
     openai = _openai(lambda: chat_request(body, sampling, messages))
     with nesting_is_400():
         prompt, params, _, tools, thinking = await prepare_chat(openai, ctx)
-    return Job(prompt.ids, params[0], tools, "messages", False, thinking, prompt.text)
+    return Job(prompt.ids, params[0], tools, "messages", False, thinking.reasons)
 
 
 async def _generate_job(body: GenerateBody, sampling: Sampling, ctx: Ready) -> Job:
@@ -125,7 +125,7 @@ async def _generate_job(body: GenerateBody, sampling: Sampling, ctx: Ready) -> J
         prompt, params, _, _, thinking = await prepare_chat(openai, ctx)
     ids = before + prompt.ids  # a previous answer's conversation, then this turn
     ctx.limits.check_room(len(ids), params[0].max_tokens, "context" if before else "prompt", "options.num_predict")
-    return Job(ids, params[0], None, "prompt", True, thinking, prompt.text)
+    return Job(ids, params[0], None, "prompt", True, thinking.reasons)
 
 
 def add_ollama_routes(app: FastAPI, auth: list, ready, state) -> None:
