@@ -19,12 +19,17 @@ REPLY = "<think>\nI add two and two.\n</think>\n\nIt is 4."
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory, one_thread):
+def url(tmp_path_factory, one_thread):
     folder = tmp_path_factory.mktemp("qwen3-tok")
     write_reasoning_tokenizer(str(folder))
     llm = scripted_llm(Tokenizer.from_hf_folder(folder), CHAT, REPLY)
     with ServerThread(create_app(llm, served_model_name=MODEL, num_blocks=64)) as srv:
-        yield ollama.Client(host=srv.wait_ready().url)
+        yield srv.wait_ready().url
+
+
+@pytest.fixture(scope="module")
+def client(url):
+    return ollama.Client(host=url)
 
 
 def test_chat_think_gives_the_thinking_apart(client):
@@ -50,3 +55,10 @@ def test_generate_think_gives_the_thinking_apart(client):
 def test_a_past_turns_thinking_is_its_reasoning_for_a_model_that_reasons():
     past = Message(role="assistant", content="4", thinking="I add.")
     assert openai_message(1, past, reasons=True) == {"role": "assistant", "content": "4", "reasoning_content": "I add."}
+
+
+def test_langchain_chat_ollama_puts_the_thinking_in_reasoning_content(url):
+    langchain_ollama = pytest.importorskip("langchain_ollama")
+    chat = langchain_ollama.ChatOllama(model=MODEL, base_url=url, reasoning=True, num_predict=40)
+    message = chat.invoke(CHAT[0]["content"])
+    assert message.content == "It is 4." and message.additional_kwargs["reasoning_content"] == "I add two and two."
