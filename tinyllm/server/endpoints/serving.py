@@ -45,7 +45,7 @@ class Choice:
     def update(self, output) -> APIError | None:
         """Take in an output; the client's error when the request ended through its own fault."""
         self.last = Split(output.reasoning, output.text or "")
-        self.reasoning_tokens = output.reasoning_tokens
+        self.reasoning_tokens = max(self.reasoning_tokens, output.reasoning_tokens)  # a cut-short output has 0
         if self.last.answer:
             self.pieces.append(self.last.answer)
         if self.last.reasoning:
