@@ -50,3 +50,18 @@ def test_the_thinking_is_shown_dimmed_or_hidden_and_the_reply_keeps_the_answer(
 def test_llm_chat_gives_the_thinking_apart_from_the_answer(llm):
     gen = llm.chat(CHAT, temperature=0, max_tokens=40)
     assert (gen.reasoning, gen.text) == ("I add two and two.", "It is 4.")
+
+
+def test_a_span_the_template_opens_is_the_replys_reasoning(tmp_path, one_thread):
+    from helpers.reasoning_model import QWEN3_TEMPLATE
+
+    # as DeepSeek-R1's and Qwen3-Thinking-2507's templates: the generation prompt writes "<think>\n" itself
+    opening = QWEN3_TEMPLATE.replace(
+        "{{- '<|im_start|>assistant\\n' }}{%- if enable_thinking",
+        "{{- '<|im_start|>assistant\\n<think>\\n' }}{%- if enable_thinking",
+    )
+    assert opening != QWEN3_TEMPLATE
+    write_reasoning_tokenizer(str(tmp_path), opening)
+    llm = scripted_llm(Tokenizer.from_hf_folder(tmp_path), CHAT, "I add.\n</think>\n\nIt is 4.")
+    gen = llm.chat(CHAT, temperature=0, max_tokens=40)
+    assert (gen.reasoning, gen.text) == ("I add.", "It is 4.")

@@ -141,14 +141,8 @@ def render_chat(
         plain, tools = [dict(m) for m in messages], None
     try:
         # tools/documents are None when absent, as in transformers, so `is none` tests in templates agree.
-        return template.render(
-            **(variables or {}),
-            messages=plain,
-            tools=tools,
-            documents=None,
-            add_generation_prompt=add_generation_prompt,
-            **special_tokens,
-        )
+        own = dict(messages=plain, tools=tools, documents=None, add_generation_prompt=add_generation_prompt)
+        return template.render({**(variables or {}), **own, **special_tokens})
     except jinja2.exceptions.TemplateError as exc:
         # A template's raise_exception reports a conversation it does not accept.
         raise TinyLLMError(
