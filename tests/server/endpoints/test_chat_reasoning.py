@@ -108,6 +108,13 @@ def test_responses_put_a_reasoning_item_before_the_message(client):
     answer = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert (thinking, answer) == ("I add two and two.", "It is 4.")
     assert [i.type for i in events[-1].response.output] == ["reasoning", "message"]
+    added = [(e.output_index, e.item.type) for e in events if e.type == "response.output_item.added"]
+    assert added == [(0, "reasoning"), (1, "message")]
+    first_answer = next(i for i, e in enumerate(events) if e.type == "response.output_text.delta")
+    assert all(e.type != "response.reasoning_text.delta" for e in events[first_answer:])
+    with client.responses.stream(model=MODEL, input=CHAT[0]["content"], max_output_tokens=40) as s:
+        final = s.get_final_response()  # the SDK's helper rebuilds the response from the events
+    assert final.output_text == "It is 4." and final.output[0].content[0].text == "I add two and two."
 
 
 def test_stop_strings_match_the_answer_only(client):

@@ -5,8 +5,9 @@ come back as `function_call` output items and go back in as `function_call` and 
 items (checks/response_tools.py: the chat's tool calling underneath), and `reasoning.effort` for a model that
 reasons ("none" turns its thinking off), whose thinking comes back as a `reasoning` item before the message. It
 keeps no state: every other field that would change the answer (previous_response_id, store=true, tools of other
-kinds, ...) is a 400 naming it. A streamed answer with tools, or from a model that reasons, sends its items once
-the answer is whole (a call's text is not shown as it is written).
+kinds, ...) is a 400 naming it. A streamed answer with tools sends its items once the answer is whole (a call's
+text is not shown as it is written); a reasoning model's stream sends its reasoning item's text, then its
+message's, as they come (response_stream.py).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from ..wire.response_shapes import (
     usage,
 )
 from .request_group import RequestGroup
+from .response_stream import ReasoningItems
 from .serving import Choice, ClientGone, EventStream, client_gone_response, collect, engine_error, owned, start_group
 
 PROMPT_PARAM = "input"
@@ -204,18 +206,24 @@ async def _whole(
 async def _events(
     group: RequestGroup, meta: ResponseMeta, choice: Choice, tools: ToolRequest | None
 ) -> AsyncIterator[str]:
-    # calls are read from the whole answer, and a reasoning item comes before the message: the items come at the end
-    held = (tools is not None and tools.is_rendered) or choice.reasons
+    held = tools is not None and tools.is_rendered  # calls are read from the whole answer: its items come at the end
+    items = ReasoningItems(meta) if choice.reasons and not held else None  # a reasoning item, then the message
     try:
-        for text in opening_events(meta, with_message=not held):
+        for text in opening_events(meta, with_message=not held and items is None):
             yield text
         async for _, output in group.outputs():
             error = choice.update(output)
             if error is not None:
                 raise error
-            if output.text and not held:
+            if items is not None:
+                for text in items.on_split(choice.last):
+                    yield text
+            elif output.text and not held:
                 yield delta_event(meta, output.text)
-        for text in closing_events(meta, _final(meta, choice, tools), streamed_message=not held):
+        final = _final(meta, choice, tools)
+        for text in items.finish("completed" if final["status"] == "completed" else "incomplete") if items else []:
+            yield text
+        for text in closing_events(meta, final, streamed_message=not held):
             yield text
     except Exception as exc:  # headers are sent: the error travels as an event
         error = engine_error(exc, PROMPT_PARAM)
