@@ -97,6 +97,7 @@ def test_a_model_that_does_not_reason_refuses_thinking_and_ignores_off(tmp_path,
         assert "reasoning_content" not in r.choices[0].message.model_extra
 
 
+@pytest.mark.slow  # three answers (whole, streamed, the SDK helper)
 def test_responses_put_a_reasoning_item_before_the_message(client):
     r = client.responses.create(model=MODEL, input=CHAT[0]["content"], max_output_tokens=40)
     kinds = [item.type for item in r.output]

@@ -57,6 +57,7 @@ def test_a_past_turns_thinking_is_its_reasoning_for_a_model_that_reasons():
     assert openai_message(1, past, reasons=True) == {"role": "assistant", "content": "4", "reasoning_content": "I add."}
 
 
+@pytest.mark.slow  # importing LangChain
 def test_langchain_chat_ollama_puts_the_thinking_in_reasoning_content(url):
     langchain_ollama = pytest.importorskip("langchain_ollama")
     chat = langchain_ollama.ChatOllama(model=MODEL, base_url=url, reasoning=True, num_predict=40)
