@@ -2,7 +2,10 @@
 
 Ctrl-C while a reply streams stops that reply at its next piece (the engine is never interrupted mid-step, so
 it stays whole for the next turn) and returns to the prompt; a second Ctrl-C before the reply has stopped
-quits. Ctrl-C or Ctrl-D at the prompt quits. Lines that start with '/' are commands (COMMANDS)."""
+quits. Ctrl-C or Ctrl-D at the prompt quits. Lines that start with '/' are commands (COMMANDS).
+
+A model that reasons (text/reasoning.py) shows its thinking before its answer, dimmed when stdout is a terminal,
+or not at all with --hide-thinking; the conversation keeps the answers."""
 
 from __future__ import annotations
 
@@ -12,6 +15,9 @@ from collections.abc import Callable
 
 from .cli_checks import check_room, max_tokens_of
 from .errors import TinyLLMError
+from .text.reasoning import ReasoningSplitter, Split, opens_in_prompt
+
+DIM, PLAIN = "\x1b[2m", "\x1b[0m"  # ANSI: faint text, then back to normal
 
 COMMANDS = {
     "/reset": "forget the conversation (the system message stays)",
@@ -49,6 +55,7 @@ class Chat:
         self.llm, self.params_for, self.engine_kwargs = llm, params_for, engine_kwargs
         self.max_tokens = args.max_tokens
         self.system = args.system
+        self.show_thinking = not getattr(args, "hide_thinking", False)
         self.messages: list[dict] = []
 
     def run(self) -> int:
@@ -114,19 +121,50 @@ class Chat:
         """Stream the reply to `messages` onto stdout (and into `reply`) until it ends or `stop` is asked;
         the conversation and --max-tokens must fit the context."""
         tok = self.llm.tokenizer
-        ids = tok.encode_chat(messages, add_generation_prompt=True).ids
-        check_room(len(ids), self.max_tokens, self.llm.config.context_length)
+        prompt = tok.encode_chat(messages, add_generation_prompt=True)
+        check_room(len(prompt.ids), self.max_tokens, self.llm.config.context_length)
         params = self.params_for(max_tokens_of(self.max_tokens))
-        stream = self.llm.stream(ids, params=params, **self.engine_kwargs)
+        shown = Shown(self.show_thinking, sys.stdout.isatty())
+        fmt = tok.reasoning
+        splitter = ReasoningSplitter(fmt, opens_in_prompt(fmt, prompt.text)) if fmt is not None else None
+        stream = self.llm.stream(prompt.ids, params=params, **self.engine_kwargs)
         try:
             for piece in stream:
-                reply.append(piece)
-                sys.stdout.write(piece)
-                sys.stdout.flush()
+                reply.append(shown.write(splitter.push(piece) if splitter else Split("", piece)))
                 if stop.requested:
                     break
+            if splitter is not None:
+                reply.append(shown.write(splitter.flush()))
         finally:
+            shown.end()
             stream.close()  # aborts the request if it was stopped, and frees its blocks
+
+
+class Shown:
+    """A reply on stdout: its thinking (dimmed on a terminal, or hidden), a line break, then its answer."""
+
+    def __init__(self, show_thinking: bool, is_terminal: bool):
+        self.show_thinking, self.is_terminal = show_thinking, is_terminal
+        self.thinking = False  # thinking text is on the screen and the answer has not begun
+
+    def write(self, split: Split) -> str:
+        """Show one piece; return its answer text."""
+        if split.reasoning and self.show_thinking:
+            if not self.thinking and self.is_terminal:
+                sys.stdout.write(DIM)
+            self.thinking = True
+            sys.stdout.write(split.reasoning)
+        if split.answer:
+            self.end()
+            sys.stdout.write(split.answer)
+        sys.stdout.flush()
+        return split.answer
+
+    def end(self) -> None:
+        """Close the thinking: back to plain text, on a new line."""
+        if self.thinking:
+            sys.stdout.write((PLAIN if self.is_terminal else "") + "\n")
+            self.thinking = False
 
 
 def say(text: str) -> None:

@@ -96,6 +96,11 @@ def add_chat(sub, run: Callable) -> None:
         sub, "chat", "an interactive chat using the model's chat template", description=CHAT_HELP, epilog=EXIT_STATUS
     )
     c.add_argument("--system", default=None, metavar="TEXT", help="the system message (default: none)")
+    c.add_argument(
+        "--hide-thinking",
+        action="store_true",
+        help="a model that reasons: show only its answers (default: its thinking too, dimmed on a terminal)",
+    )
     add_model_args(c)
     add_ctx_size_arg(c)
     add_threads_arg(c)

@@ -31,6 +31,7 @@ from .outputs import Score
 from .reference import ENGINE_CACHE, ReferenceLoop
 from .sampling.params import SamplingParams
 from .speculative.proposer import SpeculativeConfig
+from .text.reasoning import thinking_variables
 
 
 def sampling_params(params: SamplingParams | None, sampling: dict) -> SamplingParams:
@@ -182,12 +183,20 @@ class LLM:
             return self._shared.stream(prompt, p, kv_dtype, prefill_chunk, spec, owner=self)
         return self._reference.steps(prompt, p, cache, kv_dtype, prefill_chunk, spec)
 
-    def chat(self, messages: list[dict], *, stream: bool = False, tools: list[dict] | None = None, **kwargs):
+    def chat(self, messages: list[dict], *, stream=False, tools: list[dict] | None = None, thinking=None, **kwargs):
         """Render `messages` (and the tools offered, for templates that list them) with the model's chat
         template and generate (or stream) the reply. Text in the messages is encoded as text, even where it
-        spells a control token such as "<|im_end|>": only the template writes turns."""
-        ids = self.tokenizer.encode_chat(messages, add_generation_prompt=True, tools=tools).ids
-        return self.stream(ids, **kwargs) if stream else self.generate(ids, **kwargs)
+        spells a control token such as "<|im_end|>": only the template writes turns. A model that reasons thinks
+        as its template says unless `thinking` is True or False; the Generation's `reasoning` is the thinking and
+        its text the answer (a stream yields the reply as written, markers included)."""
+        fmt = self.tokenizer.reasoning
+        prompt = self.tokenizer.encode_chat(messages, True, tools, thinking_variables(fmt, thinking))
+        if stream:
+            return self.stream(prompt.ids, **kwargs)
+        if fmt is not None:  # the engine sets the think span apart; stop strings match the answer only
+            given = kwargs.get("params")
+            kwargs = {**kwargs, "params": given.replace(reasoning=True)} if given else {**kwargs, "reasoning": True}
+        return self.generate(prompt.ids, **kwargs)
 
     # ---- scoring
     def logprobs(self, text: str | Sequence[int]) -> list:

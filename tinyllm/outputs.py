@@ -58,6 +58,7 @@ class Generation:
     finish_reason: str = FinishReason.LENGTH.value
     prompt_ids: list[int] = field(default_factory=list)
     prompt_logprobs: list | None = None  # [None, TokenLogprob, ...] per prompt token, when asked
+    reasoning: str | None = None  # params.reasoning, a model that reasons: the think span's text (`text`: the answer)
 
     @property
     def usage(self) -> dict:
@@ -84,6 +85,8 @@ class RequestOutput:
     error: str | None = None  # finish_reason "error": what failed
     prompt_logprobs: list | None = None  # on a request's first output, when asked: [None, TokenLogprob, ...]
     error_kind: str | None = None  # "grammar": the request's own grammar failed (its fault, not the engine's)
+    reasoning: str = ""  # params.reasoning: the think span's text that became final (`text` is then the answer's)
+    reasoning_tokens: int = 0  # of completion_tokens, those inside the think span so far
 
 
 @dataclass

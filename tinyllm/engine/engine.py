@@ -292,9 +292,9 @@ class Engine:
             req.proposer.rollback(req.num_computed)
         if req.constraint is not None and not req.status.is_finished:  # the next masks, during others' steps
             req.constraint.prefetch([req.output_ids])
-        return self._output(req, applied.text, applied.num_new)
+        return self._output(req, applied.text, applied.num_new, applied.reasoning)
 
-    def _output(self, req: Request, text: str, n_new: int) -> RequestOutput:
+    def _output(self, req: Request, text: str, n_new: int, reasoning: str = "") -> RequestOutput:
         new = req.output_ids[len(req.output_ids) - n_new :] if n_new else []
         # The prompt's logprobs travel once, on the request's first output.
         first = len(req.output_ids) == n_new and (n_new > 0 or req.status.is_finished)
@@ -309,6 +309,8 @@ class Engine:
             len(req.prompt_ids),
             len(req.output_ids),
             prompt_logprobs=list(req.prompt_logprobs) if first and req.prompt_logprobs else None,
+            reasoning=reasoning,
+            reasoning_tokens=req.out.num_reasoning_tokens,
         )
 
     # ---- conveniences

@@ -14,6 +14,7 @@ from ..sampling.params import SamplingParams
 from ..sampling.rng import RequestRng, request_rng
 from ..sampling.sampler import SampleResult
 from ..text.output_stream import OutputStream
+from ..text.reasoning import ReasoningSplitter, opens_in_prompt
 from ..text.stop import StopMatcher
 
 
@@ -108,7 +109,7 @@ class Request:
             prompt_ids,
             params,
             max_tokens,
-            OutputStream.create(tok, () if params.min_tokens else params.stop),
+            OutputStream.create(tok, () if params.min_tokens else params.stop, _splitter(params, prompt_ids, tok)),
             request_rng(params.seed),
             stop_ids,
             constraint=constraint,
@@ -153,9 +154,22 @@ class Request:
         return None if reason is None else reason.value
 
 
+# The prompt's last tokens, decoded, show whether the template left a think span open for the reply.
+_PROMPT_TAIL_TOKENS = 8
+
+
+def _splitter(params: SamplingParams, prompt_ids: list[int], tok) -> ReasoningSplitter | None:
+    """The reasoning splitter of a request that asks for one, from a model that reasons."""
+    fmt = tok.reasoning if params.reasoning else None
+    if fmt is None:
+        return None
+    return ReasoningSplitter(fmt, opens_in_prompt(fmt, tok.decode(prompt_ids[-_PROMPT_TAIL_TOKENS:])))
+
+
 @dataclass
 class AcceptedTokens:
     text: str = ""
+    reasoning: str = ""  # the think span's text that became final (a request with params.reasoning)
     num_new: int = 0
     finish: RequestStatus | None = None  # set when the request is done
 
@@ -187,6 +201,7 @@ def accept_tokens(req: Request, results: list[SampleResult], now: float) -> Acce
         out.text += req.out.finish()  # the decoder's tail and any held-back text
         if req.out.stopped:
             out.finish = RequestStatus.FINISHED_STOPPED
+    out.reasoning = req.out.take_reasoning()
     return out
 
 
@@ -227,4 +242,5 @@ def make_generation(req: Request) -> Generation:
         reason,
         list(req.prompt_ids),
         list(req.prompt_logprobs) if req.prompt_logprobs else None,
+        req.out.reasoning,
     )

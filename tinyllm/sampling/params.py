@@ -187,6 +187,10 @@ class SamplingParams:
         (), Bias(), "token id -> a bias in [-100, 100] added to its logit (default: none)",
         openai=ByHand("logit_bias"),
     )  # fmt: skip
+    reasoning: bool = _field(
+        False, Flag(),
+        "a model that reasons: its think span is text apart from the answer, and stop strings match the answer only",
+    )  # fmt: skip
     structured: StructuredOutput | None = _field(
         None, Constraint(), "the text is JSON, or matches a JSON schema, a regex or a grammar (default: free text)",
         openai=ByHand("response_format"), flag=ByHand("--json-schema"), plugin=ByHand("schema"),

@@ -129,6 +129,7 @@ def render_hiding(
     add_generation_prompt: bool,
     special_tokens: dict[str, str],
     tools: list[dict] | None,
+    variables: dict | None = None,
 ) -> tuple[str, Placeholders]:
     """The template's rendering with control text in the messages and tools hidden, and the placeholders."""
     check_messages(messages)  # before hiding, so that an error shows the messages as sent
@@ -136,7 +137,7 @@ def render_hiding(
     avoid = source + "".join(special_tokens.values())
     placeholders = control.placeholders_for((messages, tools), avoid)
     messages, tools = placeholders.hide((messages, tools))
-    return render_chat(source, messages, add_generation_prompt, special_tokens, tools), placeholders
+    return render_chat(source, messages, add_generation_prompt, special_tokens, tools, variables), placeholders
 
 
 def _stretches(marks: list[int], offsets: list[tuple[int, int]], num_ids: int, text_len: int):

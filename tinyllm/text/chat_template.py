@@ -122,9 +122,11 @@ def render_chat(
     add_generation_prompt: bool,
     special_tokens: dict[str, str],
     tools: list[dict] | None = None,
+    variables: dict | None = None,
 ) -> str:
     """The prompt text; special_tokens (bos_token, eos_token, ...) are visible to the template. `tools` are
-    OpenAI's tool objects: given to a template that reads them, else written into the system prompt."""
+    OpenAI's tool objects: given to a template that reads them, else written into the system prompt. `variables`
+    are the request's own (such as Qwen3's enable_thinking); they never replace the ones set here."""
     import jinja2
 
     template = compile_template(source)
@@ -139,9 +141,8 @@ def render_chat(
         plain, tools = [dict(m) for m in messages], None
     try:
         # tools/documents are None when absent, as in transformers, so `is none` tests in templates agree.
-        return template.render(
-            messages=plain, tools=tools, documents=None, add_generation_prompt=add_generation_prompt, **special_tokens
-        )
+        own = dict(messages=plain, tools=tools, documents=None, add_generation_prompt=add_generation_prompt)
+        return template.render({**(variables or {}), **own, **special_tokens})
     except jinja2.exceptions.TemplateError as exc:
         # A template's raise_exception reports a conversation it does not accept.
         raise TinyLLMError(

@@ -24,6 +24,7 @@ from tokenizers import decoders, processors
 from ..errors import TinyLLMError
 from .chat_prompt import ChatPrompt, ControlTokens, Placeholders, render_hiding
 from .gguf_vocab import byte_level_vocab, sentencepiece_vocab, string_list
+from .reasoning import ReasoningFormat, reasoning_format
 from .spm_gguf import SpmDecoder
 
 # Token texts that end a turn or the text, found in the vocabulary by their spelling because
@@ -177,27 +178,40 @@ class Tokenizer:
         return self.spm_decoder.token_bytes(self._checked_ids([token_id])[0])
 
     def apply_chat_template(
-        self, messages: list[dict], add_generation_prompt: bool = True, tools: list[dict] | None = None
+        self,
+        messages: list[dict],
+        add_generation_prompt: bool = True,
+        tools: list[dict] | None = None,
+        variables: dict | None = None,
     ) -> str:
         """The prompt text for a conversation, rendered with the model's own template (with OpenAI-style
-        `tools`, see tool_prompt.py)."""
-        rendered, placeholders = self._render(messages, add_generation_prompt, tools)
+        `tools`, see tool_prompt.py, and the template's own `variables`, such as enable_thinking)."""
+        rendered, placeholders = self._render(messages, add_generation_prompt, tools, variables)
         return placeholders.restore(rendered)
 
     def encode_chat(
-        self, messages: list[dict], add_generation_prompt: bool = True, tools: list[dict] | None = None
+        self,
+        messages: list[dict],
+        add_generation_prompt: bool = True,
+        tools: list[dict] | None = None,
+        variables: dict | None = None,
     ) -> ChatPrompt:
         """The prompt text and ids for a conversation. Only the template's own markers become control tokens:
         a message (or tool) that spells one is encoded as text (chat_prompt.py). No BOS is added beyond the
         template's."""
-        rendered, placeholders = self._render(messages, add_generation_prompt, tools)
+        rendered, placeholders = self._render(messages, add_generation_prompt, tools, variables)
         return ChatPrompt(placeholders.restore(rendered), self._control.encode_rendered(rendered, placeholders))
+
+    @cached_property
+    def reasoning(self) -> ReasoningFormat | None:
+        """The format the model reasons in (text/reasoning.py), or None for a model that does not reason."""
+        return reasoning_format(self.chat_template, self.hf.token_to_id)
 
     @cached_property
     def _control(self) -> ControlTokens:
         return ControlTokens(self.hf)
 
-    def _render(self, messages, add_generation_prompt: bool, tools) -> tuple[str, Placeholders]:
+    def _render(self, messages, add_generation_prompt: bool, tools, variables=None) -> tuple[str, Placeholders]:
         if self.chat_template is None:
             raise TinyLLMError(
                 f"this {self.kind} tokenizer has no chat template, expected a model whose files include one"
@@ -207,7 +221,8 @@ class Tokenizer:
             for name, i in (("bos_token", self.bos_id), ("eos_token", self.eos_id))
             if i is not None
         }
-        return render_hiding(self._control, self.chat_template, messages, add_generation_prompt, special, tools)
+        control, template = self._control, self.chat_template
+        return render_hiding(control, template, messages, add_generation_prompt, special, tools, variables)
 
     def _checked_ids(self, ids: Sequence[int]) -> list[int]:
         out = []

@@ -35,7 +35,7 @@ class Template:
     def encode(self, text, add_special_tokens=True):
         return [ord(c) for c in text] + ([1] if add_special_tokens else [])
 
-    def encode_chat(self, messages, add_generation_prompt, tools):
+    def encode_chat(self, messages, add_generation_prompt, tools, variables=None):
         text = self.apply_chat_template(messages, add_generation_prompt, tools)
         return ChatPrompt(text, [ord(c) for c in text])
 

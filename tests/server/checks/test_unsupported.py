@@ -40,7 +40,6 @@ def complete(client, **kw):
         ("audio", {"voice": "alloy", "format": "wav"}),
         ("modalities", ["text", "audio"]),
         ("prediction", {"type": "content", "content": "x"}),
-        ("reasoning_effort", "low"),
         ("store", True),
         ("service_tier", "priority"),
         ("web_search_options", {}),

@@ -10,7 +10,8 @@ from ..wire.limits import MAX_PROMPTS
 from ..wire.protocol import ChatMessage
 from .admission import PromptLimits, replace_lone_surrogates
 
-_TOOL_FIELDS = ("tool_calls", "tool_call_id")  # OpenAI's tool-calling fields of a message, checked by the template
+# OpenAI's tool-calling fields of a message, checked by the template, and an assistant's earlier reasoning
+_TOOL_FIELDS = ("tool_calls", "tool_call_id", "reasoning_content")
 
 
 def _plain_messages(messages: list[ChatMessage]) -> list[dict]:
@@ -38,14 +39,18 @@ def _plain_messages(messages: list[ChatMessage]) -> list[dict]:
 
 
 def chat_prompt(
-    tokenizer, messages: list[ChatMessage], add_generation_prompt: bool = True, tools: list[dict] | None = None
+    tokenizer,
+    messages: list[ChatMessage],
+    add_generation_prompt: bool = True,
+    tools: list[dict] | None = None,
+    variables: dict | None = None,
 ) -> ChatPrompt:
     """The conversation rendered with the model's template and encoded; text in the messages and tools stays
     text even where it spells a control token, so only the template writes turns. Lone surrogates (which no
     encoding holds) become U+FFFD first."""
     plain = _clean_strings(_plain_messages(messages))
     try:
-        return tokenizer.encode_chat(plain, add_generation_prompt, _clean_strings(tools))
+        return tokenizer.encode_chat(plain, add_generation_prompt, _clean_strings(tools), variables)
     except TinyLLMError as exc:
         raise bad_request(str(exc), "messages") from None
     except Exception as exc:  # a template may fail in its own ways on messages it does not expect
@@ -69,9 +74,11 @@ def encode_text(tokenizer, text: str, add_special_tokens: bool = True) -> list[i
     return tokenizer.encode(replace_lone_surrogates(text), add_special_tokens=add_special_tokens)
 
 
-def chat_prompt_ids(tokenizer, messages: list[ChatMessage], tools: list[dict] | None = None) -> list[int]:
+def chat_prompt_ids(
+    tokenizer, messages: list[ChatMessage], tools: list[dict] | None = None, variables: dict | None = None
+) -> list[int]:
     # The template writes any BOS itself: none is added.
-    return chat_prompt(tokenizer, messages, True, tools).ids
+    return chat_prompt(tokenizer, messages, True, tools, variables).ids
 
 
 def split_prompts(prompt) -> list:

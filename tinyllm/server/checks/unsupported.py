@@ -73,7 +73,6 @@ CHAT_FIELDS = {
         ("audio", _never, "nothing"),
         ("modalities", is_one_of(["text"]), '["text"]'),
         ("prediction", _never, "nothing"),
-        ("reasoning_effort", _never, "nothing (this model does not reason)"),
         ("verbosity", _never, "nothing"),
         ("web_search_options", _never, "nothing"),
         ("echo", is_one_of(False), "false"),
@@ -81,7 +80,6 @@ CHAT_FIELDS = {
         ("add_generation_prompt", is_one_of(True), "true"),
         ("continue_final_message", is_one_of(False), "false"),
         ("chat_template", _never, "nothing (the model's own template is used)"),
-        ("chat_template_kwargs", is_one_of({}), "an empty object"),
         ("documents", is_one_of([]), "an empty list"),
     ),
 }

@@ -9,7 +9,8 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from ..checks.prompts import chat_prompt_ids
+from ..checks.prompts import chat_prompt
+from ..checks.reasoning import Thinking, thinking_of
 from ..checks.sampling_params import chat_params, check_vocab, fresh_seed, per_choice, prepare_stops
 from ..checks.structured import compile_structured, structured_from
 from ..checks.tools import ToolRequest, compile_tools, tool_calls_of, tools_from
@@ -62,9 +63,12 @@ class ChatShaper(StreamShaper):
     def on_output(self, choice: Choice, output):
         lps = chat_logprobs(self.texts, output.logprobs) if self.logprobs and output.logprobs else None
         calls = self.calls[choice.index] if self.calls is not None else None
-        text = output.text if calls is None else calls.feed(output.text or "")
-        if text or lps is not None:
-            yield self._chunk([ChatStreamChoice(index=choice.index, delta=Delta(content=text or None), logprobs=lps)])
+        # the answer alone passes the tool-call stream; the reasoning goes out as it comes
+        reasoning, answer = choice.last
+        text = answer if calls is None else calls.feed(answer)
+        if text or reasoning or lps is not None:
+            delta = Delta(content=text or None, reasoning_content=reasoning or None)
+            yield self._chunk([ChatStreamChoice(index=choice.index, delta=delta, logprobs=lps)])
         if not output.finished:
             return
         finish_reason = output.finish_reason
@@ -85,14 +89,16 @@ class ChatShaper(StreamShaper):
 
 async def chat_completion(body: ChatCompletionRequest, request: Request, ctx: Ready) -> Response:
     with nesting_is_400():
-        ids, params, seed, tools = await prepare_chat(body, ctx)
+        prompt, params, seed, tools, thinking = await prepare_chat(body, ctx)
     group = RequestGroup(ctx.engine, len(params))
-    await start_group(group, [(ids, p) for p in params], PROMPT_PARAM)
-    return await owned(group, _answer(body, request, ctx, group, len(ids), seed, tools))
+    await start_group(group, [(prompt.ids, p) for p in params], PROMPT_PARAM)
+    choices = [Choice(i, 0, len(prompt.ids), reasons=thinking.reasons) for i in range(len(params))]
+    return await owned(group, _answer(body, request, ctx, group, choices, seed, tools))
 
 
 async def prepare_chat(body: ChatCompletionRequest, ctx: Ready):
-    """The prompt's ids, one SamplingParams per choice, the seed and the tools; a 400 for what is wrong."""
+    """The rendered prompt, one SamplingParams per choice, the seed, the tools and the thinking; a 400 for what
+    is wrong."""
     ctx.check_model(body.model)
     check_supported(body, CHAT_FIELDS)
     values, names = chat_params(body)
@@ -100,15 +106,18 @@ async def prepare_chat(body: ChatCompletionRequest, ctx: Ready):
     structured, field = _constraint(body, tools)
     if structured is not None:
         values["structured"], names["structured"] = structured, field
+    thinking = thinking_of(body.model_extra or {}, ctx.tokenizer.reasoning, structured is not None)
+    if thinking.reasons:  # the engine sets the think span apart, and matches stop strings in the answer only
+        values["reasoning"] = True
     # Before rendering: counts and sizes (the tools' JSON with the messages' text) against the context.
     ctx.limits.check_messages(body.messages, tools.prompt_tools() if tools is not None else None)
     # Off the event loop and the engine thread: rendering, encoding, the stop strings' automaton, the grammar.
-    ids = await run_in_threadpool(_prepare, ctx, body.messages, values, tools, field)
-    ctx.limits.check_room(len(ids), values["max_tokens"], PROMPT_PARAM, names["max_tokens"])
+    prompt = await run_in_threadpool(_prepare, ctx, body.messages, values, tools, field, thinking)
+    ctx.limits.check_room(len(prompt.ids), values["max_tokens"], PROMPT_PARAM, names["max_tokens"])
     seed = body.seed if body.seed is not None else fresh_seed()
     params = per_choice(values, names, seed, body.n or 1)
     check_vocab(params, ctx.parts.config.vocab_size)
-    return ids, params, seed, tools
+    return prompt, params, seed, tools, thinking
 
 
 def _constraint(body: ChatCompletionRequest, tools: ToolRequest | None):
@@ -123,11 +132,13 @@ def _constraint(body: ChatCompletionRequest, tools: ToolRequest | None):
     return forced, "tool_choice"
 
 
-def _prepare(ctx: Ready, messages, values: dict, tools: ToolRequest | None, field: str | None) -> list[int]:
+def _prepare(ctx: Ready, messages, values: dict, tools: ToolRequest | None, field: str | None, thinking: Thinking):
     prepare_stops(values)
     compile_tools(ctx.parts.grammars, tools)
     compile_structured(ctx.parts.grammars, values.get("structured"), field)
-    return chat_prompt_ids(ctx.tokenizer, messages, tools.prompt_tools() if tools is not None else None)
+    prompt_tools = tools.prompt_tools() if tools is not None else None
+    # The template writes any BOS itself: none is added.
+    return chat_prompt(ctx.tokenizer, messages, True, prompt_tools, thinking.variables)
 
 
 def _finish_reason(finish_reason: str | None, parsed) -> str | None:
@@ -136,11 +147,12 @@ def _finish_reason(finish_reason: str | None, parsed) -> str | None:
 
 def _message(c: Choice, tools: ToolRequest | None) -> tuple[AssistantMessage, str | None]:
     if tools is None or not tools.is_rendered:
-        return AssistantMessage(content=c.text), c.finish_reason
+        return AssistantMessage(content=c.text, reasoning_content=c.reasoning), c.finish_reason
     parsed = tools.parse(c.text)
     if not parsed.calls:
-        return AssistantMessage(content=c.text), c.finish_reason
-    message = AssistantMessage(content=parsed.content or None, tool_calls=tool_calls_of(parsed))
+        return AssistantMessage(content=c.text, reasoning_content=c.reasoning), c.finish_reason
+    calls = tool_calls_of(parsed)
+    message = AssistantMessage(content=parsed.content or None, tool_calls=calls, reasoning_content=c.reasoning)
     return message, _finish_reason(c.finish_reason, parsed)
 
 
@@ -149,12 +161,11 @@ async def _answer(
     request: Request,
     ctx: Ready,
     group: RequestGroup,
-    prompt_tokens: int,
+    choices: list[Choice],
     seed: int,
     tools: ToolRequest | None,
 ) -> Response:
     n = len(group.ids)
-    choices = [Choice(i, 0, prompt_tokens) for i in range(n)]
     meta = dict(
         id=f"chatcmpl-{group.ids[0].rsplit('-', 1)[0]}", model=ctx.model_name, seed=seed, created=int(time.time())
     )  # one timestamp for every chunk

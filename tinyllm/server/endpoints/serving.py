@@ -17,8 +17,9 @@ from pydantic import BaseModel
 from ...engine.async_engine import SHUTTING_DOWN, EngineFault, EngineStopped
 from ...errors import TinyLLMError
 from ...outputs import FinishReason, RequestOutput
+from ...text.reasoning import Split
 from ..wire.errors import APIError, bad_request
-from ..wire.protocol import PromptTokensDetails, Usage
+from ..wire.protocol import CompletionTokensDetails, PromptTokensDetails, Usage
 from .request_group import RequestGroup
 
 log = logging.getLogger("tinyllm.server")
@@ -36,11 +37,19 @@ class Choice:
     cached_tokens: int = 0
     text_offset: int = 0  # completions logprobs: where the next streamed token starts
     prompt_logprobs: list | None = None  # [None, TokenLogprob, ...] when the request asked for them
+    reasons: bool = False  # a reasoning model's chat answer: the engine sets its think span apart
+    reasoning_pieces: list[str] = field(default_factory=list)
+    reasoning_tokens: int = 0
+    last: Split = Split("", "")  # the last output's reasoning and answer text
 
     def update(self, output) -> APIError | None:
         """Take in an output; the client's error when the request ended through its own fault."""
-        if output.text:
-            self.pieces.append(output.text)
+        self.last = Split(output.reasoning, output.text or "")
+        self.reasoning_tokens = max(self.reasoning_tokens, output.reasoning_tokens)  # a cut-short output has 0
+        if self.last.answer:
+            self.pieces.append(self.last.answer)
+        if self.last.reasoning:
+            self.reasoning_pieces.append(self.last.reasoning)
         self.logprobs.extend(output.logprobs)
         if output.prompt_logprobs is not None:
             self.prompt_logprobs = output.prompt_logprobs
@@ -53,6 +62,11 @@ class Choice:
     @property
     def text(self) -> str:
         return "".join(self.pieces)
+
+    @property
+    def reasoning(self) -> str | None:
+        """The reasoning text of the answer; None when there is none (or the model does not reason), as vLLM's."""
+        return "".join(self.reasoning_pieces) or None
 
 
 def usage_of(choices: list[Choice]) -> Usage:
@@ -69,7 +83,14 @@ def usage_of(choices: list[Choice]) -> Usage:
         completion_tokens=completion,
         total_tokens=prompt_tokens + completion,
         prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(c for _, c in prompts.values())),
+        completion_tokens_details=_reasoning_details(choices),
     )
+
+
+def _reasoning_details(choices: list[Choice]) -> CompletionTokensDetails | None:
+    if not any(c.reasons for c in choices):
+        return None
+    return CompletionTokensDetails(reasoning_tokens=sum(c.reasoning_tokens for c in choices))
 
 
 def own_fault_error(output) -> APIError | None:

@@ -59,13 +59,18 @@ class Tracked(Choice):
 @dataclass(frozen=True)
 class Job:
     """What runs: the prompt's ids, its SamplingParams, the tools (chat), the request field a bad prompt is
-    reported under, and whether the answer returns the conversation's ids (generate's `context`)."""
+    reported under, whether the answer returns the conversation's ids (generate's `context`), and whether the
+    model reasons (its answer's think span comes apart, as `thinking`)."""
 
     ids: list[int]
     params: SamplingParams
     tools: ToolRequest | None
     param: str
     returns_context: bool
+    reasons: bool = False
+
+    def choice(self) -> Tracked:
+        return Tracked(0, 0, len(self.ids), reasons=self.reasons)
 
 
 class Shape:
@@ -74,14 +79,20 @@ class Shape:
     def __init__(self, model: str, is_chat: bool, texts: TokenTexts, want_logprobs: bool):
         self.model, self.is_chat, self.texts, self.want_logprobs = model, is_chat, texts, want_logprobs
 
-    def piece(self, text: str, logprobs: list | None = None, calls: list | None = None, done: bool = False) -> dict:
+    def piece(
+        self, text: str, logprobs: list | None = None, calls: list | None = None, done: bool = False, thinking=None
+    ) -> dict:
         out: dict = {"model": self.model, "created_at": created_at()}
         if self.is_chat:
             out["message"] = {"role": "assistant", "content": text}
+            if thinking:
+                out["message"]["thinking"] = thinking
             if calls:
                 out["message"]["tool_calls"] = calls
         else:
             out["response"] = text
+            if thinking:
+                out["thinking"] = thinking
         if self.want_logprobs and logprobs:
             out["logprobs"] = [lp.model_dump(exclude_none=True) for lp in chat_logprobs(self.texts, logprobs).content]
         out["done"] = done
@@ -128,7 +139,7 @@ async def answer(request: Request, ctx: Ready, job: Job, shape: Shape, stream: b
     group = RequestGroup(ctx.engine, 1)
     await start_group(group, [(job.ids, job.params)], job.param)
     accepted = time.perf_counter()
-    choice = Tracked(0, 0, len(job.ids))
+    choice = job.choice()
     if stream:
         return ClosingStream(_lines(group, choice, job, shape, accepted, arrival), group.close, STREAM_MEDIA_TYPE, {})
     try:
@@ -140,7 +151,7 @@ async def answer(request: Request, ctx: Ready, job: Job, shape: Shape, stream: b
         parsed = job.tools.parse(choice.text)
         if parsed.calls:
             content, calls = parsed.content, ollama_calls(parsed)
-    whole = shape.piece(content, choice.logprobs, calls, done=True)
+    whole = shape.piece(content, choice.logprobs, calls, done=True, thinking=choice.reasoning)
     return JSONResponse({**whole, **shape.done(job, choice, accepted, arrival)})
 
 
@@ -151,9 +162,10 @@ async def _lines(
     try:
         async for _, output in group.outputs():
             error = choice.update(output)
-            text = output.text if held is None else held.feed(output.text or "")
-            if text or (shape.want_logprobs and output.logprobs):
-                yield _line(shape.piece(text or "", output.logprobs))
+            thinking, answer_text = choice.last  # the answer alone passes the tool-call stream
+            text = answer_text if held is None else held.feed(answer_text)
+            if text or thinking or (shape.want_logprobs and output.logprobs):
+                yield _line(shape.piece(text or "", output.logprobs, thinking=thinking))
             if error is not None:
                 yield _line({"error": error.message})
                 return

@@ -5,8 +5,10 @@ limits, tools, structured outputs and SamplingParams, hence the same text for th
 `format` "json" is response_format json_object and a JSON schema is response_format json_schema with strict
 on (an object that does not state additionalProperties takes no other keys, as in Ollama); `tools` are
 OpenAI's tools already. A past assistant turn's tool_calls get their arguments as JSON text, as OpenAI's API
-sends them. Fields of Ollama's API that would change the answer and that this server does not honour (images,
-thinking, a template of one's own, a suffix) are a 400 naming them.
+sends them. `think` true/false is the template's enable_thinking (an effort, "low" to "high", turns it on),
+and a past assistant turn's `thinking` is its reasoning_content, for a model that reasons; for one that does
+not, asking for thinking is a 400. Fields of Ollama's API that would change the answer and that this server does
+not honour (images, a template of one's own, a suffix) are a 400 naming them.
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ from .options import Sampling
 from .protocol import ChatBody, GenerateBody, Message
 
 # The OpenAI request's field -> the Ollama request's, for error messages
-RENAMED = {"response_format": "format", "max_tokens": "options.num_predict", "stop": "options.stop"}
+RENAMED = {
+    "response_format": "format",
+    "max_tokens": "options.num_predict",
+    "stop": "options.stop",
+    "chat_template_kwargs": "think",
+    "reasoning_effort": "think",
+}
 LATEST = ":latest"  # Ollama's default tag: "name:latest" is the model "name"
 
 
@@ -40,8 +48,9 @@ def renamed(exc: APIError, names: dict | None = None) -> APIError:
     return APIError(exc.status, message if new in message else f"{new}: {message}", param=new, code=exc.code)
 
 
-def refuse_unsupported(body: ChatBody | GenerateBody) -> None:
-    if body.think not in (None, False):
+def refuse_unsupported(body: ChatBody | GenerateBody, reasons: bool) -> None:
+    """A 400 for what this server or model does not do; `reasons`: the model thinks before it answers."""
+    if body.think not in (None, False) and not reasons:
         raise bad_request(f"think {body.think!r} is not supported: this model does not reason; leave it out", "think")
     if isinstance(body, GenerateBody):
         if body.images:
@@ -82,12 +91,14 @@ def _tool_call(i: int, call: Any) -> dict:
     return {"id": f"call_{i}", "type": "function", "function": {"name": fn["name"], "arguments": text}}
 
 
-def openai_message(i: int, m: Message) -> dict:
+def openai_message(i: int, m: Message, reasons: bool = False) -> dict:
     if m.images:
         raise bad_request(f"messages[{i}].images are not supported: this model reads text only", "messages")
-    if m.thinking:
+    if m.thinking and not reasons:
         raise bad_request(f"messages[{i}].thinking is not supported: this model does not reason", "messages")
     message: dict = {"role": m.role, "content": m.content}
+    if m.thinking:
+        message["reasoning_content"] = m.thinking  # the template keeps or drops it, as the model's own does
     if m.tool_calls:
         message["tool_calls"] = [_tool_call(j, c) for j, c in enumerate(m.tool_calls)]
     if m.tool_name is not None:
@@ -103,6 +114,10 @@ def _sampling_fields(body: ChatBody | GenerateBody, sampling: Sampling) -> dict:
     rf = response_format(body.format)
     if rf is not None:
         fields["response_format"] = rf
+    if isinstance(body.think, bool):
+        fields["chat_template_kwargs"] = {"enable_thinking": body.think}
+    elif isinstance(body.think, str):
+        fields["reasoning_effort"] = body.think
     return fields
 
 

@@ -99,11 +99,12 @@ def _within(job: Job, num_ctx: int | None) -> Job:
 
 
 async def _chat_job(body: ChatBody, sampling: Sampling, ctx: Ready) -> Job:
-    messages = [openai_message(i, m) for i, m in enumerate(body.messages or [])]
+    reasons = ctx.tokenizer.reasoning is not None
+    messages = [openai_message(i, m, reasons) for i, m in enumerate(body.messages or [])]
     openai = _openai(lambda: chat_request(body, sampling, messages))
     with nesting_is_400():
-        ids, params, _, tools = await prepare_chat(openai, ctx)
-    return Job(ids, params[0], tools, "messages", returns_context=False)
+        prompt, params, _, tools, thinking = await prepare_chat(openai, ctx)
+    return Job(prompt.ids, params[0], tools, "messages", False, thinking.reasons)
 
 
 async def _generate_job(body: GenerateBody, sampling: Sampling, ctx: Ready) -> Job:
@@ -121,10 +122,10 @@ async def _generate_job(body: GenerateBody, sampling: Sampling, ctx: Ready) -> J
         return Job(ids, params[0], None, "prompt", returns_context=True)
     openai = _openai(lambda: chat_request(body, sampling, generate_messages(body)))
     with nesting_is_400():
-        ids, params, _, _ = await prepare_chat(openai, ctx)
-    ids = before + ids  # a previous answer's conversation, then this turn
+        prompt, params, _, _, thinking = await prepare_chat(openai, ctx)
+    ids = before + prompt.ids  # a previous answer's conversation, then this turn
     ctx.limits.check_room(len(ids), params[0].max_tokens, "context" if before else "prompt", "options.num_predict")
-    return Job(ids, params[0], None, "prompt", returns_context=True)
+    return Job(ids, params[0], None, "prompt", True, thinking.reasons)
 
 
 def add_ollama_routes(app: FastAPI, auth: list, ready, state) -> None:
@@ -148,7 +149,7 @@ def add_ollama_routes(app: FastAPI, auth: list, ready, state) -> None:
         arrival = time.perf_counter()
         body = await parse_body(request, ChatBody, chat_counts(ctx.limits))
         sampling = noted(request, sampling_of(body.options, ctx.context_length))
-        refuse_unsupported(body)
+        refuse_unsupported(body, ctx.tokenizer.reasoning is not None)
         if not body.messages:
             ctx.check_model(model_name(body.model))
             return JSONResponse(load_answer(ctx.model_name, is_chat=True))
@@ -161,7 +162,7 @@ def add_ollama_routes(app: FastAPI, auth: list, ready, state) -> None:
         arrival = time.perf_counter()
         body = await parse_body(request, GenerateBody, ids_counts(ctx.limits, "context"))
         sampling = noted(request, sampling_of(body.options, ctx.context_length))
-        refuse_unsupported(body)
+        refuse_unsupported(body, ctx.tokenizer.reasoning is not None)
         if not body.prompt:
             ctx.check_model(model_name(body.model))
             return JSONResponse(load_answer(ctx.model_name, is_chat=False))

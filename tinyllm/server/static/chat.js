@@ -79,15 +79,28 @@
     body.className = "body";
     const status = document.createElement("div");
     status.className = "status";
-    node.append(body, status);
+    // A reasoning model's thinking (reasoning_content): collapsed above the answer, shown once some arrives.
+    const thinking = document.createElement("details");
+    thinking.className = "thinking";
+    thinking.hidden = true;
+    const label = document.createElement("summary");
+    label.textContent = "Thinking";
+    const thought = document.createElement("div");
+    thought.className = "thought";
+    thinking.append(label, thought);
+    node.append(thinking, body, status);
     $("messages").append(node);
     node.scrollIntoView({ block: "end" });
-    return { node, body, status, markdown: window.Markdown.view(body, document) };
+    return { node, body, status, thinking, thought, markdown: window.Markdown.view(body, document) };
   }
 
   // Called every frame while a reply streams: only the blocks that changed are rendered again.
-  function show(view, text) {
+  function show(view, text, reasoning) {
     view.markdown.update(text);
+    if (reasoning) {
+      view.thinking.hidden = false;
+      view.thought.textContent = reasoning;
+    }
   }
 
   function setBusy(busy) {
@@ -139,6 +152,7 @@
     controller = new AbortController();
     setBusy(true);
     let text = "";
+    let reasoning = "";
     let finish = null;
     let usage = null;
     let first = null;
@@ -153,15 +167,17 @@
       for await (const event of events(response)) {
         if (event.error) throw new Error(event.error.message);
         const choice = event.choices && event.choices[0];
-        if (choice && choice.delta && choice.delta.content) {
+        const delta = choice && choice.delta;
+        if (delta && (delta.content || delta.reasoning_content)) {
           last = performance.now();
           if (first === null) first = last;
-          text += choice.delta.content;
+          text += delta.content || "";
+          reasoning += delta.reasoning_content || "";
           if (!queued) {
             queued = true;
             requestAnimationFrame(() => {
               queued = false;
-              show(view, text);
+              show(view, text, reasoning);
             });
           }
         }
@@ -188,7 +204,7 @@
     } finally {
       controller = null;
       setBusy(false);
-      show(view, text);
+      show(view, text, reasoning);
     }
   }
 

@@ -145,11 +145,16 @@ class PromptTokensDetails(BaseModel):
     cached_tokens: int = 0
 
 
+class CompletionTokensDetails(BaseModel):
+    reasoning_tokens: int = 0  # of completion_tokens, those inside the think span
+
+
 class Usage(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
     prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
+    completion_tokens_details: CompletionTokensDetails | None = None  # a reasoning model's answers only
 
 
 class TopLogprob(BaseModel):
@@ -213,6 +218,13 @@ class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
     tool_calls: list[ToolCall] | None = None  # null, as OpenAI's, when the answer calls no tool
+    reasoning_content: str | None = None  # vLLM's field: a reasoning model's thinking, apart from the answer
+
+    @model_serializer
+    def _without_reasoning_unless_set(self) -> dict:
+        # a model that does not reason answers exactly as before: no reasoning_content key
+        shown = {k: getattr(self, k) for k in type(self).model_fields}
+        return {k: v for k, v in shown.items() if k != "reasoning_content" or v is not None}
 
 
 class ChatChoice(BaseModel):
@@ -239,6 +251,7 @@ class ChatCompletionResponse(_Response):
 class Delta(BaseModel):
     role: str | None = None
     content: str | None = None
+    reasoning_content: str | None = None
     tool_calls: list[ToolCallDelta] | None = None
 
     @model_serializer
