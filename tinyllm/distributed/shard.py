@@ -82,6 +82,8 @@ def _shard_attention(attn: nn.Module, rank: int, N: int, all_reduce) -> None:
     attn.qkv_proj = column_shard(attn.qkv_proj, torch.cat(rows))
     attn.o_proj = RowParallel(row_shard(attn.o_proj, q.start * D, q.stop * D, rank), all_reduce)
     attn.num_heads, attn.num_kv_heads = len(q), len(kv)
+    if hasattr(attn, "sinks"):  # one per query head
+        attn.sinks = nn.Parameter(attn.sinks.detach()[q.start : q.stop].clone(), requires_grad=False)
 
 
 def _shard_mlp(mlp: nn.Module, rank: int, N: int, all_reduce) -> None:
