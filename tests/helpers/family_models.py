@@ -266,7 +266,8 @@ def _arrays(model, family: str):
 
 
 def write_family_gguf(model, family: str, path: str, quant: str | None = None, spm=None) -> str:
-    """quant: a block format ("Q8_0") for the matrices whose rows it divides; norms and biases stay F32.
+    """quant: a block format ("Q8_0") for the matrices whose rows it divides; norms and biases (stacks of
+    experts' biases too) stay F32.
     spm: a SentencePieceProcessor whose vocabulary the file carries (padded to the model's) instead of
     the tiny byte-level one."""
     import gguf
@@ -290,7 +291,7 @@ def write_family_gguf(model, family: str, path: str, quant: str | None = None, s
         if sandwich and name.endswith("norm.weight"):
             a = a + np.float32(1.0)  # llama.cpp stores Gemma's norm scales whole
         gname = _gguf_name(gguf, arch, name, sandwich or family == "gpt_oss")
-        if quant and a.ndim >= 2 and a.shape[-1] % 32 == 0:
+        if quant and a.ndim >= 2 and a.shape[-1] % 32 == 0 and not name.endswith("bias"):  # [E, N] bias stacks
             qtype = gguf.GGMLQuantizationType[quant]
             w.add_tensor(gname, quantize(a, qtype), raw_dtype=qtype)
         else:
