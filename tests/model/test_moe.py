@@ -231,3 +231,15 @@ def test_the_native_step_declines_sinks_output_biases_and_yarns_attention_factor
         "YaRN's attention factor on the rotary tables is not covered"
     )
     assert unsupported(quantized_copy(tiny_llama(0, rope_scaling=RopeScaling("linear", 4.0)))) is None
+
+
+def test_info_counts_a_gpt_oss_experts_biases_among_the_idle_parameters(tmp_path):
+    ref = hf_model("gpt_oss")
+    info = LLM(write_hf(ref, str(tmp_path / "gpt-oss"))).info()
+    total = sum(p.numel() for p in ref.parameters())
+    experts = sum(p.numel() for p in ref.model.layers[0].mlp.experts.parameters())  # 4 experts, biases included
+    assert info["parameters"] == total
+    assert info["active_parameters"] == total - 2 * experts * (4 - 2) // 4  # both layers skip 2 of 4
+    for feature in ("attention sinks", "clamped SwiGLU (limit 7)", "rope scaling yarn x8"):
+        assert feature in info["features"]
+    assert "mixture of experts: top 2 of 4 (softmax_topk router, biases)" in info["features"]
