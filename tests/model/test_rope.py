@@ -68,3 +68,13 @@ def test_yarn_stretches_the_slow_dims_and_keeps_the_fast_ones():
     yarn = RotaryEmbedding(head_dim, theta, rope_scaling_from(dict(params, rope_type="yarn"), "config.json"))
     assert torch.allclose(yarn.inv_freq[:4], plain[:4], rtol=1e-6)
     assert torch.allclose(yarn.inv_freq[-4:], plain[-4:] / 32.0, rtol=1e-6)
+
+
+def test_yarn_without_an_original_context_takes_the_configs_as_transformers_does():
+    """transformers fills original_max_position_embeddings with max_position_embeddings where a config omits it."""
+    positions = torch.arange(8)
+    inv_freq, factor, _, _ = transformers_tables(16, 10000.0, 1000, dict(factor=4.0), positions)
+    scaling = rope_scaling_from(dict(rope_type="yarn", factor=4.0), "config.json", 1000)
+    assert scaling.original_max_position_embeddings == 1000
+    ours = RotaryEmbedding(16, 10000.0, scaling)
+    assert torch.equal(ours.inv_freq, inv_freq) and ours.attention_factor == pytest.approx(factor, rel=1e-12)

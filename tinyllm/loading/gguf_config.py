@@ -12,7 +12,7 @@ _INTS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_he
 _INTS += ("max_position_embeddings", "rope_dim", "sliding_window")
 
 
-def _rope_scaling(g: GGUFFile, got: dict, family: Family) -> RopeScaling | None:
+def _rope_scaling(g: GGUFFile, got: dict, family: Family, context: int) -> RopeScaling | None:
     """Linear or YaRN scaling from the file's keys; whether YaRN's ramp is truncated, from the family."""
     kind, factor = got.get("rope_scaling_type"), got.get("rope_scaling_factor")
     if kind in (None, "none"):
@@ -24,11 +24,8 @@ def _rope_scaling(g: GGUFFile, got: dict, family: Family) -> RopeScaling | None:
         return RopeScaling("linear", factor)
     keys = {f: k.format(arch=g.architecture) for f, k in GGUF_YARN_KEYS.items()}
     yarn = {f: g.metadata[k] for f, k in keys.items() if k in g.metadata}
-    if "original_max_position_embeddings" not in yarn:
-        raise TinyLLMError(
-            f"{g.path!r} has YaRN rope scaling but lacks metadata {keys['original_max_position_embeddings']}"
-        )
-    yarn["original_max_position_embeddings"] = int(yarn["original_max_position_embeddings"])
+    original = yarn.get("original_max_position_embeddings", context)  # llama.cpp's default: the trained context
+    yarn["original_max_position_embeddings"] = int(original)
     return RopeScaling("yarn", factor, truncate=family.gguf_yarn_truncate, **yarn)
 
 
@@ -53,7 +50,7 @@ def _optional(g: GGUFFile, family: Family, values: dict) -> None:
         values["query_scale"] = float(got["query_scale"])
     if family.gguf_local_rope_theta is not None:
         values.setdefault("local_rope_theta", family.gguf_local_rope_theta)
-    values["rope_scaling"] = _rope_scaling(g, got, family)
+    values["rope_scaling"] = _rope_scaling(g, got, family, int(values["max_position_embeddings"]))
     if got.get("sliding_window"):
         values["sliding_window"] = got["sliding_window"]
         values["layer_kinds"] = _layer_kinds(got.get("sliding_window_pattern"), family, int(values["num_layers"]))

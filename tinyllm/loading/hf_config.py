@@ -21,8 +21,8 @@ _SCALING_KEYS = {
 
 
 def rope_scaling_from(params: dict | None, where: str, max_positions: int | None = None) -> RopeScaling | None:
-    """A rope_scaling / rope_parameters dict -> RopeScaling (None for no scaling). YaRN without a factor takes
-    max_positions over the original context, as transformers does."""
+    """A rope_scaling / rope_parameters dict -> RopeScaling (None for no scaling). YaRN without an original
+    context takes max_positions, and without a factor max_positions over the original, as transformers does."""
     params = params or {}
     kind = params.get("rope_type", params.get("type", "default"))
     if kind in ("default", None):
@@ -33,8 +33,9 @@ def rope_scaling_from(params: dict | None, where: str, max_positions: int | None
         )
     extra = {k: params[k] for k in _SCALING_KEYS[kind] if params.get(k) is not None}
     factor = params.get("factor")
-    if factor is None and kind == "yarn" and max_positions and extra.get("original_max_position_embeddings"):
-        factor = max_positions / extra["original_max_position_embeddings"]
+    if kind == "yarn" and max_positions:  # transformers' defaults: the context as the original, their ratio
+        extra.setdefault("original_max_position_embeddings", max_positions)
+        factor = max_positions / extra["original_max_position_embeddings"] if factor is None else factor
     try:
         return RopeScaling(kind, float(1.0 if factor is None else factor), **extra)
     except ValueError as exc:
