@@ -20,12 +20,16 @@ def clamped_swiglu(gate: torch.Tensor, up: torch.Tensor, limit: float, alpha: fl
     return gate * torch.sigmoid(gate * alpha) * (up + 1)
 
 
+def _act_times_up(gate: torch.Tensor, up: torch.Tensor, act: Callable) -> torch.Tensor:
+    return act(gate) * up  # [..., I]
+
+
 def gated(activation: str, limit: float | None = None, alpha: float | None = None) -> Callable:
-    """(gate, up) -> the MLP's hidden values, for a family.ACTIVATIONS kind (limit, alpha: clamped_swiglu's)."""
+    """(gate, up) -> the MLP's hidden values, for a family.ACTIVATIONS kind (limit, alpha: clamped_swiglu's).
+    Partials of module-level functions, so a model pickles (tensor parallelism sends it to its workers)."""
     if activation == "clamped_swiglu":
         return partial(clamped_swiglu, limit=limit, alpha=alpha)
-    act = ACTIVATIONS[activation]
-    return lambda gate, up: act(gate) * up
+    return partial(_act_times_up, act=ACTIVATIONS[activation])
 
 
 class GatedMLP(nn.Module):
