@@ -40,6 +40,7 @@ def cli_info(path: str) -> subprocess.CompletedProcess:
             "rope scaling of type 'longrope' is not supported",
         ),
         ({"mlp_bias": True}, "mlp_bias is not supported"),
+        ({"quantization_config": {"quant_method": "mxfp4"}}, "weights quantized as 'mxfp4' are not supported"),
         ({"model_type": "qwen2", "hidden_act": "relu"}, "hidden activation 'relu' is not supported for qwen2"),
         ({"layer_types": ["chunked_attention"] * 3}, "layer type 'chunked_attention' is not supported"),
     ],

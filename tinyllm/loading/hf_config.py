@@ -94,6 +94,9 @@ def _experts(raw: dict, family: Family, num_layers: int) -> ExpertConfig | None:
 
 
 def _check_options(raw: dict, family: Family, where: str) -> None:
+    method = (raw.get("quantization_config") or {}).get("quant_method")
+    if method is not None:  # gpt-oss as published: MXFP4 experts as blocks and scales
+        raise TinyLLMError(f"{where}: weights quantized as {method!r} are not supported, expected float weights")
     if raw.get("mlp_bias"):
         raise TinyLLMError(f"{where}: mlp_bias is not supported")
     act = raw.get("hidden_activation") or raw.get("hidden_act")
