@@ -4,8 +4,9 @@ its top k experts (each a gated MLP, mlp.py) and gets their outputs weighted by 
 The rows of a batch or a prompt are grouped by expert: each chosen expert multiplies the rows routed to it in one
 matmul, so its weights are read once per forward. A token's output depends on the token alone: its experts are
 chosen with a fixed tie rule (the lower index wins) and its k weighted outputs are summed in expert-index order,
-whatever rows share the forward. Parameter names follow Hugging Face's checkpoints: `gate` is the router,
-`experts.{e}` the experts (gate_up_proj fused as in the dense MLP).
+whatever rows share the forward. The router and the experts carry biases where the plan says (gpt-oss).
+Parameter names follow Qwen3-MoE's Hugging Face checkpoints: `gate` is the router, `experts.{e}` the experts
+(gate_up_proj fused as in the dense MLP); gpt-oss's stacked experts are split into these at load.
 """
 
 from __future__ import annotations
