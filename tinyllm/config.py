@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -38,19 +39,27 @@ def kv_dtype_name(dtype: torch.dtype) -> str:
     return next(name for name, d in KV_DTYPES.items() if d == dtype)
 
 
-ROPE_SCALING_KINDS = ("linear", "llama3")
+ROPE_SCALING_KINDS = ("linear", "llama3", "yarn")
 
 
 @dataclass(frozen=True)
 class RopeScaling:
     """Rotary frequency scaling: "linear" divides every frequency by factor; "llama3" divides the low
-    frequencies by factor, keeps the high ones and blends between (Llama 3.1's scheme)."""
+    frequencies by factor, keeps the high ones and blends between (Llama 3.1's scheme); "yarn" does the same
+    with a ramp over the dims between beta_fast and beta_slow rotations in the original context, and scales
+    cos and sin by an attention factor (given, or 0.1·ln(factor) + 1, or its mscale ratio; YaRN's paper)."""
 
     kind: str
     factor: float
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position_embeddings: int = 8192
+    beta_fast: float = 32.0  # yarn: rotations in the original context from which dims keep their frequency
+    beta_slow: float = 1.0  # yarn: rotations below which dims are divided by factor
+    truncate: bool = True  # yarn: the ramp's ends rounded outwards to whole dims
+    attention_factor: float | None = None  # yarn: cos and sin times this; None = from factor and the mscales
+    mscale: float | None = None  # yarn: DeepSeek's numerator and denominator of the attention factor
+    mscale_all_dim: float | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ROPE_SCALING_KINDS:
@@ -62,6 +71,23 @@ class RopeScaling:
                 f"llama3 rope scaling needs 0 < low_freq_factor < high_freq_factor, got "
                 f"{self.low_freq_factor} and {self.high_freq_factor}"
             )
+        if self.kind == "yarn" and not 0 < self.beta_slow <= self.beta_fast:
+            raise ValueError(
+                f"yarn rope scaling needs 0 < beta_slow <= beta_fast, got {self.beta_slow} and {self.beta_fast}"
+            )
+
+    @property
+    def yarn_attention_factor(self) -> float:
+        """What YaRN multiplies cos and sin by: given, or 0.1·m·ln(factor) + 1 (a ratio of two with both mscales)."""
+        if self.attention_factor is not None:
+            return self.attention_factor
+
+        def mscale(m: float = 1.0) -> float:
+            return 1.0 if self.factor <= 1 else 0.1 * m * math.log(self.factor) + 1.0
+
+        if self.mscale and self.mscale_all_dim:
+            return mscale(self.mscale) / mscale(self.mscale_all_dim)
+        return mscale()
 
 
 LAYER_KINDS = ("full", "sliding")
@@ -117,6 +143,8 @@ class ModelConfig:
     attn_softcap: float | None = None  # attention logits become cap·tanh(logit/cap)
     final_softcap: float | None = None  # the same on the output logits
     experts: ExpertConfig | None = None  # a mixture of experts' MLPs; None = every layer's MLP dense
+    swiglu_limit: float | None = None  # the clamped SwiGLU's clamp (gpt-oss); None = the family's
+    swiglu_alpha: float | None = None  # its sigmoid gain; None = the family's
 
     def __post_init__(self) -> None:
         for name in (
@@ -142,7 +170,14 @@ class ModelConfig:
         if self.rms_norm_eps <= 0:
             raise ValueError(f"rms_norm_eps must be positive, got {self.rms_norm_eps}")
         self._check_layers()
-        for name in ("local_rope_theta", "query_scale", "attn_softcap", "final_softcap"):
+        for name in (
+            "local_rope_theta",
+            "query_scale",
+            "attn_softcap",
+            "final_softcap",
+            "swiglu_limit",
+            "swiglu_alpha",
+        ):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be positive or None, got {value!r}")

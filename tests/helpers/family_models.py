@@ -59,12 +59,20 @@ def _configs() -> dict:
         ),
         "phi3": lambda: tf.Phi3Config(**COMMON, sliding_window=WINDOW, tie_word_embeddings=False),
         "qwen3_moe": lambda: tf.Qwen3MoeConfig(**COMMON, head_dim=16, **MOE),
+        "gpt_oss": lambda: tf.GptOssConfig(**GPT_OSS),
     }
 
 
 # A tiny mixture of experts: 4 experts of width 32, the top 2 per token, their weights renormalised.
 MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True)
-FAMILY_NAMES = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "qwen3_moe")
+# gpt-oss: 2 layers (sliding, full) with a window of 4, 4 experts of width 32, the top 2 per token; YaRN over an
+# original context of 32 positions, so the ramp spans the rotary dims of a 16-wide head
+YARN = dict(rope_type="yarn", factor=8.0, beta_fast=32.0, beta_slow=1.0, truncate=False, rope_theta=150000.0)
+GPT_OSS = dict(COMMON, num_hidden_layers=2, head_dim=16, sliding_window=4, intermediate_size=32)
+GPT_OSS |= dict(
+    num_local_experts=4, num_experts_per_tok=2, rope_parameters=dict(YARN, original_max_position_embeddings=32)
+)
+FAMILY_NAMES = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "qwen3_moe", "gpt_oss")
 
 
 def hf_model(family: str, seed: int = 0, vocab_size: int | None = None, **overrides):
@@ -119,20 +127,23 @@ _TENSORS = {
     "mlp.gate_up_proj": "FFN_UP",
     "mlp.down_proj": "FFN_DOWN",
     "mlp.gate": "FFN_GATE_INP",
+    "mlp.router": "FFN_GATE_INP",
+    "self_attn.sinks": "ATTN_SINKS",
     "mlp.experts.gate_proj": "FFN_GATE_EXP",
     "mlp.experts.up_proj": "FFN_UP_EXP",
     "mlp.experts.down_proj": "FFN_DOWN_EXP",
 }
 _ARCH = {"llama": "LLAMA", "mistral": "LLAMA", "qwen2": "QWEN2", "qwen3": "QWEN3"}
-_ARCH |= {"gemma2": "GEMMA2", "gemma3": "GEMMA3", "phi3": "PHI3", "qwen3_moe": "QWEN3MOE"}
+_ARCH |= {"gemma2": "GEMMA2", "gemma3": "GEMMA3", "phi3": "PHI3", "qwen3_moe": "QWEN3MOE", "gpt_oss": "GPT_OSS"}
 
 
-def _gguf_name(gguf, arch, name: str, sandwich: bool) -> str:
-    """llama.cpp's name for an HF parameter, checked against the architecture's tensor list."""
+def _gguf_name(gguf, arch, name: str, post_norm: bool) -> str:
+    """llama.cpp's name for an HF parameter, checked against the architecture's tensor list (post_norm: the
+    architecture calls post_attention_layernorm ATTN_POST_NORM)."""
     layer, rest = None, name
     if name.startswith("model.layers."):
         _, _, layer, rest = name.split(".", 3)
-    if sandwich and rest == "post_attention_layernorm.weight":
+    if post_norm and rest == "post_attention_layernorm.weight":
         kind = "ATTN_POST_NORM"
     else:
         key = next(k for k in _TENSORS if rest == k or rest.rsplit(".", 1)[0] == k)
@@ -179,11 +190,18 @@ def _metadata(w, model, family: str, arch_name: str) -> None:
     if params.get("rope_type") == "linear":
         w.add_string(f"{arch_name}.rope.scaling.type", "linear")
         w.add_float32(f"{arch_name}.rope.scaling.factor", params["factor"])
+    if params.get("rope_type") == "yarn":
+        w.add_string(f"{arch_name}.rope.scaling.type", "yarn")
+        w.add_float32(f"{arch_name}.rope.scaling.factor", params["factor"])
+        w.add_uint32(f"{arch_name}.rope.scaling.original_context_length", params["original_max_position_embeddings"])
+        w.add_float32(f"{arch_name}.rope.scaling.yarn_beta_fast", params["beta_fast"])
+        w.add_float32(f"{arch_name}.rope.scaling.yarn_beta_slow", params["beta_slow"])
     if getattr(c, "num_experts", None):
         w.add_expert_count(c.num_experts)
         w.add_expert_used_count(c.num_experts_per_tok)
-        w.add_expert_feed_forward_length(c.moe_intermediate_size)
-        w.add_expert_weights_norm(c.norm_topk_prob)
+        w.add_expert_feed_forward_length(getattr(c, "moe_intermediate_size", c.intermediate_size))
+        if hasattr(c, "norm_topk_prob"):
+            w.add_expert_weights_norm(c.norm_topk_prob)
 
 
 # The byte-level BPE pre-tokenizer llama.cpp names for each family's GGUF files (the SentencePiece families
@@ -213,12 +231,31 @@ def _rope_freqs(model) -> np.ndarray:
     return (base / scaled).astype(np.float32)
 
 
-def _arrays(model):
+def _gpt_oss_arrays(name: str, a: np.ndarray):
+    """gpt-oss's stacks in llama.cpp's layout: gate_up_proj [E, C, 2I] (gate and up alternating) -> gate and up
+    [E, I, C]; down_proj [E, I, C] -> [E, C, I]; biases split alike; sinks named as a weight."""
+    if name.endswith("gate_up_proj"):
+        yield name.replace("gate_up_proj", "gate_proj.weight"), np.ascontiguousarray(a[..., ::2].swapaxes(1, 2))
+        yield name.replace("gate_up_proj", "up_proj.weight"), np.ascontiguousarray(a[..., 1::2].swapaxes(1, 2))
+    elif name.endswith("gate_up_proj_bias"):
+        yield name.replace("gate_up_proj_bias", "gate_proj.bias"), np.ascontiguousarray(a[..., ::2])
+        yield name.replace("gate_up_proj_bias", "up_proj.bias"), np.ascontiguousarray(a[..., 1::2])
+    elif name.endswith("experts.down_proj"):
+        yield name + ".weight", np.ascontiguousarray(a.swapaxes(1, 2))
+    elif name.endswith("down_proj_bias"):
+        yield name.replace("down_proj_bias", "down_proj.bias"), a
+    else:
+        yield name + (".weight" if name.endswith("sinks") else ""), a
+
+
+def _arrays(model, family: str):
     """(name, float32 array) of every parameter, a stack of experts' gate_up_proj [E, 2I, C] split into its
     gate and up stacks [E, I, C] as llama.cpp stores them."""
     for name, t in model.state_dict().items():
         a = t.detach().float().numpy().copy()
-        if name.endswith("mlp.experts.gate_up_proj"):
+        if family == "gpt_oss":
+            yield from _gpt_oss_arrays(name, a)
+        elif name.endswith("mlp.experts.gate_up_proj"):
             gate, up = np.split(a, 2, axis=1)
             yield name.replace("gate_up_proj", "gate_proj.weight"), gate
             yield name.replace("gate_up_proj", "up_proj.weight"), up
@@ -229,7 +266,8 @@ def _arrays(model):
 
 
 def write_family_gguf(model, family: str, path: str, quant: str | None = None, spm=None) -> str:
-    """quant: a block format ("Q8_0") for the matrices whose rows it divides; norms and biases stay F32.
+    """quant: a block format ("Q8_0") for the matrices whose rows it divides; norms and biases (stacks of
+    experts' biases too) stay F32.
     spm: a SentencePieceProcessor whose vocabulary the file carries (padded to the model's) instead of
     the tiny byte-level one."""
     import gguf
@@ -245,15 +283,15 @@ def write_family_gguf(model, family: str, path: str, quant: str | None = None, s
         write_spm_tokenizer(w, spm, model.config.vocab_size)
     c = model.config
     sandwich = family.startswith("gemma")
-    for name, a in _arrays(model):
+    for name, a in _arrays(model, family):
         if name == "lm_head.weight" and c.tie_word_embeddings:
             continue
         if family in ("llama", "mistral") and (".q_proj." in name or ".k_proj." in name):
             a = _permute(a, c.num_attention_heads if ".q_proj." in name else c.num_key_value_heads)
         if sandwich and name.endswith("norm.weight"):
             a = a + np.float32(1.0)  # llama.cpp stores Gemma's norm scales whole
-        gname = _gguf_name(gguf, arch, name, sandwich)
-        if quant and a.ndim >= 2 and a.shape[-1] % 32 == 0:
+        gname = _gguf_name(gguf, arch, name, sandwich or family == "gpt_oss")
+        if quant and a.ndim >= 2 and a.shape[-1] % 32 == 0 and not name.endswith("bias"):  # [E, N] bias stacks
             qtype = gguf.GGMLQuantizationType[quant]
             w.add_tensor(gname, quantize(a, qtype), raw_dtype=qtype)
         else:

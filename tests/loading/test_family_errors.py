@@ -34,12 +34,13 @@ def cli_info(path: str) -> subprocess.CompletedProcess:
     [
         ({"model_type": "gpt_neox"}, "model_type 'gpt_neox' is not supported"),
         ({"model_type": "gemma3"}, "model_type 'gemma3' is not supported"),  # the multimodal wrapper
-        ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope scaling of type 'yarn' is not supported"),
+        ({"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}, "rope scaling of type 'dynamic' is not supported"),
         (
             {"model_type": "phi3", "rope_scaling": {"type": "longrope", "short_factor": [1.0], "long_factor": [2.0]}},
             "rope scaling of type 'longrope' is not supported",
         ),
         ({"mlp_bias": True}, "mlp_bias is not supported"),
+        ({"quantization_config": {"quant_method": "mxfp4"}}, "weights quantized as 'mxfp4' are not supported"),
         ({"model_type": "qwen2", "hidden_act": "relu"}, "hidden activation 'relu' is not supported for qwen2"),
         ({"layer_types": ["chunked_attention"] * 3}, "layer type 'chunked_attention' is not supported"),
     ],
@@ -82,24 +83,24 @@ def test_cli_refuses_an_unknown_gguf_architecture_in_one_line(tmp_path):
 def test_gguf_with_an_unsupported_rope_scaling_is_named(tmp_path):
     import gguf
 
-    path = str(tmp_path / "yarn.gguf")
+    path = str(tmp_path / "plain.gguf")
     model = random_tiny_llama(4)
     write_gguf(model, path)
     reader = gguf.GGUFReader(path)
-    w = gguf.GGUFWriter(str(tmp_path / "yarn2.gguf"), "llama")
+    w = gguf.GGUFWriter(str(tmp_path / "longrope.gguf"), "llama")
     for field in reader.fields.values():
         if field.name.startswith("GGUF.") or field.name == "general.architecture":
             continue
         w.add_key_value(field.name, field.contents(), field.types[0], field.types[-1] if len(field.types) > 1 else None)
-    w.add_string("llama.rope.scaling.type", "yarn")
+    w.add_string("llama.rope.scaling.type", "longrope")
     for t in reader.tensors:
         w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    with pytest.raises(TinyLLMError, match="rope scaling of type 'yarn' is not supported"):
-        LLM(str(tmp_path / "yarn2.gguf"))
+    with pytest.raises(TinyLLMError, match="rope scaling of type 'longrope' is not supported"):
+        LLM(str(tmp_path / "longrope.gguf"))
 
 
 def _copy_gguf(source: str, dest: str, arch: str | None = None, uint32: dict | None = None) -> str:

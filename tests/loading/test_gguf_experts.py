@@ -2,7 +2,9 @@
 transformers Qwen3-MoE folder: the 3-D expert stacks (`blk.N.ffn_{gate,up,down}_exps`), the router
 (`ffn_gate_inp`) and the `qwen3moe.expert_*` keys load into the model the folder loads into: F32 to the same
 logits, F16 and Q8_0 to the folder's weights within each format's rounding, Q8_0 experts kept as blocks equal
-to the same file expanded to float. Skips where the converter is absent (.ci/run fetches it)."""
+to the same file expanded to float. The same for a tiny gpt-oss folder (`gpt-oss`: stacks de-interleaved into gate
+and up, expert and router biases, attention sinks, YaRN keys) at F32 and F16. Skips where the converter is absent
+(.ci/run fetches it)."""
 
 import pytest
 import torch
@@ -81,3 +83,32 @@ def test_the_q8_0_file_runs_its_experts_on_their_blocks(files):
     rounded = rounded_names(expanded.model.state_dict(), ref.model.state_dict(), _q8_0_bound)
     assert "model.layers.1.mlp.experts.2.down_proj.weight" in rounded
     assert (logits(native) - logits(expanded)).abs().max().item() <= 1e-4
+
+
+@pytest.fixture(scope="module")
+def gpt_oss_files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("converted-gpt-oss")
+    folder = write_hf(hf_model("gpt_oss"), str(root / "gpt-oss"))
+    outputs = {kind: str(root / f"gpt-oss-{kind}.gguf") for kind in ("f32", "f16")}
+    convert(folder, {path: ["--outtype", kind] for kind, path in outputs.items()})
+    return outputs, LLM(folder)
+
+
+def test_the_converters_gpt_oss_f32_file_gives_the_folders_logits(gpt_oss_files):
+    outputs, ref = gpt_oss_files
+    g = open_gguf(outputs["f32"])
+    assert g.architecture == "gpt-oss" and g.metadata["gpt-oss.rope.scaling.type"] == "yarn"
+    assert [int(d) for d in g.tensors["blk.0.ffn_gate_exps.bias"].shape] == [32, 4]  # [I, E], ggml order
+    llm = LLM(outputs["f32"], weights="dequantized")
+    assert llm.config.rope_scaling == ref.config.rope_scaling  # YaRN, its ramp not truncated (the family's rule)
+    assert llm.config.experts == ref.config.experts and llm.config.layer_kinds == ("sliding", "full")
+    assert (logits(llm) - logits(ref)).abs().max().item() <= 1e-5
+
+
+def test_the_gpt_oss_f16_file_holds_the_folders_weights_rounded_to_half(gpt_oss_files):
+    outputs, ref = gpt_oss_files
+    state = LLM(outputs["f16"], weights="dequantized").model.state_dict()
+    exact_f16 = rounded_names(state, ref.model.state_dict(), lambda w: (w.half().float() - w).abs())
+    assert "model.layers.1.mlp.experts.3.gate_up_proj.weight" in exact_f16
+    assert "model.layers.0.mlp.experts.2.down_proj.weight" in exact_f16
+    assert "model.layers.0.self_attn.sinks" not in exact_f16  # vectors stay float32

@@ -1,7 +1,8 @@
 """The mixture-of-experts MLP (model/moe.py) and its plan: the router's tie rule and renormalisation, a token's
 output independent of its batch, transformers' Qwen3-MoE with and without renormalisation and with dense layers
-among the experts', and the native step declining it. The family's engine equivalences (cached, paged, batched,
-speculative, GGUF) run in test_families.py with every family."""
+among the experts', gpt-oss's router (softmax over the chosen logits) and clamped SwiGLU, and the native step
+declining experts and gpt-oss's other features (sinks, an output bias, YaRN's attention factor). The family's
+engine equivalences (cached, paged, batched, speculative, GGUF) run in test_families.py with every family."""
 
 import pytest
 import torch
@@ -9,11 +10,13 @@ import torch
 from helpers.family_models import hf_model, write_family_gguf, write_hf
 from helpers.tiny_models import quantized_copy, tiny_llama
 from tinyllm import LLM
-from tinyllm.config import ExpertConfig
+from tinyllm.config import ExpertConfig, RopeScaling
+from tinyllm.errors import TinyLLMError
 from tinyllm.kernels import native
+from tinyllm.model.mlp import clamped_swiglu
 from tinyllm.model.moe import MoEMLP, route
 from tinyllm.model.native.lowering import unsupported
-from tinyllm.model.plan import MoEPlan
+from tinyllm.model.plan import LayerPlan, MoEPlan, model_plan
 
 PROMPT = [5, 77, 140, 9, 33, 201, 18, 64, 250, 7, 99, 120, 41]
 EXPERTS = ExpertConfig(num_experts=4, top_k=2, intermediate_size=32, renormalize=True)
@@ -150,3 +153,93 @@ def test_info_counts_the_parameters_a_token_reads(tmp_path):
     assert info["parameters"] == total
     assert info["active_parameters"] == total - 2 * experts * (4 - 2) // 4  # layers 0 and 2 skip 2 of 4 each
     assert "mixture of experts: top 2 of 4 (softmax router, renormalised) on 2 of 3 layers" in info["features"]
+
+
+def test_the_chosen_only_router_takes_the_softmax_of_the_top_logits_alone():
+    logits = torch.tensor([[0.5, 4.0, -1.0, 2.0]])
+    weights, experts = route(logits, MoEPlan(num_experts=4, top_k=2, router="softmax_topk"))
+    assert experts.tolist() == [[1, 3]]
+    e1, e3 = torch.exp(torch.tensor(4.0)), torch.exp(torch.tensor(2.0))
+    assert weights[0].tolist() == pytest.approx([(e1 / (e1 + e3)).item(), (e3 / (e1 + e3)).item()], rel=1e-6)
+    over_all = torch.softmax(logits, dim=-1)[0, [1, 3]]  # what the other router would give
+    assert not torch.allclose(weights[0], over_all)
+
+
+def test_the_chosen_only_router_breaks_ties_to_the_lower_index():
+    logits = torch.tensor([[1.0, 3.0, 3.0, 3.0], [0.0, 0.0, 0.0, 0.0], [2.0, 0.0, 2.0, 5.0]])
+    weights, experts = route(logits, MoEPlan(num_experts=4, top_k=2, router="softmax_topk"))
+    assert experts.tolist() == [[1, 2], [0, 1], [0, 3]]
+    assert weights[:2].tolist() == [[0.5, 0.5], [0.5, 0.5]]
+
+
+def test_the_clamped_swiglu_clamps_gate_above_and_up_on_both_sides():
+    gate = torch.tensor([7.0, 9.0, -3.0, -9.0, -7.0])
+    up = torch.tensor([7.0, 9.0, -9.0, 0.0, 0.0])
+    out = clamped_swiglu(gate, up, limit=7.0, alpha=1.702)
+    assert out[1] == out[0] == 7.0 * torch.sigmoid(torch.tensor(7.0 * 1.702)) * 8.0  # gate and up at the limit
+    assert out[2] == -3.0 * torch.sigmoid(torch.tensor(-3.0 * 1.702)) * (1 - 7.0)  # up clamped below, plus one
+    assert out[3] != out[4]  # gate is not clamped below
+    assert out[3] == -9.0 * torch.sigmoid(torch.tensor(-9.0 * 1.702))
+
+
+def test_transformers_gpt_oss_with_its_own_swiglu_limit_gives_the_same_logits(tmp_path):
+    """A clamp that bites (0.5) and another gain: both read from config.json."""
+    ref = hf_model("gpt_oss", swiglu_limit=0.5, swiglu_alpha=1.2)
+    llm = LLM(write_hf(ref, str(tmp_path / "gpt-oss")))
+    plan = llm.model.plan.layers[0]
+    assert (plan.activation, plan.activation_limit, plan.activation_alpha) == ("clamped_swiglu", 0.5, 1.2)
+    assert (plan.moe.router, plan.moe.router_bias, plan.moe.expert_bias) == ("softmax_topk", True, True)
+    assert [p.window for p in llm.model.plan.layers] == [4, None] and plan.sinks and plan.o_bias
+    with torch.no_grad():
+        want = ref(torch.tensor([PROMPT])).logits[0]  # [T, V]
+        ours = llm.model(torch.tensor([PROMPT]))[0]
+    assert (ours - want).abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (dict(activation="clamped_swiglu"), "activation_limit must be given for clamped_swiglu alone, got None"),
+        (dict(activation_limit=7.0), "activation_limit must be given for clamped_swiglu alone, got 7.0 for silu"),
+    ],
+)
+def test_a_clamped_swiglu_plan_needs_its_limit_and_no_other_does(values, message):
+    with pytest.raises(ValueError, match=message):
+        LayerPlan(**values)
+
+
+def test_a_gguf_in_mxfp4_is_refused_naming_the_type(tmp_path):
+    """MXFP4 (gpt-oss's experts as published; here every matrix) is a block format tinyllm does not load yet."""
+    ref = hf_model("gpt_oss")
+    path = write_family_gguf(ref, "gpt_oss", str(tmp_path / "mxfp4.gguf"), quant="MXFP4")
+    with pytest.raises(TinyLLMError, match=r"tensor '[\w.]+' in .* has type MXFP4, expected one of F32"):
+        LLM(path, weights="dequantized")
+
+
+@pytest.mark.skipif(native.library() is None, reason="no native kernels on this machine")
+def test_the_native_step_declines_sinks_output_biases_and_yarns_attention_factor():
+    plain = model_plan(tiny_llama(0).config)
+    for edit, reason in (
+        (dict(sinks=True), "attention sinks are not covered"),
+        (dict(o_bias=True), "a bias on the attention's output is not covered"),
+        (dict(activation="clamped_swiglu", activation_limit=7.0, activation_alpha=1.7), "clamped_swiglu is not"),
+    ):
+        layers = tuple(LayerPlan(**{**p.__dict__, **edit}) for p in plain.layers)
+        assert reason in unsupported(quantized_copy(tiny_llama(0, plan=type(plain)(layers))))
+    yarn = RopeScaling("yarn", 4.0, original_max_position_embeddings=64)
+    assert unsupported(quantized_copy(tiny_llama(0, rope_scaling=yarn))) == (
+        "YaRN's attention factor on the rotary tables is not covered"
+    )
+    assert unsupported(quantized_copy(tiny_llama(0, rope_scaling=RopeScaling("linear", 4.0)))) is None
+
+
+def test_info_counts_a_gpt_oss_experts_biases_among_the_idle_parameters(tmp_path):
+    ref = hf_model("gpt_oss")
+    info = LLM(write_hf(ref, str(tmp_path / "gpt-oss"))).info()
+    total = sum(p.numel() for p in ref.parameters())
+    experts = sum(p.numel() for p in ref.model.layers[0].mlp.experts.parameters())  # 4 experts, biases included
+    assert info["parameters"] == total
+    assert info["active_parameters"] == total - 2 * experts * (4 - 2) // 4  # both layers skip 2 of 4
+    for feature in ("attention sinks", "clamped SwiGLU (limit 7)", "rope scaling yarn x8"):
+        assert feature in info["features"]
+    assert "mixture of experts: top 2 of 4 (softmax_topk router, biases)" in info["features"]

@@ -1,5 +1,5 @@
 """Window masks against their definition, the ragged layout's narrowed masks against per-sequence masks, and
-soft-capped attention against a plain loop over keys."""
+soft-capped attention against a plain loop over keys, and sinks against their definition."""
 
 import math
 
@@ -98,3 +98,28 @@ def test_soft_capped_attention_equals_a_loop_over_keys():
             assert torch.allclose(out[0, h, t], expect, atol=1e-5)
     plain = attention(q, k, v, mask, AttentionSpec(scale=0.3))
     assert not torch.allclose(plain, out, atol=1e-3)  # the cap changes the result
+
+
+def test_sinks_join_each_heads_denominator_and_take_no_value():
+    """Against the definition: softmax over [q·k·scale..., sink_h] with the sink's share dropped; the same with
+    a kv head's G query heads laid out as its G queries (the ragged decode's layout); a sink of -inf is none."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (
+        torch.randn(1, 4, 3, 8, generator=g),
+        torch.randn(1, 2, 5, 8, generator=g),
+        torch.randn(1, 2, 5, 8, generator=g),
+    )
+    sinks = torch.tensor([0.5, -1.0, 2.0, 0.0])  # [H]
+    mask = offset_causal_mask(3, 2)  # [T, S]
+    got = attention(q, k, v, mask, AttentionSpec(sinks=sinks))
+    kk, vv = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)  # [1, H, S, D]
+    scores = (q @ kk.transpose(-1, -2) / math.sqrt(8)).masked_fill(~mask, float("-inf"))  # [1, H, T, S]
+    sink_column = sinks.view(1, 4, 1, 1).expand(1, 4, 3, 1)
+    want = torch.softmax(torch.cat((scores, sink_column), dim=-1), dim=-1)[..., :-1] @ vv
+    assert torch.allclose(got, want, rtol=0, atol=1e-6)
+    assert not torch.allclose(got, attention(q, k, v, mask), atol=1e-3)  # the sinks change the output
+    one = q[:, :, 2:]  # the last query, which sees every key: as 2 kv heads of G = 2 queries
+    grouped = attention(one.reshape(1, 2, 2, 8), k, v, None, AttentionSpec(sinks=sinks))  # [1, Hkv, G, D]
+    assert torch.allclose(grouped.reshape(1, 4, 1, 8), got[:, :, 2:], rtol=0, atol=1e-6)
+    none = attention(q, k, v, mask, AttentionSpec(sinks=torch.full((4,), float("-inf"))))
+    assert torch.allclose(none, attention(q, k, v, mask), rtol=0, atol=1e-6)

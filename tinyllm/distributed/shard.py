@@ -82,6 +82,8 @@ def _shard_attention(attn: nn.Module, rank: int, N: int, all_reduce) -> None:
     attn.qkv_proj = column_shard(attn.qkv_proj, torch.cat(rows))
     attn.o_proj = RowParallel(row_shard(attn.o_proj, q.start * D, q.stop * D, rank), all_reduce)
     attn.num_heads, attn.num_kv_heads = len(q), len(kv)
+    if hasattr(attn, "sinks"):  # one per query head
+        attn.sinks = nn.Parameter(attn.sinks.detach()[q.start : q.stop].clone(), requires_grad=False)
 
 
 def _shard_mlp(mlp: nn.Module, rank: int, N: int, all_reduce) -> None:
@@ -134,16 +136,18 @@ def column_shard(linear: nn.Module, rows: torch.Tensor) -> nn.Module:
 def row_shard(linear: nn.Module, start: int, stop: int, rank: int) -> nn.Module:
     """Input columns [start, stop) of a Linear or QuantLinear; a bias is kept on rank 0 only, so the
     all-reduce adds it once."""
+    bias = getattr(linear, "bias", None) if rank == 0 else None
     if isinstance(linear, QuantLinear):
-        if getattr(linear, "bias", None) is not None:
-            raise TinyLLMError("tensor parallelism cannot split a quantized row-parallel projection with a bias")
         if all(start % w.format.block_size == 0 and stop % w.format.block_size == 0 for w in linear.parts):
-            return QuantLinear([_block_columns(w, start, stop) for w in linear.parts])
+            parts = [_block_columns(w, start, stop) for w in linear.parts]
+            if bias is None:
+                return QuantLinear(parts)
+            out = BiasedQuantLinear(parts)  # gpt-oss's o_proj: the bias with rank 0's share
+            out.bias = nn.Parameter(bias.detach().clone(), requires_grad=False)
+            return out
         weight = linear.dequantized()[:, start:stop].contiguous()  # [N, stop - start] float32
-        bias = None
     else:
         weight = linear.weight.detach()[:, start:stop].contiguous()  # [N, stop - start]
-        bias = linear.bias if rank == 0 else None
     out = nn.Linear(stop - start, weight.shape[0], bias=bias is not None, device="meta")
     out.weight = nn.Parameter(weight, requires_grad=False)
     if bias is not None:

@@ -68,6 +68,7 @@ def fused_sizes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
         "mlp.gate_up_proj.weight": (config.intermediate_size, config.intermediate_size),
         "self_attn.qkv_proj.bias": (q, kv, kv),
         "gate_up_proj.weight": (expert, expert),
+        "gate_up_proj.bias": (expert, expert),
     }
 
 

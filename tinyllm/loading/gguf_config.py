@@ -6,18 +6,27 @@ from ..config import ExpertConfig, ModelConfig, RopeScaling
 from ..errors import TinyLLMError
 from ..model.family import Family, family_for_gguf
 from .gguf_file import GGUFFile
-from .names import GGUF_CONFIG_KEYS, GGUF_EXPERT_KEYS, GGUF_OPTIONAL_KEYS, GGUF_ROPE_FREQS, GGUF_ROUTER
+from .names import GGUF_CONFIG_KEYS, GGUF_EXPERT_KEYS, GGUF_OPTIONAL_KEYS, GGUF_ROPE_FREQS, GGUF_ROUTER, GGUF_YARN_KEYS
 
 _INTS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim")
 _INTS += ("max_position_embeddings", "rope_dim", "sliding_window")
 
 
-def _rope_scaling(kind, factor, where: str) -> RopeScaling | None:
+def _rope_scaling(g: GGUFFile, got: dict, family: Family, context: int) -> RopeScaling | None:
+    """Linear or YaRN scaling from the file's keys; whether YaRN's ramp is truncated, from the family."""
+    kind, factor = got.get("rope_scaling_type"), got.get("rope_scaling_factor")
     if kind in (None, "none"):
         return None
-    if kind != "linear":
-        raise TinyLLMError(f"{where}: rope scaling of type {kind!r} is not supported, expected none or linear")
-    return RopeScaling("linear", float(factor if factor is not None else 1.0))
+    if kind not in ("linear", "yarn"):
+        raise TinyLLMError(f"{g.path!r}: rope scaling of type {kind!r} is not supported, expected none, linear or yarn")
+    factor = float(factor if factor is not None else 1.0)
+    if kind == "linear":
+        return RopeScaling("linear", factor)
+    keys = {f: k.format(arch=g.architecture) for f, k in GGUF_YARN_KEYS.items()}
+    yarn = {f: g.metadata[k] for f, k in keys.items() if k in g.metadata}
+    original = yarn.get("original_max_position_embeddings", context)  # llama.cpp's default: the trained context
+    yarn["original_max_position_embeddings"] = int(original)
+    return RopeScaling("yarn", factor, truncate=family.gguf_yarn_truncate, **yarn)
 
 
 def _layer_kinds(pattern, family: Family, num_layers: int) -> tuple[str, ...]:
@@ -32,7 +41,7 @@ def _layer_kinds(pattern, family: Family, num_layers: int) -> tuple[str, ...]:
 
 def _optional(g: GGUFFile, family: Family, values: dict) -> None:
     """Windows, soft-caps, query scale, rope scaling and the sliding layers' base, where the file has them."""
-    meta, arch, where = g.metadata, g.architecture, repr(g.path)
+    meta, arch = g.metadata, g.architecture
     got = {f: meta[k.format(arch=arch)] for f, k in GGUF_OPTIONAL_KEYS.items() if k.format(arch=arch) in meta}
     for f in ("attn_softcap", "final_softcap", "local_rope_theta"):
         if f in got:
@@ -41,7 +50,7 @@ def _optional(g: GGUFFile, family: Family, values: dict) -> None:
         values["query_scale"] = float(got["query_scale"])
     if family.gguf_local_rope_theta is not None:
         values.setdefault("local_rope_theta", family.gguf_local_rope_theta)
-    values["rope_scaling"] = _rope_scaling(got.get("rope_scaling_type"), got.get("rope_scaling_factor"), where)
+    values["rope_scaling"] = _rope_scaling(g, got, family, int(values["max_position_embeddings"]))
     if got.get("sliding_window"):
         values["sliding_window"] = got["sliding_window"]
         values["layer_kinds"] = _layer_kinds(got.get("sliding_window_pattern"), family, int(values["num_layers"]))

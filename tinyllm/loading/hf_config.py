@@ -9,25 +9,35 @@ from ..config import ExpertConfig, ModelConfig, RopeScaling
 from ..errors import TinyLLMError
 from ..model.family import Family, family_for_hf
 from .hf_model import read_json
-from .names import HF_ACTIVATIONS, HF_CONFIG_KEYS, HF_EXPERT_KEYS, HF_LAYER_KINDS
+from .names import HF_ACTIVATIONS, HF_CONFIG_KEYS, HF_EXPERT_KEYS, HF_LAYER_KINDS, HF_SWIGLU_KEYS
+
+# The rope_scaling / rope_parameters keys each scaling kind reads beside its factor (RopeScaling's fields).
+_SCALING_KEYS = {
+    "linear": (),
+    "llama3": ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "yarn": ("original_max_position_embeddings", "beta_fast", "beta_slow", "truncate", "attention_factor")
+    + ("mscale", "mscale_all_dim"),
+}
 
 
-def rope_scaling_from(params: dict | None, where: str) -> RopeScaling | None:
-    """A rope_scaling / rope_parameters dict -> RopeScaling (None for no scaling)."""
+def rope_scaling_from(params: dict | None, where: str, max_positions: int | None = None) -> RopeScaling | None:
+    """A rope_scaling / rope_parameters dict -> RopeScaling (None for no scaling). YaRN without an original
+    context takes max_positions, and without a factor max_positions over the original, as transformers does."""
     params = params or {}
     kind = params.get("rope_type", params.get("type", "default"))
     if kind in ("default", None):
         return None
-    if kind not in ("linear", "llama3"):
+    if kind not in _SCALING_KEYS:
         raise TinyLLMError(
-            f"{where}: rope scaling of type {kind!r} is not supported, expected default, linear or llama3"
+            f"{where}: rope scaling of type {kind!r} is not supported, expected default, {', '.join(_SCALING_KEYS)}"
         )
-    extra = {}
-    if kind == "llama3":
-        keys = ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-        extra = {k: params[k] for k in keys if k in params}
+    extra = {k: params[k] for k in _SCALING_KEYS[kind] if params.get(k) is not None}
+    factor = params.get("factor")
+    if kind == "yarn" and max_positions:  # transformers' defaults: the context as the original, their ratio
+        extra.setdefault("original_max_position_embeddings", max_positions)
+        factor = max_positions / extra["original_max_position_embeddings"] if factor is None else factor
     try:
-        return RopeScaling(kind, float(params.get("factor", 1.0)), **extra)
+        return RopeScaling(kind, float(1.0 if factor is None else factor), **extra)
     except ValueError as exc:
         raise TinyLLMError(f"{where}: {exc}") from None
 
@@ -40,11 +50,11 @@ def _rope(raw: dict, where: str) -> dict:
         if rope_scaling_from(local, where) is not None:
             raise TinyLLMError(f"{where}: rope scaling on sliding layers is not supported")
         theta, local_theta = full.get("rope_theta"), local.get("rope_theta")
-        scaling = rope_scaling_from(full, where)
+        scaling = rope_scaling_from(full, where, raw.get("max_position_embeddings"))
     else:
         theta = raw.get("rope_theta", params.get("rope_theta"))
         local_theta = raw.get("rope_local_base_freq")
-        scaling = rope_scaling_from(raw.get("rope_scaling") or params, where)
+        scaling = rope_scaling_from(raw.get("rope_scaling") or params, where, raw.get("max_position_embeddings"))
     values = {"rope_scaling": scaling, "local_rope_theta": None if local_theta is None else float(local_theta)}
     if theta is not None:
         values["rope_theta"] = float(theta)
@@ -84,10 +94,14 @@ def _experts(raw: dict, family: Family, num_layers: int) -> ExpertConfig | None:
 
 
 def _check_options(raw: dict, family: Family, where: str) -> None:
+    method = (raw.get("quantization_config") or {}).get("quant_method")
+    if method is not None:  # gpt-oss as published: MXFP4 experts as blocks and scales
+        raise TinyLLMError(f"{where}: weights quantized as {method!r} are not supported, expected float weights")
     if raw.get("mlp_bias"):
         raise TinyLLMError(f"{where}: mlp_bias is not supported")
     act = raw.get("hidden_activation") or raw.get("hidden_act")
-    if act is not None and HF_ACTIVATIONS.get(act) != family.activation:
+    clamped = family.activation == "clamped_swiglu"  # gpt-oss's experts: their own activation, whatever hidden_act
+    if act is not None and HF_ACTIVATIONS.get(act) != family.activation and not clamped:
         raise TinyLLMError(f"{where}: hidden activation {act!r} is not supported for {family.name}")
 
 
@@ -107,6 +121,7 @@ def config_from_hf(folder: str) -> ModelConfig:
                 values[field] = raw[key]
                 break
     values.update(_rope(raw, where))
+    values.update({field: float(raw[key]) for field, key in HF_SWIGLU_KEYS.items() if raw.get(key) is not None})
     values.setdefault("num_kv_heads", values.get("num_heads"))
     if "head_dim" not in values and "hidden_size" in values and values.get("num_heads"):
         values["head_dim"] = values["hidden_size"] // values["num_heads"]

@@ -13,6 +13,7 @@ from ..config import ModelConfig
 from ..errors import TinyLLMError
 from ..kernels import QuantWeight, dequantize, native
 from ..kernels.formats import FORMATS
+from ..model.family import FAMILIES
 from ..model.llama import LlamaForCausalLM, rotary_tables
 from ..model.plan import ModelPlan
 from ..model.quant_bias import BiasedQuantLinear
@@ -23,6 +24,7 @@ from .gguf_file import open_gguf
 from .gguf_model import config_from_gguf, state_dict_from_gguf
 from .hf_config import config_from_hf
 from .hf_model import read_json, state_dict_from_hf
+from .hf_tensors import our_tensors
 from .model_store import resolve_model
 from .quantize import QUANTIZE_MODES, quantize_state
 from .residency import release_unread_pages
@@ -269,7 +271,7 @@ def _load_hf(folder: str, dtype, device, options: WeightOptions) -> LoadedModel:
     config = config_from_hf(folder)
     native_weights = options.native_on(device)
     tokenizer = Tokenizer.from_hf_folder(folder)
-    raw = state_dict_from_hf(folder, dtype)
+    raw = our_tensors(state_dict_from_hf(folder, dtype), FAMILIES[config.family])
     types = {str(dtype).removeprefix("torch."): len(raw)}
     state = _finish_state(raw, options, native_weights, folder)
     if options.quantize:

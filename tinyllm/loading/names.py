@@ -28,6 +28,13 @@ GGUF_OPTIONAL_KEYS = {
     "rope_scaling_type": "{arch}.rope.scaling.type",
     "rope_scaling_factor": "{arch}.rope.scaling.factor",
 }
+# YaRN's RopeScaling fields -> GGUF metadata key (llama.cpp's names).
+GGUF_YARN_KEYS = {
+    "original_max_position_embeddings": "{arch}.rope.scaling.original_context_length",
+    "beta_fast": "{arch}.rope.scaling.yarn_beta_fast",
+    "beta_slow": "{arch}.rope.scaling.yarn_beta_slow",
+    "attention_factor": "{arch}.rope.scaling.yarn_attn_factor",
+}
 
 # ExpertConfig field -> GGUF metadata key (a mixture of experts' MLPs; expert_count present = experts).
 GGUF_EXPERT_KEYS = {
@@ -87,10 +94,12 @@ HF_CONFIG_KEYS = {
 HF_EXPERT_KEYS = {
     "num_experts": ("num_experts", "num_local_experts"),
     "top_k": ("num_experts_per_tok",),
-    "intermediate_size": ("moe_intermediate_size",),
+    "intermediate_size": ("moe_intermediate_size", "intermediate_size"),  # gpt-oss: its experts' width
     "renormalize": ("norm_topk_prob",),
 }
 
+# config.json swiglu keys -> ModelConfig fields (the clamped SwiGLU's, gpt-oss).
+HF_SWIGLU_KEYS = {"swiglu_limit": "swiglu_limit", "swiglu_alpha": "swiglu_alpha"}
 # config.json activation names -> Family.activation.
 HF_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh"}
 # config.json layer_types values -> our layer kinds.
@@ -103,4 +112,5 @@ FUSED_PARAMETERS = {
     "self_attn.qkv_proj.bias": ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"),
     # an expert's (mlp.experts.{e}.): after the dense MLP's row, which its names do not end with
     "gate_up_proj.weight": ("gate_proj.weight", "up_proj.weight"),
+    "gate_up_proj.bias": ("gate_proj.bias", "up_proj.bias"),  # an expert's, where they have biases (gpt-oss)
 }

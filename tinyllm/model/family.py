@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from ..errors import TinyLLMError
 
 NORM_KINDS = ("rms", "rms_plus_one")  # weight·x̂, or (1 + weight)·x̂ (Gemma)
-ACTIVATIONS = ("silu", "gelu_tanh")
+ACTIVATIONS = ("silu", "gelu_tanh", "clamped_swiglu")  # clamped_swiglu: gpt-oss's (mlp.py)
 BLOCK_KINDS = ("pre_norm", "sandwich")  # sandwich: norms before and after attention and MLP (Gemma 2/3)
-ROUTERS = ("softmax",)  # how a token picks its experts: softmax over all experts, then the top k (Qwen3-MoE)
+# How a token picks its experts: "softmax": softmax over all experts, then the top k (Qwen3-MoE); "softmax_topk":
+# the top k logits, then softmax over those alone (gpt-oss)
+ROUTERS = ("softmax", "softmax_topk")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,14 @@ class Family:
     gguf_tensors: tuple[tuple[str, str], ...] = ()  # extra or overriding GGUF -> our names
     router: str | None = None  # a ROUTERS entry where the family's configs may have experts; None = dense only
     gguf_renormalize: bool = False  # llama.cpp renormalises the chosen experts' weights, where the file says not
+    router_bias: bool = False  # the router and the experts' projections carry biases (gpt-oss)
+    expert_bias: bool = False
+    o_bias: bool = False  # the attention's output projection carries a bias (gpt-oss)
+    attn_sinks: bool = False  # a learned logit per head in each softmax's denominator (gpt-oss)
+    swiglu_limit: float | None = None  # clamped_swiglu's clamp and sigmoid gain where the source gives none
+    swiglu_alpha: float | None = None
+    gguf_yarn_truncate: bool = True  # YaRN's ramp ends rounded to whole dims, which llama.cpp's files do not say
+    hf_tensors: tuple[tuple[str, str, str], ...] = ()  # HF name -> ours, and its layout (loading/hf_tensors.py)
 
     def __post_init__(self):
         for name, value, allowed in (
@@ -69,6 +79,28 @@ _EXPERTS = (
     ("blk.{i}.ffn_up_exps.weight", "model.layers.{i}.mlp.experts.{e}.up_proj.weight"),
     ("blk.{i}.ffn_down_exps.weight", "model.layers.{i}.mlp.experts.{e}.down_proj.weight"),
 )
+_GPT_OSS_GGUF = (
+    ("blk.{i}.attn_output.bias", "model.layers.{i}.self_attn.o_proj.bias"),
+    ("blk.{i}.attn_sinks.weight", "model.layers.{i}.self_attn.sinks"),
+    ("blk.{i}.post_attention_norm.weight", "model.layers.{i}.post_attention_layernorm.weight"),
+    ("blk.{i}.ffn_gate_inp.bias", "model.layers.{i}.mlp.gate.bias"),
+    ("blk.{i}.ffn_gate_exps.bias", "model.layers.{i}.mlp.experts.{e}.gate_proj.bias"),
+    ("blk.{i}.ffn_up_exps.bias", "model.layers.{i}.mlp.experts.{e}.up_proj.bias"),
+    ("blk.{i}.ffn_down_exps.bias", "model.layers.{i}.mlp.experts.{e}.down_proj.bias"),
+)
+# gpt-oss's checkpoints name the router `router` and stack each layer's experts: [E, C, 2I] with gate and up
+# alternating along 2I, [E, I, C] for down, [E, 2I] and [E, C] for the biases (layouts: loading/hf_tensors.py)
+_P = "model.layers.{i}.mlp."
+_GPT_OSS_HF = (
+    (_P + "router.weight", _P + "gate.weight", "whole"),
+    (_P + "router.bias", _P + "gate.bias", "whole"),
+    (_P + "experts.gate_up_proj", _P + "experts.{e}.gate_proj.weight", "in_out_even"),
+    (_P + "experts.gate_up_proj", _P + "experts.{e}.up_proj.weight", "in_out_odd"),
+    (_P + "experts.gate_up_proj_bias", _P + "experts.{e}.gate_proj.bias", "even"),
+    (_P + "experts.gate_up_proj_bias", _P + "experts.{e}.up_proj.bias", "odd"),
+    (_P + "experts.down_proj", _P + "experts.{e}.down_proj.weight", "in_out"),
+    (_P + "experts.down_proj_bias", _P + "experts.{e}.down_proj.bias", "out"),
+)
 _GEMMA = dict(norm="rms_plus_one", activation="gelu_tanh", block="sandwich", embed_scale=True, gguf_norm_shift=1.0)
 
 FAMILIES = {
@@ -86,6 +118,24 @@ FAMILIES = {
             router="softmax",
             gguf_renormalize=True,
             gguf_tensors=_QK_NORM + _QKV_BIAS + _EXPERTS,
+        ),
+        Family(
+            "gpt_oss",
+            ("gpt_oss",),
+            "gpt-oss",
+            activation="clamped_swiglu",
+            qkv_bias=True,
+            sliding_pattern=2,
+            router="softmax_topk",
+            router_bias=True,
+            expert_bias=True,
+            o_bias=True,
+            attn_sinks=True,
+            swiglu_limit=7.0,
+            swiglu_alpha=1.702,
+            gguf_yarn_truncate=False,
+            gguf_tensors=_QKV_BIAS + _EXPERTS + _GPT_OSS_GGUF,
+            hf_tensors=_GPT_OSS_HF,
         ),
         Family("gemma2", ("gemma2",), "gemma2", sliding_pattern=2, gguf_tensors=_SANDWICH, **_GEMMA),
         Family(

@@ -16,6 +16,9 @@ _LAYER_TRAITS: tuple[tuple[str, Callable[[LayerPlan], object]], ...] = (
     ("GeGLU (tanh GELU)", lambda p: p.activation == "gelu_tanh"),
     ("pre- and post-norms", lambda p: p.block == "sandwich"),
     ("q/k norms", lambda p: p.qk_norm),
+    ("clamped SwiGLU (limit {:g})", lambda p: p.activation_limit),
+    ("attention sinks", lambda p: p.sinks),
+    ("attention output bias", lambda p: p.o_bias),
 )
 
 
@@ -23,15 +26,21 @@ def _experts(moe: MoEPlan | None) -> str | None:
     if moe is None:
         return None
     renormalised = ", renormalised" if moe.renormalize else ""
-    return f"mixture of experts: top {moe.top_k} of {moe.num_experts} ({moe.router} router{renormalised})"
+    biases = ", biases" if moe.router_bias or moe.expert_bias else ""
+    return f"mixture of experts: top {moe.top_k} of {moe.num_experts} ({moe.router} router{renormalised}{biases})"
 
 
 def idle_expert_parameters(c: ModelConfig) -> int:
-    """Parameters a token does not read: the gate, up and down weights of the experts it is not routed to, in
-    every layer with experts (total minus this = the active parameters)."""
-    plan = model_plan(c)
-    per_expert = 3 * c.hidden_size * c.experts.intermediate_size if c.experts else 0
-    return sum((p.moe.num_experts - p.moe.top_k) * per_expert for p in plan.layers if p.moe is not None)
+    """Parameters a token does not read: the gate, up and down weights (and biases) of the experts it is not
+    routed to, in every layer with experts (total minus this = the active parameters)."""
+    if c.experts is None:
+        return 0
+    C, I = c.hidden_size, c.experts.intermediate_size  # noqa: E741
+
+    def per_expert(moe: MoEPlan) -> int:
+        return 3 * C * I + (2 * I + C if moe.expert_bias else 0)
+
+    return sum((p.moe.num_experts - p.moe.top_k) * per_expert(p.moe) for p in model_plan(c).layers if p.moe)
 
 
 def _per_layer(plan: ModelPlan, text: str, value: Callable[[LayerPlan], object], count_all: bool = False) -> list:

@@ -42,12 +42,15 @@ class DecoderLayer(nn.Module):
             qk_norm=norm if plan.qk_norm else None,
             eps=config.rms_norm_eps,
             spec=plan.attention,
+            o_bias=plan.o_bias,
+            sinks=plan.sinks,
         )
         self.post_attention_layernorm = norm(config.hidden_size, config.rms_norm_eps)
+        act = dict(limit=plan.activation_limit, alpha=plan.activation_alpha)  # the clamped SwiGLU's
         if plan.moe is None:
-            self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, plan.activation)
+            self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, plan.activation, **act)
         else:
-            self.mlp = MoEMLP(config.hidden_size, config.experts.intermediate_size, plan.moe, plan.activation)
+            self.mlp = MoEMLP(config.hidden_size, config.experts.intermediate_size, plan.moe, plan.activation, **act)
 
     def forward(self, x, cos, sin, step: ForwardStep):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, step)

@@ -4,8 +4,9 @@ its top k experts (each a gated MLP, mlp.py) and gets their outputs weighted by 
 The rows of a batch or a prompt are grouped by expert: each chosen expert multiplies the rows routed to it in one
 matmul, so its weights are read once per forward. A token's output depends on the token alone: its experts are
 chosen with a fixed tie rule (the lower index wins) and its k weighted outputs are summed in expert-index order,
-whatever rows share the forward. Parameter names follow Hugging Face's checkpoints: `gate` is the router,
-`experts.{e}` the experts (gate_up_proj fused as in the dense MLP).
+whatever rows share the forward. The router and the experts carry biases where the plan says (gpt-oss).
+Parameter names follow Qwen3-MoE's Hugging Face checkpoints: `gate` is the router, `experts.{e}` the experts
+(gate_up_proj fused as in the dense MLP); gpt-oss's stacked experts are split into these at load.
 """
 
 from __future__ import annotations
@@ -20,12 +21,16 @@ from .plan import MoEPlan
 def route(logits: torch.Tensor, plan: MoEPlan) -> tuple[torch.Tensor, torch.Tensor]:
     """Router logits [N, E] -> (weights [N, k] float32, experts [N, k]), each row's experts in ascending index.
 
-    Softmax over all experts in float32, the k most probable kept (a stable sort: among equal probabilities
-    the lower index comes first; torch.topk promises no order for ties), renormalised over the chosen where the
-    plan says so, in rank order as the reference sums them."""
-    probs = torch.softmax(logits.float(), dim=-1)  # [N, E]
-    ranked = torch.sort(probs, dim=-1, descending=True, stable=True).indices[:, : plan.top_k]  # [N, k]
-    weights = probs.gather(-1, ranked)  # [N, k], most probable first
+    "softmax": a softmax over all experts in float32, the k most probable kept, renormalised over the chosen
+    where the plan says so, in rank order as the reference sums them; "softmax_topk": the k largest logits
+    kept, then a softmax over them alone. Either way a stable sort ranks them: among equal scores the lower
+    index comes first (torch.topk promises no order for ties)."""
+    chosen_only = plan.router == "softmax_topk"
+    scores = logits.float() if chosen_only else torch.softmax(logits.float(), dim=-1)  # [N, E]
+    ranked = torch.sort(scores, dim=-1, descending=True, stable=True).indices[:, : plan.top_k]  # [N, k]
+    weights = scores.gather(-1, ranked)  # [N, k], largest first
+    if chosen_only:
+        weights = torch.softmax(weights, dim=-1)
     if plan.renormalize:
         weights = weights / weights.sum(dim=-1, keepdim=True)
     experts, order = ranked.sort(dim=-1)  # [N, k] ascending expert index
@@ -33,11 +38,15 @@ def route(logits: torch.Tensor, plan: MoEPlan) -> tuple[torch.Tensor, torch.Tens
 
 
 class MoEMLP(nn.Module):
-    def __init__(self, hidden_size: int, expert_size: int, plan: MoEPlan, activation: str = "silu"):
+    def __init__(self, hidden_size: int, expert_size: int, plan: MoEPlan, activation: str = "silu", **act_options):
+        """act_options: the clamped SwiGLU's limit and alpha (mlp.GatedMLP)."""
         super().__init__()
         self.plan = plan
-        self.gate = nn.Linear(hidden_size, plan.num_experts, bias=False)  # the router
-        self.experts = nn.ModuleList(GatedMLP(hidden_size, expert_size, activation) for _ in range(plan.num_experts))
+        self.gate = nn.Linear(hidden_size, plan.num_experts, bias=plan.router_bias)  # the router
+        self.experts = nn.ModuleList(
+            GatedMLP(hidden_size, expert_size, activation, bias=plan.expert_bias, **act_options)
+            for _ in range(plan.num_experts)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., C] -> [..., C]."""

@@ -4,8 +4,9 @@ function (`model_plan`) from the family table and the config. Both executors rea
 
 A layer: its norm kind, activation and block layout, q/k/v biases, per-head q/k norms, which rotary table it
 reads ("full": rope_theta and the scaling; "sliding": the sliding layers' own base), its window, and the scale
-and soft-cap of its attention logits, and its MLP: dense, or a mixture of experts (router kind, top-k,
-renormalisation). The model: the embedding scale, the final norm and the final soft-cap.
+and soft-cap of its attention logits, its sinks and output bias, and its MLP (activation, the clamped SwiGLU's
+limit and gain): dense, or a mixture of experts (router kind, top-k, renormalisation, router and expert biases).
+The model: the embedding scale, the final norm and the final soft-cap.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class MoEPlan:
     top_k: int
     router: str = "softmax"  # a ROUTERS entry
     renormalize: bool = False
+    router_bias: bool = False  # the router's logits plus a bias per expert
+    expert_bias: bool = False  # the experts' gate/up and down projections carry biases
     shared_expert: bool = False  # an always-on expert beside the routed ones (Qwen2-MoE); none is built yet
 
     def __post_init__(self):
@@ -63,10 +66,20 @@ class LayerPlan:
     attn_scale: float | None = None  # multiplies q·k; None = 1/sqrt(head_dim)
     attn_softcap: float | None = None  # attention logits become cap·tanh(logit/cap); None = none
     moe: MoEPlan | None = None  # the MLP: a mixture of experts, or None for the dense gated MLP
+    o_bias: bool = False  # the attention's output projection carries a bias
+    sinks: bool = False  # a learned logit per head joins each softmax's denominator (and takes no value)
+    activation_limit: float | None = None  # clamped_swiglu: gate clamped above, up on both sides, at this
+    activation_alpha: float | None = None  # clamped_swiglu: the sigmoid's gain
 
     def __post_init__(self):
         _check_kind("norm", self.norm, NORM_KINDS)
         _check_kind("activation", self.activation, ACTIVATIONS)
+        clamped = self.activation == "clamped_swiglu"
+        for name in ("activation_limit", "activation_alpha"):
+            value = getattr(self, name)
+            _check_positive(name, value)
+            if (value is None) == clamped:
+                raise ValueError(f"{name} must be given for clamped_swiglu alone, got {value!r} for {self.activation}")
         _check_kind("block", self.block, BLOCK_KINDS)
         _check_kind("rope", self.rope, ROPE_TABLES)
         for name in ("window", "attn_scale", "attn_softcap"):
@@ -104,6 +117,9 @@ def layer_plan(config: ModelConfig, layer: int) -> LayerPlan:
     """Layer `layer` of a model of this config: the family's fixed traits and the config's options."""
     family = FAMILIES[config.family]
     own_rope = config.layer_kind(layer) == "sliding" and config.local_rope_theta is not None
+    clamped = family.activation == "clamped_swiglu"
+    limit = family.swiglu_limit if config.swiglu_limit is None else config.swiglu_limit
+    alpha = family.swiglu_alpha if config.swiglu_alpha is None else config.swiglu_alpha
     return LayerPlan(
         norm=family.norm,
         activation=family.activation,
@@ -115,16 +131,27 @@ def layer_plan(config: ModelConfig, layer: int) -> LayerPlan:
         attn_scale=config.query_scale,
         attn_softcap=config.attn_softcap,
         moe=_moe_plan(config, layer),
+        o_bias=family.o_bias,
+        sinks=family.attn_sinks,
+        activation_limit=limit if clamped else None,
+        activation_alpha=alpha if clamped else None,
     )
 
 
 def _moe_plan(config: ModelConfig, layer: int) -> MoEPlan | None:
-    experts, router = config.experts, FAMILIES[config.family].router
+    experts, family = config.experts, FAMILIES[config.family]
     if not config.has_experts(layer):
         return None
-    if router is None:
+    if family.router is None:
         raise ValueError(f"the {config.family} family has no experts, but the config gives {experts.num_experts}")
-    return MoEPlan(experts.num_experts, experts.top_k, router, experts.renormalize)
+    return MoEPlan(
+        experts.num_experts,
+        experts.top_k,
+        family.router,
+        experts.renormalize,
+        router_bias=family.router_bias,
+        expert_bias=family.expert_bias,
+    )
 
 
 def model_plan(config: ModelConfig) -> ModelPlan:

@@ -14,7 +14,11 @@ from torch import nn
 from ..config import RopeScaling
 
 
-def _llama3(inv_freq: torch.Tensor, s: RopeScaling) -> torch.Tensor:
+def _linear(inv_freq: torch.Tensor, s: RopeScaling, theta: float) -> torch.Tensor:
+    return inv_freq / s.factor
+
+
+def _llama3(inv_freq: torch.Tensor, s: RopeScaling, theta: float) -> torch.Tensor:
     """Wavelengths longer than the original context / low_freq_factor are stretched by factor, those
     shorter than it / high_freq_factor kept, and the band between blended linearly in 1/wavelength."""
     old = s.original_max_position_embeddings
@@ -26,12 +30,32 @@ def _llama3(inv_freq: torch.Tensor, s: RopeScaling) -> torch.Tensor:
     return torch.where(medium, blended, stretched)  # [R/2]
 
 
-SCALINGS = {"linear": lambda inv_freq, s: inv_freq / s.factor, "llama3": _llama3}
+def _yarn(inv_freq: torch.Tensor, s: RopeScaling, theta: float) -> torch.Tensor:
+    """Dims turning fewer than beta_slow times over the original context are divided by factor, those turning
+    more than beta_fast times kept, and a linear ramp over the dims between (as transformers computes it)."""
+    dim = 2 * inv_freq.shape[0]  # R
+
+    def dim_of(rotations: float) -> float:  # the dim that turns this many times over the original context
+        return dim * math.log(s.original_max_position_embeddings / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = dim_of(s.beta_fast), dim_of(s.beta_slow)
+    if s.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    high = high + 0.001 if low == high else high  # a one-dim ramp
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32, device="cpu") - low) / (high - low)).clamp(0, 1)  # [R/2]
+    keep = 1 - ramp  # 1 = the dim keeps its frequency
+    pos_freqs = theta ** (torch.arange(0, dim, 2, dtype=torch.float32, device="cpu") / dim)  # [R/2] as the reference
+    return 1.0 / (s.factor * pos_freqs) * (1 - keep) + 1.0 / pos_freqs * keep  # [R/2]
+
+
+SCALINGS = {"linear": _linear, "llama3": _llama3, "yarn": _yarn}
 
 
 class RotaryEmbedding(nn.Module):
     """Frequencies theta^(-2i/R), then the config's scaling, or divided by per-frequency factors (GGUF's
-    rope_freqs tensor, which llama.cpp writes for Llama 3.1's scaling)."""
+    rope_freqs tensor, which llama.cpp writes for Llama 3.1's scaling); cos and sin times YaRN's attention
+    factor (`attention_factor`, 1 for the other scalings)."""
 
     def __init__(
         self,
@@ -46,17 +70,20 @@ class RotaryEmbedding(nn.Module):
         steps = torch.arange(0, rotary_dim, 2, dtype=torch.float32, device="cpu")  # [R/2]
         inv_freq = 1.0 / (theta ** (steps / rotary_dim))
         if scaling is not None:
-            inv_freq = SCALINGS[scaling.kind](inv_freq, scaling)
+            inv_freq = SCALINGS[scaling.kind](inv_freq, scaling, theta)
         if freq_factors is not None:
             inv_freq = inv_freq / torch.tensor(freq_factors, dtype=torch.float32, device="cpu")
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # [R/2]
+        self.attention_factor = scaling.yarn_attention_factor if scaling is not None and scaling.kind == "yarn" else 1.0
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin for absolute positions [T] or [B, T]: each [..., T, R]. The first half of sin is
         negated, so that rotating is x * cos + swap_halves(x) * sin (see apply_rope)."""
         angles = positions.to(torch.float32)[..., None] * self.inv_freq  # [..., T, R/2]
-        sin = angles.sin()
-        return torch.cat((angles, angles), dim=-1).cos().to(dtype), torch.cat((-sin, sin), dim=-1).to(dtype)
+        cos, sin = angles.cos(), angles.sin()  # [..., T, R/2]
+        if self.attention_factor != 1.0:
+            cos, sin = cos * self.attention_factor, sin * self.attention_factor
+        return torch.cat((cos, cos), dim=-1).to(dtype), torch.cat((-sin, sin), dim=-1).to(dtype)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Scaled dot-product attention with a layer's options (scale, logit soft-cap) and the sliding-window masks.
+"""Scaled dot-product attention with a layer's options (scale, logit soft-cap, sinks) and the sliding-window masks.
 
 Masks are boolean, True = may attend. Keys are indexed by their slot in the key sequence handed to
 attention, which for every cache here is the key's position (a padded batch shifts queries and keys
@@ -7,7 +7,7 @@ alike), so a window is a band on slot indices: query at slot q sees key slot k i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch.nn import functional as F
@@ -16,11 +16,14 @@ from torch.nn import functional as F
 @dataclass(frozen=True)
 class AttentionSpec:
     """One layer's attention options: scale (None = 1/sqrt(D)), softcap of the logits (None = none),
-    window in positions, the query's own included (None = all earlier positions)."""
+    window in positions, the query's own included (None = all earlier positions), and sinks: [H] a learned
+    logit per query head that joins its softmax's denominator and takes no value (gpt-oss; None = none; the
+    layer's parameter, set by its module at each forward)."""
 
     scale: float | None = None
     softcap: float | None = None
     window: int | None = None
+    sinks: torch.Tensor | None = field(default=None, compare=False)
 
     def __post_init__(self):
         for name in ("scale", "softcap", "window"):
@@ -45,9 +48,10 @@ def attention(
     spec: AttentionSpec = PLAIN,
     is_causal: bool = False,
 ) -> torch.Tensor:
-    """q [B, H, T, D], k and v [B, Hkv, S, D] -> [B, H, T, D]; mask broadcastable to [B, H, T, S]."""
+    """q [B, H, T, D], k and v [B, Hkv, S, D] -> [B, H, T, D]; mask broadcastable to [B, H, T, S]. With sinks,
+    q's heads may be [B, Hkv, G, D] (the G query heads of a kv head as its G queries), the sinks [Hkv·G] alike."""
     H, Hkv = q.shape[1], k.shape[1]
-    if spec.softcap is None:
+    if spec.softcap is None and spec.sinks is None:
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, is_causal=is_causal, scale=spec.scale, enable_gqa=Hkv != H
         )
@@ -60,7 +64,15 @@ def attention(
         mask = window_mask(None, q.shape[2], k.shape[2], None, q.device)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v  # [B, H, T, D]
+    if spec.sinks is None:
+        return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v  # [B, H, T, D]
+    return _with_sinks(scores.float(), spec.sinks).to(q.dtype) @ v  # [B, H, T, D]
+
+
+def _with_sinks(scores: torch.Tensor, sinks: torch.Tensor) -> torch.Tensor:
+    """Softmax over scores [B, H, T, S] and one more logit per head, its sink, whose share is dropped."""
+    sink = sinks.float().view(scores.shape[1], -1, 1).expand(*scores.shape[:-1], 1)  # [B, H, T, 1]
+    return torch.softmax(torch.cat((scores, sink), dim=-1), dim=-1)[..., :-1]  # [B, H, T, S]
 
 
 def window_mask(

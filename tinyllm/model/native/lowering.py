@@ -66,6 +66,19 @@ def _layer_reason(layer) -> str | None:
     return None
 
 
+def _plan_reason(layer: LayerPlan) -> str | None:
+    """Why the native step cannot run a layer of this plan, or None."""
+    if layer.activation not in ACTIVATIONS:
+        return f"the activation {layer.activation} is not covered"
+    if layer.moe is not None:
+        return "a mixture-of-experts MLP is not covered"
+    if layer.sinks:
+        return "attention sinks are not covered"
+    if layer.o_bias:
+        return "a bias on the attention's output is not covered"
+    return None
+
+
 def unsupported(model) -> str | None:
     """Why the native step cannot run this model, or None when it can."""
     plan, config = getattr(model, "plan", None), getattr(model, "config", None)
@@ -73,11 +86,11 @@ def unsupported(model) -> str | None:
         return "it is not a decoder of model/llama.py"
     if library() is None:
         return "the native decode step is not built"
-    for layer in plan.layers:
-        if layer.activation not in ACTIVATIONS:
-            return f"the activation {layer.activation} is not covered"
-        if layer.moe is not None:
-            return "a mixture-of-experts MLP is not covered"
+    reason = next((r for r in map(_plan_reason, plan.layers) if r is not None), None)
+    if reason is not None:
+        return reason
+    if getattr(model, "rotary", None) is not None and model.rotary.attention_factor != 1.0:
+        return "YaRN's attention factor on the rotary tables is not covered"
     if model.dtype != torch.float32 or model.device.type != "cpu":
         return "it does not run in float32 on the CPU"
     if config.rotary_dim > config.head_dim:
