@@ -26,7 +26,8 @@ template <> struct Format<MXFP4> : FormatBase {
     static constexpr int code_offset = 16, code_high_bits = 1;
     static constexpr bool scale_bf16 = true;
     static inline uint16_t scale_bf16_bits(const uint8_t* b) { return (uint16_t)(e8m0_half_bits(b[0]) >> 16); }
-    // A table decode, as Q4_0's: shuffles and integer operations, off the FMAs' ports.
+    // A table decode, as Q4_0's: shuffles and integer operations, off the FMAs' ports, so taken into the tile as
+    // Q4_0's is (Q4_0's measurement; not yet paired-run for this format).
     static constexpr bool decode_in_tile = true;
 
     static inline void codes32(const uint8_t* b, int, uint32_t* w, int* s0, int* s1) {
