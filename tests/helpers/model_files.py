@@ -184,7 +184,7 @@ def write_gguf(
     return stored
 
 
-QUANTIZABLE = ("F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
+QUANTIZABLE = ("F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "MXFP4")
 # K-quant block sizes in bytes (256 weights each) and the byte offsets of their float16 scales.
 K_BLOCKS = {
     "Q2_K": (84, (80, 82)),

@@ -12,7 +12,8 @@ from tinyllm.kernels.reference import SCALE_OFFSETS
 
 def random_blocks(fmt: str, n: int, k: int, seed: int, scale: float | None = None) -> np.ndarray:
     """uint8 [N, row_bytes] of random bytes whose fp16 scale fields are finite: every bit pattern of the
-    quants occurs. `scale`: draw the fp16 fields uniformly in (-scale, scale) instead of from all finite values."""
+    quants occurs. `scale`: draw the fp16 fields uniformly in (-scale, scale) instead of from all finite values,
+    and E8M0 scales up to it."""
     f = FORMATS[fmt]
     rng = np.random.default_rng(seed)
     raw = rng.integers(0, 256, (n, k // f.block_size, f.type_size), dtype=np.uint8)
@@ -27,6 +28,10 @@ def random_blocks(fmt: str, n: int, k: int, seed: int, scale: float | None = Non
                 rng.uniform(-scale, scale, raw.shape[:2]).astype(np.float16).view(np.uint8).reshape(*raw.shape[:2], 2)
             )
         raw[..., off : off + 2] = field
+    for off in f.e8m0_offsets:  # every scale 2^(e - 128); with `scale`, the 24 powers of two up to it
+        if scale is not None:
+            top = 128 + int(np.floor(np.log2(scale)))
+            raw[..., off] = rng.integers(top - 23, top + 1, raw.shape[:2])
     return raw.reshape(n, -1)
 
 

@@ -17,12 +17,14 @@ namespace {
 
 struct Format {
     int id, block, bytes;
-    std::vector<int> f16_at;  // offsets of the block's fp16 scales
+    std::vector<int> f16_at;   // offsets of the block's fp16 scales
+    std::vector<int> e8m0_at;  // offsets of its E8M0 scales
 };
 
 const Format FORMATS[] = {
-    {2, 32, 18, {0}},      {3, 32, 20, {0, 2}},     {6, 32, 22, {0}},      {7, 32, 24, {0, 2}},
-    {8, 32, 34, {0}},      {12, 256, 144, {0, 2}},  {13, 256, 176, {0, 2}}, {14, 256, 210, {208}},
+    {2, 32, 18, {0}, {}},     {3, 32, 20, {0, 2}, {}},     {6, 32, 22, {0}, {}},      {7, 32, 24, {0, 2}, {}},
+    {8, 32, 34, {0}, {}},     {12, 256, 144, {0, 2}, {}},  {13, 256, 176, {0, 2}, {}}, {14, 256, 210, {208}, {}},
+    {39, 32, 17, {}, {0}},
 };
 
 using harness::next;
@@ -49,11 +51,13 @@ int main(int argc, char** argv) {
             const int64_t stride = k / f.block * f.bytes;
             std::vector<uint8_t> w(n * stride);
             for (auto& b : w) b = (uint8_t)next();
-            for (int64_t i = 0; i < n * k / f.block; ++i)
+            for (int64_t i = 0; i < n * k / f.block; ++i) {
                 for (int at : f.f16_at) {
                     const uint16_t h = scale_f16();
                     std::memcpy(&w[i * f.bytes + at], &h, 2);
                 }
+                for (int at : f.e8m0_at) w[i * f.bytes + at] = (uint8_t)(118 + next() % 5);  // 2^-10 .. 2^-6
+            }
             std::vector<float> x(64 * k);
             for (auto& v : x) v = (float)((int32_t)next()) / 2147483648.0f;
             std::vector<float> alone(64 * n);

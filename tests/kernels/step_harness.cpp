@@ -28,8 +28,10 @@ using harness::uniform;
 struct Format {
     int id, block, bytes;
     std::vector<int> f16_at;
+    std::vector<int> e8m0_at = {};
 };
 const Format Q8_0{8, 32, 34, {0}}, Q4_1{3, 32, 20, {0, 2}}, Q4_K{12, 256, 144, {0, 2}}, Q6_K{14, 256, 210, {208}};
+const Format MXFP4{39, 32, 17, {}, {0}};
 
 // A weight [n, k] of random blocks with small finite scales.
 tl::QW weight(const Format& f, int64_t n, int64_t k, std::vector<std::vector<uint8_t>>& keep) {
@@ -37,11 +39,13 @@ tl::QW weight(const Format& f, int64_t n, int64_t k, std::vector<std::vector<uin
     keep.emplace_back(n * stride);
     std::vector<uint8_t>& w = keep.back();
     for (auto& b : w) b = (uint8_t)next();
-    for (int64_t i = 0; i < n * k / f.block; ++i)
+    for (int64_t i = 0; i < n * k / f.block; ++i) {
         for (int at : f.f16_at) {
             const uint16_t h = (uint16_t)((next() & 0x8000) | ((3 + next() % 4) << 10) | (next() % 1024));
             std::memcpy(&w[i * f.bytes + at], &h, 2);
         }
+        for (int at : f.e8m0_at) w[i * f.bytes + at] = (uint8_t)(116 + next() % 4);  // 2^-12 .. 2^-9
+    }
     return tl::QW{f.id, w.data(), stride, n, k};
 }
 
@@ -61,14 +65,15 @@ int main(int argc, char** argv) {
     std::vector<std::vector<uint8_t>> keep;
     std::vector<std::vector<float>> floats;
     std::vector<tl::LayerArgs> layers(L);
-    for (auto& la : layers) {
+    for (int64_t l = 0; l < L; ++l) {
+        tl::LayerArgs& la = layers[l];
         la = tl::LayerArgs{};
         floats.push_back(values(C, 1.0f, 0.5f));
         la.attn_norm = floats.back().data();
         floats.push_back(values(C, 1.0f, 0.5f));
         la.mlp_norm = floats.back().data();
         la.qkv = tl::Proj{{weight(Q8_0, (H + 2 * KV) * D, C, keep)}, 1};
-        la.o = weight(Q4_1, C, H * D, keep);
+        la.o = weight(l == 0 ? Q4_1 : MXFP4, C, H * D, keep);
         la.gate_up = tl::Proj{{weight(Q4_K, I, C, keep), weight(Q8_0, I, C, keep)}, 2};
         la.down = weight(Q6_K, C, I, keep);
     }

@@ -32,13 +32,20 @@ def test_reference_equals_gguf_on_every_bit_pattern(fmt):
     assert torch.equal(got, torch.from_numpy(expected))
 
 
-@pytest.mark.parametrize("simd", ["native", "scalar"])
+def use_build(simd: str, monkeypatch) -> None:
+    """The native kernels for this CPU, its AVX2 build (where it has AVX-512 too), or the portable one."""
+    if simd == "avx2" and not {"avx2", "avx512f"} <= set(native.cpu_features().split()):
+        pytest.skip("the native build is the AVX2 one on this CPU, or it has no AVX2")
+    if simd != "native":
+        monkeypatch.setenv("TINYLLM_NATIVE", simd)
+    native.reset()
+
+
+@pytest.mark.parametrize("simd", ["native", "avx2", "scalar"])
 @pytest.mark.parametrize("fmt", ALL)
 def test_native_decode_is_bit_identical(fmt, simd, monkeypatch):
     """The kernels decode each weight with the reference's operations in its order: no rounding differs."""
-    if simd == "scalar":
-        monkeypatch.setenv("TINYLLM_NATIVE", "scalar")
-    native.reset()
+    use_build(simd, monkeypatch)
     try:
         lib = native.library()
         if lib is None:
@@ -49,6 +56,41 @@ def test_native_decode_is_bit_identical(fmt, simd, monkeypatch):
             assert lib.tl_simd() == 0
         assert torch.equal(native.dequantize_rows(lib, w, 0, 29), dequantize(w))
         assert torch.equal(native.dequantize_rows(lib, w, 5, 12), dequantize(w)[5:12])
+    finally:
+        native.reset()
+
+
+def every_mxfp4_block() -> np.ndarray:
+    """uint8 [256, 17]: each E8M0 scale once (2^-128, a subnormal, to 2^127), with every code as a low and as a
+    high nibble."""
+    codes = np.arange(16, dtype=np.uint8)
+    blocks = np.empty((256, 17), dtype=np.uint8)
+    blocks[:, 0] = np.arange(256)
+    blocks[:, 1:] = codes | (codes[::-1] << 4)
+    return blocks
+
+
+def test_mxfp4_reference_is_gguf_bit_for_bit_at_every_scale_and_code():
+    raw = every_mxfp4_block()
+    with np.errstate(over="ignore"):  # the largest scales times 12 overflow to infinity, as in ggml
+        expected = torch.from_numpy(quants.dequantize(raw, GGMLQuantizationType.MXFP4))
+    got = dequantize(QuantWeight(torch.from_numpy(raw), "MXFP4", (256, 32)))
+    assert torch.equal(got.view(torch.int32), expected.view(torch.int32))  # the bits: +0 stays +0
+    # e = 128: E2M1's 0.5 times 2^1; e = 0: the smallest, code 9 its negative; e = 255: 2^127, twice it overflows
+    assert got[128, 1] == 1 and got[0, 1] == 2.0**-128 and got[0, 9] == -(2.0**-128)
+    assert got[255, 1] == 2.0**127 and got[255, 2] == float("inf")
+
+
+@pytest.mark.parametrize("simd", ["native", "avx2", "scalar"])
+def test_mxfp4_native_decode_is_the_reference_bits_at_every_scale_and_code(simd, monkeypatch):
+    use_build(simd, monkeypatch)
+    try:
+        lib = native.library()
+        if lib is None:
+            pytest.skip("no native kernels on this machine")
+        w = QuantWeight(torch.from_numpy(every_mxfp4_block()), "MXFP4", (256, 32))
+        got = native.dequantize_rows(lib, w, 0, 256)
+        assert torch.equal(got.view(torch.int32), dequantize(w).view(torch.int32))
     finally:
         native.reset()
 

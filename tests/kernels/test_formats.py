@@ -7,7 +7,7 @@ import ctypes
 import pytest
 
 from tinyllm.kernels import build, native
-from tinyllm.kernels.formats import DEQUANTIZED, FLOAT_TYPES, FORMATS, SUPPORTED_TYPES, TRANSCODED
+from tinyllm.kernels.formats import DEQUANTIZED, FLOAT_TYPES, FORMATS, SUPPORTED_TYPES, TRANSCODED, QuantFormat
 from tinyllm.loading.gguf_file import TRANSCODERS
 
 
@@ -38,3 +38,9 @@ def test_every_loaded_type_is_listed_once_as_what_it_is():
     assert set(SUPPORTED_TYPES) == set(FLOAT_TYPES) | set(FORMATS) | set(TRANSCODED) | set(DEQUANTIZED)
     assert all(target in FORMATS for target in TRANSCODED.values())  # rewritten into a format a kernel runs
     assert set(TRANSCODERS) == set(TRANSCODED)
+
+
+def test_a_scale_outside_its_block_is_refused_naming_it():
+    mxfp4 = FORMATS["MXFP4"]
+    with pytest.raises(ValueError, match=r"e8m0_offsets must lie in a block of 17 bytes, got \(17,\)"):
+        QuantFormat("MXFP4", 32, 17, 39, (), mxfp4.dequantize, e8m0_offsets=(17,))

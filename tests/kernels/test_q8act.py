@@ -149,14 +149,18 @@ def test_the_builds_give_the_same_bits(fmt, limbs, monkeypatch):
 
 def test_the_packed_weight_is_the_documented_size():
     """Bytes per 16 rows x 32 elements (csrc/q8act.h): the GGUF blocks' size, or 8 more for Q4_K and Q5_K (their
-    6-bit scales and mins take a byte each). Padded rows count as rows of their group."""
+    6-bit scales and mins take a byte each), 80 more for MXFP4 (its values, -12..12, take five bits, its scale
+    two bytes). Padded rows count as rows of their group."""
     lib = native.library()
     if lib is None:
         pytest.skip("no native kernels on this machine")
     per_512 = {"Q4_0": 288, "Q4_1": 320, "Q5_0": 352, "Q5_1": 384, "Q8_0": 544, "Q4_K": 296, "Q5_K": 360, "Q6_K": 420}
+    per_512["MXFP4"] = 352
+    extra = {"Q4_K": 8, "Q5_K": 8, "MXFP4": 80}
+    assert set(per_512) == set(FORMATS)
     for fmt, size in per_512.items():
         spec = FORMATS[fmt]
-        assert 0 <= size - 16 * 32 // spec.block_size * spec.type_size <= 8, fmt
+        assert size - 16 * 32 // spec.block_size * spec.type_size == extra.get(fmt, 0), fmt
         for n, k in [(16, 256), (37, 3 * 256), (64, 2048)]:
             assert lib.tl_q8_packed_bytes(spec.ggml_type, n, k) == size * -(-n // 16) * (k // 32), (fmt, n, k)
     assert lib.tl_q8_packed_bytes(FORMATS["Q4_K"].ggml_type, 16, 96) == -1  # not whole 256-element blocks

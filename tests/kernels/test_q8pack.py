@@ -13,9 +13,10 @@ from helpers.quant_blocks import random_blocks
 from tinyllm.kernels import FORMATS, QuantWeight, dequantize, native
 
 GROUP = 16
-HEAD = {"Q4_0": 32, "Q5_0": 32, "Q8_0": 32, "Q6_K": 32}  # float16 d only; the others d and m: 64
-OFFSET = {"Q4_0": 8, "Q5_0": 16, "Q6_K": 32}
-HIGH = {"Q5_0": 1, "Q5_1": 1, "Q5_K": 1, "Q6_K": 2}  # planes of bits above the nibble
+HEAD = {"Q4_0": 32, "Q5_0": 32, "Q8_0": 32, "Q6_K": 32, "MXFP4": 32}  # d only; the others d and m: 64
+OFFSET = {"Q4_0": 8, "Q5_0": 16, "Q6_K": 32, "MXFP4": 16}
+HIGH = {"Q5_0": 1, "Q5_1": 1, "Q5_K": 1, "Q6_K": 2, "MXFP4": 1}  # planes of bits above the nibble
+BF16 = ("MXFP4",)  # d as bfloat16 (its E8M0 scale), not float16
 K_FORMATS = ("Q4_K", "Q5_K", "Q6_K")
 
 
@@ -35,9 +36,9 @@ def pack(lib, w: QuantWeight) -> torch.Tensor:
     return out
 
 
-def f16(b: torch.Tensor) -> torch.Tensor:
-    """[..., 2 n] bytes -> [..., n] float16 values as float32."""
-    return b.contiguous().view(torch.float16).float()
+def f16(b: torch.Tensor, dtype: torch.dtype = torch.float16) -> torch.Tensor:
+    """[..., 2 n] bytes -> [..., n] float16 (or bfloat16) values as float32."""
+    return b.contiguous().view(dtype).float()
 
 
 def codes(sub: torch.Tensor, fmt: str) -> torch.Tensor:
@@ -65,7 +66,7 @@ def unpack(packed: torch.Tensor, fmt: str, n: int, k: int) -> torch.Tensor:
     units = k // (32 * subs)
     unit = packed.reshape(-1, units, head + subs * (ints + code_bytes))  # [G, U, bytes]
     g = unit.shape[0]
-    d = f16(unit[..., :32]).reshape(g, units, 1, GROUP, 1)  # [G, U, 1, r, 1]
+    d = f16(unit[..., :32], torch.bfloat16 if fmt in BF16 else torch.float16).reshape(g, units, 1, GROUP, 1)
     m = f16(unit[..., 32:64]).reshape(g, units, 1, GROUP, 1) if head == 64 else torch.zeros(())
     per_sub = unit[..., head:].reshape(g, units, subs, ints + code_bytes)
     c = torch.stack([codes(per_sub[:, :, s, ints:], fmt) for s in range(subs)], dim=2)  # [G, U, S, r, 32]

@@ -50,7 +50,7 @@ QUANT_MODEL = dict(hidden_size=256, intermediate_size=256, num_heads=4, num_kv_h
 
 
 @pytest.mark.parametrize(
-    "kind", ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+    "kind", ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "MXFP4"]
 )
 def test_quantized_gguf_loads_as_its_dequantized_weights(tmp_path, kind):
     model = random_tiny_llama(2, **QUANT_MODEL)

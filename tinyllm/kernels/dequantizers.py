@@ -98,3 +98,20 @@ def q6_k(b):
     scales = b[:, 192:208].contiguous().view(torch.int8).float()  # [NB, 16]
     dl = (_f16(b[:, 208:210]) * scales).reshape(nb, 16, 1)  # [NB, 16, 1]
     return (dl * q.reshape(nb, 16, 16).float()).reshape(nb, QK_K)
+
+
+# E2M1's sixteen values, doubled so they are integers (code 8 is +0 as well); the block's scale is halved to match.
+MXFP4_VALUES = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+
+
+def e8m0_half(e: torch.Tensor) -> torch.Tensor:
+    """E8M0 bytes -> half their power of two, 2^(e - 128), as float32 (exact: e = 0, 1 are subnormals)."""
+    e = e.to(torch.int32)
+    bits = torch.where(e < 2, 0x00200000 << e, (e - 1) << 23)  # float32 bits: a subnormal, or exponent e - 1
+    return bits.view(torch.float32)
+
+
+def mxfp4(b):
+    d = e8m0_half(b[:, 0:1])  # [NB, 1]
+    q = _nibbles(b[:, 1:17], 16).long()  # [NB, 32]
+    return d * torch.tensor(MXFP4_VALUES, dtype=torch.float32)[q]

@@ -22,12 +22,15 @@ class QuantFormat:
     ggml_type: int  # GGMLQuantizationType value in the GGUF file, and the id the C++ kernels take
     scale_offsets: tuple[int, ...]  # byte offsets of each block's fp16 scale/min fields
     dequantize: Callable[[torch.Tensor], torch.Tensor]  # uint8 [NB, type_size] -> float32 [NB, block_size]
+    e8m0_offsets: tuple[int, ...] = ()  # byte offsets of each block's E8M0 scale (a power of two, always finite)
 
     def __post_init__(self):
         if self.block_size <= 0 or self.type_size <= 0:
             raise ValueError(f"block_size and type_size must be positive, got {self.block_size} and {self.type_size}")
         if any(not 0 <= off <= self.type_size - 2 for off in self.scale_offsets):
             raise ValueError(f"scale_offsets must lie in a block of {self.type_size} bytes, got {self.scale_offsets}")
+        if any(not 0 <= off < self.type_size for off in self.e8m0_offsets):
+            raise ValueError(f"e8m0_offsets must lie in a block of {self.type_size} bytes, got {self.e8m0_offsets}")
 
 
 FORMATS: dict[str, QuantFormat] = {
@@ -41,6 +44,7 @@ FORMATS: dict[str, QuantFormat] = {
         QuantFormat("Q4_K", 256, 144, 12, (0, 2), dequantizers.q4_k),
         QuantFormat("Q5_K", 256, 176, 13, (0, 2), dequantizers.q5_k),
         QuantFormat("Q6_K", 256, 210, 14, (208,), dequantizers.q6_k),
+        QuantFormat("MXFP4", 32, 17, 39, (), dequantizers.mxfp4, e8m0_offsets=(0,)),
     ]
 }
 

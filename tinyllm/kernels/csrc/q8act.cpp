@@ -97,9 +97,13 @@ namespace {
 // Scale vector i of sub-block `sub` of `unit`, as float32: i = 0 the scale D (Q6_K: of elements 0..15), i = 1
 // the minimum M or Q6_K's scale of elements 16..31 (q8act.h). 16 lanes (given h, the unit's d or m as float32),
 // 8 (half h), 4 (quarter qq) or one (row r). For the K formats the int8 times the float16, exact: the float32
-// the reference forms.
+// the reference forms. A head of BF16 (q8act.h: MXFP4's d) widens as bfloat16: its bits, 16 places up.
 #ifdef TL_Q8_512
-inline __m512 half16(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p)); }
+template <bool BF16 = false> inline __m512 half16(const uint8_t* p) {
+    const __m256i h = _mm256_loadu_si256((const __m256i*)p);
+    if constexpr (BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
 
 template <int F> inline __m512 scales16(__m512 h, const uint8_t* sub, int i) {
     if constexpr (!Packed<F>::k) return h;
@@ -109,7 +113,9 @@ template <int F> inline __m512 scales16(__m512 h, const uint8_t* sub, int i) {
 #elif defined(TL_AVX2)
 template <int F> inline __m256 scales8(const uint8_t* unit, const uint8_t* sub, int i, int h) {
     using P = Packed<F>;
-    const __m256 f = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(unit + 32 * (i == 1 && P::min) + 16 * h)));
+    const __m128i raw = _mm_loadu_si128((const __m128i*)(unit + 32 * (i == 1 && P::min) + 16 * h));
+    const __m256 f = P::bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16))
+                             : _mm256_cvtph_ps(raw);
     if constexpr (!P::k) return f;
     const __m128i s = _mm_loadl_epi64((const __m128i*)(sub + 16 * i + 8 * h));
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s)), f);
@@ -118,7 +124,8 @@ template <int F> inline __m256 scales8(const uint8_t* unit, const uint8_t* sub, 
 template <int F> inline float32x4_t scales4(const uint8_t* unit, const uint8_t* sub, int i, int qq) {
     using P = Packed<F>;
     const uint16_t* p = (const uint16_t*)(unit + 32 * (i == 1 && P::min)) + 4 * qq;
-    const float32x4_t f = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
+    const float32x4_t f = P::bf16 ? vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16))
+                                  : vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
     if constexpr (!P::k) return f;
     int32_t four;
     std::memcpy(&four, sub + 16 * i + 4 * qq, 4);
@@ -128,7 +135,14 @@ template <int F> inline float32x4_t scales4(const uint8_t* unit, const uint8_t* 
 #else
 template <int F> inline float scale1(const uint8_t* unit, const uint8_t* sub, int i, int r) {
     using P = Packed<F>;
-    const float f = f16(unit + 32 * (i == 1 && P::min) + 2 * r);
+    const uint8_t* at = unit + 32 * (i == 1 && P::min) + 2 * r;
+    float f;
+    if constexpr (P::bf16) {
+        const uint32_t bits = (uint32_t)(at[0] | at[1] << 8) << 16;
+        std::memcpy(&f, &bits, 4);
+    } else {
+        f = f16(at);
+    }
     if constexpr (!P::k) return f;
     return (float)(int8_t)sub[16 * i + r] * f;
 }
@@ -204,7 +218,7 @@ void tile(const uint8_t* g, const Q8Act& a, int64_t x0, float* y, int64_t ldy, _
     for (int m = 0; m < MT; ++m) acc[m] = _mm512_setzero_ps();
     for (int64_t b = 0; b < kb; b += P::subs) {
         const uint8_t* unit = P::unit_of(g, b);
-        const __m512 h0 = half16(unit), h1 = P::min ? half16(unit + 32) : h0;  // d, and m or -dmin
+        const __m512 h0 = half16<P::bf16>(unit), h1 = P::min ? half16(unit + 32) : h0;  // d, and m or -dmin
         for (int sb = 0; sb < P::subs; ++sb, q += 32 * M, d += M, s += M, sum += M, half += M) {
             const uint8_t* sub = unit + P::head + sb * P::sub_bytes;
             prefetch<F>(unit, sub, sb);

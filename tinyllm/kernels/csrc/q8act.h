@@ -2,10 +2,10 @@
 // layout its kernel (q8act.cpp) reads, written once at load by q8pack.cpp.
 //
 // Packed layout. Rows go in groups of 16 (the last group padded with zero rows), a group being its units in K
-// order. A unit is one GGUF block of the 16 rows: 32 elements for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0; 256 for Q4_K,
-// Q5_K and Q6_K, as eight 32-element sub-blocks. A vector holds one entry per row of the group, row r at r.
+// order. A unit is one GGUF block of the 16 rows: 32 elements for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and MXFP4; 256 for
+// Q4_K, Q5_K and Q6_K, as eight 32-element sub-blocks. A vector holds one entry per row of the group, row r at r.
 // A unit is
-//   d[16]       float16: the block's d
+//   d[16]       float16: the block's d (MXFP4: bfloat16, its E8M0 scale 2^(e - 128), which float16 cannot hold)
 //   m[16]       float16, formats with a minimum only: Q4_1/Q5_1 the block's m; Q4_K/Q5_K its dmin negated
 // then per sub-block (one for the 32-element formats), in K order:
 //   s0[16]      K formats only, int8: Q4_K/Q5_K the sub-block's 6-bit scale; Q6_K the scale of elements 0..15
@@ -14,15 +14,16 @@
 //               broadcast of the activations meets 16 rows:
 //               Q8_0: byte 64 j + 4 r + t, signed (512 bytes).
 //               The others, unsigned: bits 0..3 in byte 64 (j % 4) + 4 r + t, its low nibble for j < 4 and its
-//               high nibble for j >= 4 (256 bytes); then Q5_0/Q5_1/Q5_K bit 4 at bit j of byte 256 + 4 r + t
+//               high nibble for j >= 4 (256 bytes); then Q5_0/Q5_1/Q5_K/MXFP4 bit 4 at bit j of byte 256 + 4 r + t
 //               (64 bytes), or Q6_K bits 4..5 at bits 2 (j % 4) .. 2 (j % 4) + 1 of byte 256 + 64 (j / 4) + 4 r + t
 //               (128 bytes).
-// A weight w = D * (code - offset) (+ M) where offset is 8 (Q4_0), 16 (Q5_0), 32 (Q6_K) or 0, and D = d (M = m)
-// for the 32-element formats; Q4_K/Q5_K D = d * s0, M = m * s1; Q6_K D = d * s0 for elements 0..15 and d * s1
-// for 16..31. These products of a float16 and an integer of at most 8 bits are exact in float32: the kernel
-// forms the float32 values the reference dequantization does.
+// A weight w = D * (code - offset) (+ M) where offset is 8 (Q4_0), 16 (Q5_0; MXFP4, its code its value v + 16),
+// 32 (Q6_K) or 0, and D = d (M = m) for the 32-element formats; Q4_K/Q5_K D = d * s0, M = m * s1; Q6_K D = d * s0
+// for elements 0..15 and d * s1 for 16..31. These products of a float16 (MXFP4: a power of two) and an integer of
+// at most 8 bits are exact in float32: the kernel forms the float32 values the reference dequantization does.
 // Bytes per 16 rows x 32 elements: Q4_0 288, Q4_1 320, Q5_0 352, Q5_1 384, Q8_0 544 (each the GGUF blocks'
-// size); Q4_K 296, Q5_K 360, Q6_K 420 (the GGUF blocks': 288, 352, 420).
+// size); Q4_K 296, Q5_K 360, Q6_K 420 (the GGUF blocks': 288, 352, 420); MXFP4 352 (272: its values -12..12 are
+// codes of five bits, as Q5_0's, v + 16).
 #pragma once
 #include "blocks.h"
 
@@ -40,6 +41,7 @@ template <int F> struct Packed {
     static constexpr bool nibbles = !sign;
     static constexpr int high = Format<F>::code_high_bits;  // bits above the nibble
     static constexpr int offset = Format<F>::code_offset;
+    static constexpr bool bf16 = Format<F>::scale_bf16;  // d as bfloat16, not float16
     static constexpr int subs = k ? 8 : 1;                                 // sub-blocks per unit
     static constexpr int64_t head = min ? 64 : 32;                         // float16 d (and m) opening a unit
     static constexpr int64_t ints = k ? 32 : 0;                            // int8 scales opening a sub-block

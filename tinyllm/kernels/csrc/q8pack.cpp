@@ -54,7 +54,12 @@ template <int F> void pack_group(void* ctx, int64_t g) {
         for (int64_t u = 0; u < kb / P::subs; ++u) {
             uint8_t* unit = P::unit_of(group, u * P::subs);
             const uint8_t* blk = row + u * Traits<F>::bytes;
-            std::memcpy(unit + 2 * r, blk + Format<F>::d_offset, 2);  // d
+            if constexpr (P::bf16) {  // d, or a scale float16 cannot hold as bfloat16
+                const uint16_t d = Format<F>::scale_bf16_bits(blk);
+                std::memcpy(unit + 2 * r, &d, 2);
+            } else {
+                std::memcpy(unit + 2 * r, blk + Format<F>::d_offset, 2);
+            }
             if (P::min) {                                                // m, or dmin negated
                 std::memcpy(unit + 32 + 2 * r, blk + 2, 2);
                 if (P::k) unit[32 + 2 * r + 1] ^= 0x80;  // float16's sign bit (little-endian)

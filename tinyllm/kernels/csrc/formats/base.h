@@ -10,6 +10,8 @@
 //   codes32(b, sub, w, s0, s1)      the 8-bit-activation kernel's packing (q8pack.cpp): sub-block `sub`'s integer
 //                                   codes as eight little-endian words (word m: elements 4m..4m + 3, a byte each)
 //                                   and a K format's two integer sub-block scales
+//   scale_bf16_bits(b)              where scale_bf16: the block's scale D as bfloat16 bits, exact, for a scale
+//                                   float16 cannot hold (q8pack.cpp packs it in d's place)
 // Every path gives the same values, bit for bit (blocks.h says how). Beside them, constants: how the 8-bit kernel
 // reads the codes (q8act.h's Packed), and the float kernels' choices for the format (qmatmul.cpp).
 #pragma once
@@ -32,6 +34,7 @@ struct FormatBase {
     static constexpr int code_high_bits = 0;      // code bits above the low nibble
     static constexpr bool signed_codes = false;   // a signed byte a code instead of a nibble (and high bits)
     static constexpr bool scale_halves = false;   // a scale per 16 elements of a sub-block
+    static constexpr bool scale_bf16 = false;     // D packed as bfloat16, scale_bf16_bits(b), not the fp16 d
 
     // The float kernels' choices (qmatmul.cpp), each the faster in paired runs per format (docs/benchmarks.md).
     static constexpr bool ahead_into_l2 = false;  // at one activation row, lines fetched ahead into L2, not L1

@@ -13,7 +13,8 @@
     X(Q8_0, 8, 32, 34)    \
     X(Q4_K, 12, 256, 144) \
     X(Q5_K, 13, 256, 176) \
-    X(Q6_K, 14, 256, 210)
+    X(Q6_K, 14, 256, 210) \
+    X(MXFP4, 39, 32, 17)
 
 namespace tl {
 
@@ -41,3 +42,4 @@ template <int F> struct Format;  // each format's decode (base.h lists what it p
 #include "q4_k.h"
 #include "q5_k.h"
 #include "q6_k.h"
+#include "mxfp4.h"
