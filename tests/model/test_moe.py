@@ -208,12 +208,16 @@ def test_a_clamped_swiglu_plan_needs_its_limit_and_no_other_does(values, message
         LayerPlan(**values)
 
 
-def test_a_gguf_in_mxfp4_is_refused_naming_the_type(tmp_path):
-    """MXFP4 (gpt-oss's experts as published; here every matrix) is a block format tinyllm does not load yet."""
+def test_a_gguf_in_mxfp4_runs_on_its_blocks(tmp_path):
+    """MXFP4 (gpt-oss's experts as published; here every matrix) kept as blocks equals the same file dequantized."""
     ref = hf_model("gpt_oss")
     path = write_family_gguf(ref, "gpt_oss", str(tmp_path / "mxfp4.gguf"), quant="MXFP4")
-    with pytest.raises(TinyLLMError, match=r"tensor '[\w.]+' in .* has type MXFP4, expected one of F32"):
-        LLM(path, weights="dequantized")
+    blocks, dequantized = LLM(path, weights="native"), LLM(path, weights="dequantized")
+    assert blocks.info()["weight_types"].get("MXFP4", 0) > 0
+    with torch.no_grad():
+        ours = blocks.model(torch.tensor([PROMPT]))[0]
+        want = dequantized.model(torch.tensor([PROMPT]))[0]
+    assert (ours - want).abs().max().item() <= 1e-4
 
 
 @pytest.mark.skipif(native.library() is None, reason="no native kernels on this machine")
