@@ -1,7 +1,7 @@
 """The mixture-of-experts MLP (model/moe.py) and its plan: the router's tie rule and renormalisation, a token's
 output independent of its batch, transformers' Qwen3-MoE with and without renormalisation and with dense layers
-among the experts', and the native step declining it. The family's engine equivalences (cached, paged, batched,
-speculative, GGUF) run in test_families.py with every family."""
+among the experts', and what the native step takes (its parity tests: test_native_lowering.py). The family's
+engine equivalences (cached, paged, batched, speculative, GGUF) run in test_families.py with every family."""
 
 import pytest
 import torch
@@ -111,9 +111,13 @@ def test_a_gguf_layer_without_a_router_keeps_its_dense_mlp(tmp_path, monkeypatch
 
 
 @pytest.mark.skipif(native.library() is None, reason="no native kernels on this machine")
-def test_the_native_step_declines_experts_and_takes_the_dense_layers_of_the_family():
-    assert unsupported(quantized_copy(tiny_moe())) == "a mixture-of-experts MLP is not covered"
-    assert unsupported(quantized_copy(tiny_moe(experts=None))) is None
+def test_the_native_step_takes_quantized_experts_and_says_why_not_others():
+    model = quantized_copy(tiny_moe())
+    assert unsupported(model) is None and unsupported(quantized_copy(tiny_moe(experts=None))) is None
+    model.model.layers[1].mlp.experts[2].down_proj = torch.nn.Linear(32, 64, bias=False)
+    assert unsupported(model) == "its experts' projections are not quantized weights"
+    model.model.layers[0].mlp.gate = torch.nn.Linear(64, 4, bias=True)
+    assert unsupported(model) == "its router is neither a quantized weight nor float32 without a bias"
 
 
 def test_the_plan_follows_the_config():

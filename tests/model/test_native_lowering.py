@@ -19,6 +19,7 @@ from helpers.tiny_models import quantized_copy, tiny_config, tiny_llama
 from tinyllm import LLM, SamplingParams
 from tinyllm.cache.paged_cache import PagedStorage
 from tinyllm.cache.q8_kv import dequantize, quantize
+from tinyllm.config import ExpertConfig
 from tinyllm.engine.engine import Engine
 from tinyllm.engine.runner import NativeKeys, StepInputs, execute
 from tinyllm.kernels import native
@@ -46,6 +47,8 @@ PLAN_FEATURES = {
     "attn_scale": dict(query_scale=0.07),
     "attn_softcap": dict(attn_softcap=3.0),
     "final_softcap": dict(final_softcap=8.0),
+    # 6 experts of width 64 (two 32-blocks), 3 a token, renormalised; layer 1 keeps its dense MLP
+    "moe": dict(family="qwen3_moe", experts=ExpertConfig(6, 3, 64, renormalize=True, dense_layers=(1,))),
 }
 VARIANTS = {
     "llama-int8": ("int8", {}),
@@ -83,12 +86,25 @@ VARIANTS = {
         ),
     ),
     "mixed-formats": ("int8", {}),  # q and k in Q8_0, v in Q4_1; gate in Q4_1, up in Q8_0 (see variant)
+    # the chosen experts' probabilities as they are, one a token; Q4_1 experts with gate and up apart (as GGUF
+    # files hold them) and a float32 router (see variant)
+    "moe-plain": ("int4", dict(family="qwen3_moe", experts=ExpertConfig(4, 1, 32))),
+    "moe-top-all": ("int8", dict(family="qwen3_moe", experts=ExpertConfig(3, 3, 32, renormalize=True))),
 }
-ALL_FEATURES = {k: v for overrides in PLAN_FEATURES.values() for k, v in overrides.items()}
+ALL_FEATURES = {k: v for overrides in PLAN_FEATURES.values() for k, v in overrides.items() if k != "family"}
 # every plan feature alone, and every family of the table as it stands there, alone and with those features
+# (experts with the families whose router the table names)
 VARIANTS.update({field: ("int8", overrides) for field, overrides in PLAN_FEATURES.items()})
 VARIANTS.update({f"family-{name}": ("int8", dict(family=name)) for name in FAMILIES})
-VARIANTS.update({f"family-{name}-features": ("int8", dict(ALL_FEATURES, family=name)) for name in FAMILIES})
+VARIANTS.update(
+    {
+        f"family-{name}-features": (
+            "int8",
+            {**{k: v for k, v in ALL_FEATURES.items() if k != "experts" or FAMILIES[name].router}, "family": name},
+        )
+        for name in FAMILIES
+    }
+)
 
 
 def variant_plan(name: str) -> tuple[dict, ModelPlan]:
@@ -118,6 +134,12 @@ def variant(name: str, seed: int = 0):
             ours.self_attn.qkv_proj = QuantLinear([quantize_q8_0(w[:qk]), quantize_q4_1(w[qk:])])
             half = gu.shape[0] // 2
             ours.mlp.gate_up_proj = QuantLinear([quantize_q4_1(gu[:half]), quantize_q8_0(gu[half:])])
+    if name == "moe-plain":
+        for ours, theirs in zip(quantized.model.layers, model.model.layers):
+            ours.mlp.gate = theirs.mlp.gate
+            for mine, expert in zip(ours.mlp.experts, theirs.mlp.experts):
+                gate, up = expert.gate_up_proj.weight.chunk(2)
+                mine.gate_up_proj = QuantLinear([quantize_q4_1(gate), quantize_q4_1(up)])
     return quantized
 
 
@@ -128,8 +150,8 @@ KINDS = {
     "rope": ROPE_TABLES,
     "final_norm": NORM_KINDS,
 }
-# Plan fields the native step declines (`unsupported` names them; the module path runs): tests/model/test_moe.py
-DECLINED = ("moe",)
+# Plan fields the native step declines (`unsupported` names them; the module path runs), none today
+DECLINED = ()
 
 
 def test_the_variants_take_every_value_of_every_plan_field():
@@ -685,3 +707,42 @@ def test_default_model_accepts_drafts_natively(default_model_path):
     assert ours.stats["accepted"] > 16 and ours.ids == ref.ids
     table = lambda g: [v for t in g.logprobs for v in (t.logprob, *(lp for _, lp in t.top))]  # noqa: E731
     assert table(ours) == pytest.approx(table(ref), abs=1e-4)
+
+
+@pytest.mark.parametrize("name", ["moe", "moe-plain"])
+@pytest.mark.parametrize("int8", [False, True])
+def test_a_tokens_experts_give_the_same_bits_alone_and_in_a_batch(name, int8, threads):
+    """Five tokens in one step route to overlapping experts, whose matmuls run over the rows grouped by expert:
+    each token's logits are the bits of the same token in a step alone (float32 and 8-bit activations)."""
+    model = variant(name)
+    for w in quant_weights(model):
+        w.int8_activations = int8
+    lengths = [1, 9, 23, 4, 16]
+    storage, inputs, key_slots = scattered_step(model, lengths, seed=8)
+    args = inputs.ids[0], inputs.positions, inputs.write_slots, key_slots
+    with torch.inference_mode():
+        batched = decode_logits(model, build_stack(model, copy_storage(storage)), *args, torch.arange(5))
+        for i in range(5):
+            one = [a[i : i + 1] for a in args]
+            alone = decode_logits(model, build_stack(model, copy_storage(storage)), *one, torch.arange(1))
+            assert torch.equal(alone[0], batched[i]), i
+
+
+def test_experts_with_equal_scores_go_to_the_lower_index(threads):
+    """Routers whose rows repeat (experts 0 and 3 score alike, and 1, 2 and 4): among equal probabilities the
+    native step keeps the lower expert index, as the module path does (other experts compute other outputs)."""
+    model = variant("moe")
+    g = torch.Generator().manual_seed(2)
+    for layer in model.model.layers:
+        if hasattr(layer.mlp, "experts"):
+            a, b, c = torch.randn(3, 1, 64, generator=g) * 0.2  # [1, C] each
+            layer.mlp.gate = torch.nn.Linear(64, 6, bias=False)
+            layer.mlp.gate.weight.data = torch.cat([a, b, b, a, b, c])  # [E, C]
+    storage, inputs, key_slots = scattered_step(model, [1, 9, 23, 4, 16], seed=3)
+    ref_storage = copy_storage(storage)
+    rows = torch.arange(5)
+    with torch.inference_mode():
+        ref = execute(model, ref_storage, inputs, rows)  # [N, V]
+        args = inputs.ids[0], inputs.positions, inputs.write_slots, key_slots, rows
+        ours = decode_logits(model, build_stack(model, storage), *args)
+    assert (ours - ref).abs().max() <= 1e-5 * ref.abs().max()
