@@ -523,15 +523,25 @@ def test_models_it_does_not_cover_say_why():
     assert build_stack(variant("llama-int8"), storage) is None  # float64 KV
 
 
-def tiny_llm(tokenizer) -> LLM:
+def tiny_llm(tokenizer, **overrides) -> LLM:
     """A tiny random model with Q4-style weights (native step) and the default model's tokenizer."""
-    model = tiny_llama(21, **{**BASE, "vocab_size": tokenizer.vocab_size, "max_position_embeddings": 256})
-    return LLM.from_parts(quantized_copy(model, "int4"), tokenizer)
+    values = {**BASE, "vocab_size": tokenizer.vocab_size, "max_position_embeddings": 256, **overrides}
+    return LLM.from_parts(quantized_copy(tiny_llama(21, **values), "int4"), tokenizer)
 
 
 @pytest.fixture(scope="module")
 def llm(smollm_tokenizer):
     return tiny_llm(smollm_tokenizer)
+
+
+@pytest.fixture(scope="module")
+def moe_llm(smollm_tokenizer):
+    """Qwen3-MoE layers with a dense one among them (the "moe" feature's experts)."""
+    return tiny_llm(smollm_tokenizer, **PLAN_FEATURES["moe"])
+
+
+# the engine's equivalences for a dense model and for a mixture of experts
+BOTH = pytest.mark.parametrize("which", ["llm", "moe_llm"])
 
 
 def prompts(n, seed):
@@ -551,8 +561,12 @@ def module_path(engine):
     return engine
 
 
-@pytest.mark.parametrize("kv_dtype", ["float32", "float16", "bfloat16", "q8_0"])
-def test_engine_runs_the_native_step_and_equals_the_module_path(llm, kv_dtype):
+@pytest.mark.parametrize(
+    "which, kv_dtype",
+    [("llm", "float32"), ("llm", "float16"), ("llm", "bfloat16"), ("llm", "q8_0"), ("moe_llm", "float32")],
+)
+def test_engine_runs_the_native_step_and_equals_the_module_path(which, kv_dtype, request):
+    llm = request.getfixturevalue(which)
     ps = prompts(8, seed=3)
     params = [SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=2)] * 8
     engine = lambda **kw: Engine(llm.parts, block_size=8, num_blocks=128, kv_dtype=kv_dtype, **kw)  # noqa: E731
@@ -574,9 +588,11 @@ def test_engine_runs_the_native_step_and_equals_the_module_path(llm, kv_dtype):
         assert table(a) == pytest.approx(table(b), abs=1e-4)
 
 
-def test_mixed_steps_run_prompts_and_decodes_in_one_native_forward(llm):
+@BOTH
+def test_mixed_steps_run_prompts_and_decodes_in_one_native_forward(which, request):
     """Prompts arriving while others decode: such a step is one native forward over the decodes and the prompt
     chunks, and the generations equal the module path's and, bit for bit, each prompt's alone."""
+    llm = request.getfixturevalue(which)
     ps = prompts(8, seed=5)
     params = [SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=2)] * 8
     engine = lambda **kw: Engine(llm.parts, block_size=8, num_blocks=128, max_num_batched_tokens=48, **kw)  # noqa: E731
@@ -614,16 +630,20 @@ def test_seeded_sampling_alone_batched_and_preempted(llm):
     assert sum(g.stats["preemptions"] for g in tight) > 0
 
 
-def test_speculative_equals_plain(llm):
+@BOTH
+def test_speculative_equals_plain(which, request):
+    llm = request.getfixturevalue(which)
     p = [40, 41, 42, 43, 40, 41, 42, 43, 40, 41, 42]
     greedy = dict(temperature=0, max_tokens=16, ignore_eos=True)
     plain = llm.generate(p, **greedy)
     assert plain.ids == llm.generate(p, speculative="ngram", **greedy).ids
 
 
-def test_verified_drafts_run_natively_and_equal_the_module_path(llm):
+@BOTH
+def test_verified_drafts_run_natively_and_equal_the_module_path(which, request):
     """A chunk of drafts to verify runs through the native step (each token reading its sequence's keys up to
     its own position) and gives the logits of the module path, and of plain decoding, within 1e-4."""
+    llm = request.getfixturevalue(which)
     params = [SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, logprobs=2)] * 3
     ps = [[40, 41, 42, 43] * 4 + [40], [7, 8, 9] * 5 + [7], prompts(1, seed=9)[0]]
     spec = SpeculativeConfig(num_draft_tokens=4, min_ngram=1)
