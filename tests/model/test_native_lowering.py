@@ -271,7 +271,7 @@ def test_long_sequences_split_into_spans(name, threads):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["llama-int8", "window", "scale-softcap", "head-dim-80", "three-per-kv"])
+@pytest.mark.parametrize("name", ["llama-int8", "window", "scale-softcap", "head-dim-80", "three-per-kv", "moe"])
 def test_shared_key_rows_and_token_groups_change_no_bit(name, monkeypatch):
     """A chunk's tokens sharing one row of key slots (key_rows), tokens run in groups of GROUP_TOKENS, a step
     whose attention runs in groups of tokens (a 230-token chunk over 4100 keys passes 2^20 floats of partial
@@ -309,7 +309,7 @@ def test_shared_key_rows_and_token_groups_change_no_bit(name, monkeypatch):
 
 
 @pytest.mark.parametrize("int8", [False, True])
-@pytest.mark.parametrize("name", ["llama-int8", "window", "gemma2", "qwen3", "three-per-kv", "mixed-formats"])
+@pytest.mark.parametrize("name", ["llama-int8", "window", "gemma2", "qwen3", "three-per-kv", "mixed-formats", "moe"])
 def test_the_last_layer_for_the_read_rows_alone_changes_no_bit(name, int8, threads):
     """A step of a 40-token prompt chunk and two decode tokens whose logits are read at four rows (unsorted,
     one twice): past storing every token's keys and values, the last layer runs for those rows alone. Their
@@ -730,13 +730,14 @@ def test_default_model_accepts_drafts_natively(default_model_path):
 
 
 @pytest.mark.parametrize("name", ["moe", "moe-plain"])
-@pytest.mark.parametrize("int8", [False, True])
-def test_a_tokens_experts_give_the_same_bits_alone_and_in_a_batch(name, int8, threads):
+@pytest.mark.parametrize("limbs", [0, 1, 3])
+def test_a_tokens_experts_give_the_same_bits_alone_and_in_a_batch(name, limbs, threads):
     """Five tokens in one step route to overlapping experts, whose matmuls run over the rows grouped by expert:
-    each token's logits are the bits of the same token in a step alone (float32 and 8-bit activations)."""
+    each token's logits are the bits of the same token in a step alone (float32, 8-bit and 24-bit activations:
+    0, 1 and 3 limbs)."""
     model = variant(name)
     for w in quant_weights(model):
-        w.int8_activations = int8
+        w.int8_activations, w.limbs = limbs > 0, max(limbs, 1)
     lengths = [1, 9, 23, 4, 16]
     storage, inputs, key_slots = scattered_step(model, lengths, seed=8)
     args = inputs.ids[0], inputs.positions, inputs.write_slots, key_slots
