@@ -21,14 +21,15 @@ namespace tl {
 
 constexpr int64_t F32_ROWS = 0;  // GGML's type id of float32: a router kept as float rows
 
-// logits [M, E] = h [M, C] @ router^T: float32 rows (a dot product a row, the same bits at any M) or a
-// quantized weight through the kernels.
+// logits [M, E] = h [M, C] @ router^T: float32 rows (one dot product a logit, the same bits at any M; the
+// threads split the experts, as a decode step has one row) or a quantized weight through the kernels.
 static void router_logits(const QW& r, const float* h, int64_t M, float* logits, int threads) {
     if (r.fmt != F32_ROWS) return matmul(r, h, M, logits, threads);
-    for_rows(M, threads, [&](int64_t r0, int64_t r1) {
-        for (int64_t i = r0; i < r1; ++i)
-            for (int64_t e = 0; e < r.n; ++e)
-                logits[i * r.n + e] = dot(h + i * r.k, reinterpret_cast<const float*>(r.data + e * r.stride), r.k);
+    for_rows(r.n, threads, [&](int64_t e0, int64_t e1) {
+        for (int64_t e = e0; e < e1; ++e) {
+            const float* w = reinterpret_cast<const float*>(r.data + e * r.stride);
+            for (int64_t i = 0; i < M; ++i) logits[i * r.n + e] = dot(h + i * r.k, w, r.k);
+        }
     });
 }
 
