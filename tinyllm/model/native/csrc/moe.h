@@ -12,9 +12,11 @@
 #pragma once
 #include "layer_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 namespace tl {
@@ -63,6 +65,20 @@ static void route_row(const float* logits, int64_t E, int64_t k, bool renormaliz
         }
 }
 
+// chosen [M k] (row i's slots at i k ..) -> picks [M k]: the entries p = i k + slot of expert e at
+// picks[start[e]..start[e + 1]), rows ascending (a counting sort).
+static void group_by_expert(const std::vector<int64_t>& chosen, int64_t E, std::vector<int64_t>& start,
+                            std::vector<int64_t>& picks) {
+    const int64_t count = (int64_t)chosen.size();
+    start.assign(E + 1, 0);
+    for (int64_t p = 0; p < count; ++p) ++start[chosen[p] + 1];
+    for (int64_t e = 0; e < E; ++e) start[e + 1] += start[e];
+    thread_local std::vector<int64_t> at;
+    at.assign(start.begin(), start.end() - 1);
+    picks.resize(count);
+    for (int64_t p = 0; p < count; ++p) picks[at[chosen[p]]++] = p;
+}
+
 // out [M, C] = the experts' weighted outputs for rows h [M, C] (the MLP's input, normed).
 static void moe(const LayerArgs& L, const float* h, int64_t M, int64_t C, float* out, int threads,
                 Ahead* ahead) {
@@ -82,14 +98,7 @@ static void moe(const LayerArgs& L, const float* h, int64_t M, int64_t C, float*
     chosen.resize(M * k);
     router_logits(L.router, h, M, logits, threads);
     for (int64_t i = 0; i < M; ++i) route_row(logits + i * E, E, k, L.renormalize != 0, &chosen[i * k], weight + i * k);
-    start.assign(E + 1, 0);  // picks[start[e]..start[e + 1]): the (row, slot) pairs of expert e, rows ascending
-    for (int64_t p = 0; p < M * k; ++p) ++start[chosen[p] + 1];
-    for (int64_t e = 0; e < E; ++e) start[e + 1] += start[e];
-    picks.resize(M * k);
-    {
-        std::vector<int64_t> at(start.begin(), start.end() - 1);
-        for (int64_t p = 0; p < M * k; ++p) picks[at[chosen[p]]++] = p;
-    }
+    group_by_expert(chosen, E, start, picks);
     for (int64_t e = 0; e < E; ++e) {
         const int64_t n = start[e + 1] - start[e], Ie = L.experts_down[e].k;
         if (n == 0) continue;
