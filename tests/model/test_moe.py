@@ -154,3 +154,32 @@ def test_info_counts_the_parameters_a_token_reads(tmp_path):
     assert info["parameters"] == total
     assert info["active_parameters"] == total - 2 * experts * (4 - 2) // 4  # layers 0 and 2 skip 2 of 4 each
     assert "mixture of experts: top 2 of 4 (softmax router, renormalised) on 2 of 3 layers" in info["features"]
+
+
+@pytest.mark.skipif(native.library() is None, reason="no native kernels on this machine")
+def test_a_gguf_file_s_experts_run_natively_as_on_the_module_path(tmp_path):
+    """A Q8_0 qwen3moe file: each expert's gate and up are views into the file's stacks (no copy), and the
+    engine's native steps give the module path's tokens and log-probabilities."""
+    from tinyllm import SamplingParams
+    from tinyllm.engine.engine import Engine
+
+    llm = LLM(write_family_gguf(hf_model("qwen3_moe"), "qwen3_moe", str(tmp_path / "q8.gguf"), quant="Q8_0"))
+    assert unsupported(llm.model) is None
+    experts = llm.model.model.layers[0].mlp.experts
+    gates = [e.gate_up_proj.parts[0].data for e in experts]  # [Ie, row bytes] each
+    assert all(b.data_ptr() - a.data_ptr() == a.nbytes for a, b in zip(gates, gates[1:]))  # one stack, in place
+    params = [SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, logprobs=2)] * 3
+    prompts = [PROMPT, PROMPT[3:9], [40, 41, 42]]
+    outs = []
+    for native_step in (True, False):
+        engine = Engine(llm.parts, block_size=8, num_blocks=64, max_num_seqs=3)
+        assert engine.runner.fused is not None
+        engine.runner.fused = engine.runner.fused if native_step else None
+        ids = [engine.add_request(p, sp) for p, sp in zip(prompts, params)]
+        while engine.has_unfinished():
+            engine.step()
+        outs.append([engine.generation(i) for i in ids])
+    for ours, ref in zip(*outs):
+        assert ours.ids == ref.ids
+        table = [[v for t in g.logprobs for v in (t.logprob, *(lp for _, lp in t.top))] for g in (ours, ref)]
+        assert table[0] == pytest.approx(table[1], abs=1e-4)
