@@ -127,3 +127,21 @@ def test_the_aim_is_read_against_the_floor():
     assert out["most_output_tokens_per_s_at_32"] == pytest.approx(3000 / 9.0)
     assert not out["aim_reached"] and out["aim_reached_in_decode_steps"]
     assert "aim_needs_share_of_fma_rate" not in compare([{**run, "float32_floor": None}], [], [])
+
+
+def test_a_mixture_of_experts_token_costs_and_reads_its_experts_alone():
+    """A token's matmuls run through top_k of num_experts experts: torch counts those, and a decode step's
+    weight bytes are the model's less the other experts'."""
+    from helpers.tiny_models import tiny_llama
+    from tinyllm.config import ExpertConfig
+
+    model = tiny_llama(0, family="qwen3_moe", num_layers=2, attn_softcap=50.0, experts=ExpertConfig(4, 1, 32))
+    c = model.config
+    cache = KVCache(c.num_layers, c.num_kv_heads, c.head_dim, 32)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        forward_cached(model, torch.tensor([[3]]), cache)
+    k = bound.costs(model)
+    assert 2 * (k.layers + k.head + c.num_layers * k.per_key) == counter.get_total_flops()
+    weights, _ = bound.decode_bytes(model, 4, 8, 2)
+    every = sum(p.nbytes for p in model.parameters()) - model.model.embed_tokens.weight.nbytes  # untied head
+    assert weights == every - c.num_layers * 3 * (3 * c.hidden_size * 32 * 4)  # 3 of 4 experts skipped a layer

@@ -69,3 +69,23 @@ def test_names():
     assert synthetic.parse("synthetic:qwen2.5-0.5b:Q8_0") == ("qwen2.5-0.5b", "Q8_0")
     assert synthetic.is_synthetic("synthetic:llama-3.2-1b:Q4_0") and not synthetic.is_synthetic("model.gguf")
     assert not synthetic.is_synthetic(None)
+
+
+@pytest.mark.slow
+def test_a_mixture_of_experts_file_loads_with_its_experts_on_the_native_step(tmp_path):
+    from tinyllm import LLM
+    from tinyllm.bench.synthetic_moe import write_q8_0
+    from tinyllm.model.native.lowering import unsupported
+
+    shape = synthetic.Shape(
+        "qwen3moe", 2, 64, 2, 1, 96, 49152, 1e6, context=256, head_dim=64, experts=4, top_k=2, expert_ffn=32
+    )
+    path = str(tmp_path / "moe-Q8_0.gguf")
+    write_q8_0(shape, path, synthetic._vocabulary(shape.vocab))
+    llm = LLM(path)
+    c = llm.config
+    assert (c.family, c.num_layers, c.hidden_size, c.head_dim, c.num_kv_heads) == ("qwen3_moe", 2, 64, 64, 1)
+    assert (c.experts.num_experts, c.experts.top_k, c.experts.intermediate_size) == (4, 2, 32)
+    assert llm.info()["weight_types"] == {"Q8_0": 1 + 2 * 7, "F32": 2 * 5 + 1}  # expert stacks; norms, routers
+    assert unsupported(llm.model) is None
+    assert len(llm.generate([1, 2, 3], max_tokens=3, temperature=0.0).ids) == 3

@@ -1,7 +1,8 @@
 """The mixture-of-experts MLP (model/moe.py) and its plan: the router's tie rule and renormalisation, a token's
 output independent of its batch, transformers' Qwen3-MoE with and without renormalisation and with dense layers
-among the experts', gpt-oss's router (softmax over the chosen logits) and clamped SwiGLU, and the native step
-declining experts and gpt-oss's other features (sinks, an output bias, YaRN's attention factor). The family's
+among the experts', gpt-oss's router (softmax over the chosen logits) and clamped SwiGLU, what the native step
+takes (its parity tests: test_native_lowering.py) and what it declines (gpt-oss's sinks, an output bias, the clamped
+SwiGLU, YaRN's attention factor). The family's
 engine equivalences (cached, paged, batched, speculative, GGUF) run in test_families.py with every family."""
 
 import pytest
@@ -11,7 +12,6 @@ from helpers.family_models import hf_model, write_family_gguf, write_hf
 from helpers.tiny_models import quantized_copy, tiny_llama
 from tinyllm import LLM
 from tinyllm.config import ExpertConfig, RopeScaling
-from tinyllm.errors import TinyLLMError
 from tinyllm.kernels import native
 from tinyllm.model.mlp import clamped_swiglu
 from tinyllm.model.moe import MoEMLP, route
@@ -114,9 +114,13 @@ def test_a_gguf_layer_without_a_router_keeps_its_dense_mlp(tmp_path, monkeypatch
 
 
 @pytest.mark.skipif(native.library() is None, reason="no native kernels on this machine")
-def test_the_native_step_declines_experts_and_takes_the_dense_layers_of_the_family():
-    assert unsupported(quantized_copy(tiny_moe())) == "a mixture-of-experts MLP is not covered"
-    assert unsupported(quantized_copy(tiny_moe(experts=None))) is None
+def test_the_native_step_takes_quantized_experts_and_says_why_not_others():
+    model = quantized_copy(tiny_moe())
+    assert unsupported(model) is None and unsupported(quantized_copy(tiny_moe(experts=None))) is None
+    model.model.layers[1].mlp.experts[2].down_proj = torch.nn.Linear(32, 64, bias=False)
+    assert unsupported(model) == "its experts' projections are not quantized weights"
+    model.model.layers[0].mlp.gate = torch.nn.Linear(64, 4, bias=True)
+    assert unsupported(model) == "its router is neither a quantized weight nor float32 without a bias"
 
 
 def test_the_plan_follows_the_config():
@@ -247,3 +251,32 @@ def test_info_counts_a_gpt_oss_experts_biases_among_the_idle_parameters(tmp_path
     for feature in ("attention sinks", "clamped SwiGLU (limit 7)", "rope scaling yarn x8"):
         assert feature in info["features"]
     assert "mixture of experts: top 2 of 4 (softmax_topk router, biases)" in info["features"]
+
+
+@pytest.mark.skipif(native.library() is None, reason="no native kernels on this machine")
+def test_a_gguf_file_s_experts_run_natively_as_on_the_module_path(tmp_path):
+    """A Q8_0 qwen3moe file: each expert's gate and up are views into the file's stacks (no copy), and the
+    engine's native steps give the module path's tokens and log-probabilities."""
+    from tinyllm import SamplingParams
+    from tinyllm.engine.engine import Engine
+
+    llm = LLM(write_family_gguf(hf_model("qwen3_moe"), "qwen3_moe", str(tmp_path / "q8.gguf"), quant="Q8_0"))
+    assert unsupported(llm.model) is None
+    experts = llm.model.model.layers[0].mlp.experts
+    gates = [e.gate_up_proj.parts[0].data for e in experts]  # [Ie, row bytes] each
+    assert all(b.data_ptr() - a.data_ptr() == a.nbytes for a, b in zip(gates, gates[1:]))  # one stack, in place
+    params = [SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, logprobs=2)] * 3
+    prompts = [PROMPT, PROMPT[3:9], [40, 41, 42]]
+    outs = []
+    for native_step in (True, False):
+        engine = Engine(llm.parts, block_size=8, num_blocks=64, max_num_seqs=3)
+        assert engine.runner.fused is not None
+        engine.runner.fused = engine.runner.fused if native_step else None
+        ids = [engine.add_request(p, sp) for p, sp in zip(prompts, params)]
+        while engine.has_unfinished():
+            engine.step()
+        outs.append([engine.generation(i) for i in ids])
+    for ours, ref in zip(*outs):
+        assert ours.ids == ref.ids
+        table = [[v for t in g.logprobs for v in (t.logprob, *(lp for _, lp in t.top))] for g in (ours, ref)]
+        assert table[0] == pytest.approx(table[1], abs=1e-4)

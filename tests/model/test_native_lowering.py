@@ -19,6 +19,7 @@ from helpers.tiny_models import quantized_copy, tiny_config, tiny_llama
 from tinyllm import LLM, SamplingParams
 from tinyllm.cache.paged_cache import PagedStorage
 from tinyllm.cache.q8_kv import dequantize, quantize
+from tinyllm.config import ExpertConfig
 from tinyllm.engine.engine import Engine
 from tinyllm.engine.runner import NativeKeys, StepInputs, execute
 from tinyllm.kernels import native
@@ -46,6 +47,8 @@ PLAN_FEATURES = {
     "attn_scale": dict(query_scale=0.07),
     "attn_softcap": dict(attn_softcap=3.0),
     "final_softcap": dict(final_softcap=8.0),
+    # 6 experts of width 64 (two 32-blocks), 3 a token, renormalised; layer 1 keeps its dense MLP
+    "moe": dict(family="qwen3_moe", experts=ExpertConfig(6, 3, 64, renormalize=True, dense_layers=(1,))),
 }
 VARIANTS = {
     "llama-int8": ("int8", {}),
@@ -83,13 +86,26 @@ VARIANTS = {
         ),
     ),
     "mixed-formats": ("int8", {}),  # q and k in Q8_0, v in Q4_1; gate in Q4_1, up in Q8_0 (see variant)
+    # the chosen experts' probabilities as they are, one a token; Q4_1 experts with gate and up apart (as GGUF
+    # files hold them) and a float32 router (see variant)
+    "moe-plain": ("int4", dict(family="qwen3_moe", experts=ExpertConfig(4, 1, 32))),
+    "moe-top-all": ("int8", dict(family="qwen3_moe", experts=ExpertConfig(3, 3, 32, renormalize=True))),
 }
-ALL_FEATURES = {k: v for overrides in PLAN_FEATURES.values() for k, v in overrides.items()}
+ALL_FEATURES = {k: v for overrides in PLAN_FEATURES.values() for k, v in overrides.items() if k != "family"}
 # every plan feature alone, and every family of the table as it stands there, alone and with those features
+# (experts with the families whose router the table names)
 VARIANTS.update({field: ("int8", overrides) for field, overrides in PLAN_FEATURES.items()})
 NATIVE_FAMILIES = [name for name in FAMILIES if name != "gpt_oss"]  # gpt-oss's sinks, output bias: DECLINED
 VARIANTS.update({f"family-{name}": ("int8", dict(family=name)) for name in NATIVE_FAMILIES})
-VARIANTS.update({f"family-{name}-features": ("int8", dict(ALL_FEATURES, family=name)) for name in NATIVE_FAMILIES})
+VARIANTS.update(
+    {
+        f"family-{name}-features": (
+            "int8",
+            {**{k: v for k, v in ALL_FEATURES.items() if k != "experts" or FAMILIES[name].router}, "family": name},
+        )
+        for name in NATIVE_FAMILIES
+    }
+)
 
 
 def variant_plan(name: str) -> tuple[dict, ModelPlan]:
@@ -119,6 +135,12 @@ def variant(name: str, seed: int = 0):
             ours.self_attn.qkv_proj = QuantLinear([quantize_q8_0(w[:qk]), quantize_q4_1(w[qk:])])
             half = gu.shape[0] // 2
             ours.mlp.gate_up_proj = QuantLinear([quantize_q4_1(gu[:half]), quantize_q8_0(gu[half:])])
+    if name == "moe-plain":
+        for ours, theirs in zip(quantized.model.layers, model.model.layers):
+            ours.mlp.gate = theirs.mlp.gate
+            for mine, expert in zip(ours.mlp.experts, theirs.mlp.experts):
+                gate, up = expert.gate_up_proj.weight.chunk(2)
+                mine.gate_up_proj = QuantLinear([quantize_q4_1(gate), quantize_q4_1(up)])
     return quantized
 
 
@@ -130,7 +152,7 @@ KINDS = {
     "final_norm": NORM_KINDS,
 }
 # Plan fields the native step declines (`unsupported` names them; the module path runs): tests/model/test_moe.py
-DECLINED = ("moe", "o_bias", "sinks", "activation_limit", "activation_alpha")
+DECLINED = ("o_bias", "sinks", "activation_limit", "activation_alpha")
 
 
 def test_the_variants_take_every_value_of_every_plan_field():
@@ -250,7 +272,7 @@ def test_long_sequences_split_into_spans(name, threads):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["llama-int8", "window", "scale-softcap", "head-dim-80", "three-per-kv"])
+@pytest.mark.parametrize("name", ["llama-int8", "window", "scale-softcap", "head-dim-80", "three-per-kv", "moe"])
 def test_shared_key_rows_and_token_groups_change_no_bit(name, monkeypatch):
     """A chunk's tokens sharing one row of key slots (key_rows), tokens run in groups of GROUP_TOKENS, a step
     whose attention runs in groups of tokens (a 230-token chunk over 4100 keys passes 2^20 floats of partial
@@ -288,7 +310,7 @@ def test_shared_key_rows_and_token_groups_change_no_bit(name, monkeypatch):
 
 
 @pytest.mark.parametrize("int8", [False, True])
-@pytest.mark.parametrize("name", ["llama-int8", "window", "gemma2", "qwen3", "three-per-kv", "mixed-formats"])
+@pytest.mark.parametrize("name", ["llama-int8", "window", "gemma2", "qwen3", "three-per-kv", "mixed-formats", "moe"])
 def test_the_last_layer_for_the_read_rows_alone_changes_no_bit(name, int8, threads):
     """A step of a 40-token prompt chunk and two decode tokens whose logits are read at four rows (unsorted,
     one twice): past storing every token's keys and values, the last layer runs for those rows alone. Their
@@ -502,15 +524,25 @@ def test_models_it_does_not_cover_say_why():
     assert build_stack(variant("llama-int8"), storage) is None  # float64 KV
 
 
-def tiny_llm(tokenizer) -> LLM:
+def tiny_llm(tokenizer, **overrides) -> LLM:
     """A tiny random model with Q4-style weights (native step) and the default model's tokenizer."""
-    model = tiny_llama(21, **{**BASE, "vocab_size": tokenizer.vocab_size, "max_position_embeddings": 256})
-    return LLM.from_parts(quantized_copy(model, "int4"), tokenizer)
+    values = {**BASE, "vocab_size": tokenizer.vocab_size, "max_position_embeddings": 256, **overrides}
+    return LLM.from_parts(quantized_copy(tiny_llama(21, **values), "int4"), tokenizer)
 
 
 @pytest.fixture(scope="module")
 def llm(smollm_tokenizer):
     return tiny_llm(smollm_tokenizer)
+
+
+@pytest.fixture(scope="module")
+def moe_llm(smollm_tokenizer):
+    """Qwen3-MoE layers with a dense one among them (the "moe" feature's experts)."""
+    return tiny_llm(smollm_tokenizer, **PLAN_FEATURES["moe"])
+
+
+# the engine's equivalences for a dense model and for a mixture of experts
+BOTH = pytest.mark.parametrize("which", ["llm", "moe_llm"])
 
 
 def prompts(n, seed):
@@ -530,8 +562,12 @@ def module_path(engine):
     return engine
 
 
-@pytest.mark.parametrize("kv_dtype", ["float32", "float16", "bfloat16", "q8_0"])
-def test_engine_runs_the_native_step_and_equals_the_module_path(llm, kv_dtype):
+@pytest.mark.parametrize(
+    "which, kv_dtype",
+    [("llm", "float32"), ("llm", "float16"), ("llm", "bfloat16"), ("llm", "q8_0"), ("moe_llm", "float32")],
+)
+def test_engine_runs_the_native_step_and_equals_the_module_path(which, kv_dtype, request):
+    llm = request.getfixturevalue(which)
     ps = prompts(8, seed=3)
     params = [SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=2)] * 8
     engine = lambda **kw: Engine(llm.parts, block_size=8, num_blocks=128, kv_dtype=kv_dtype, **kw)  # noqa: E731
@@ -553,9 +589,11 @@ def test_engine_runs_the_native_step_and_equals_the_module_path(llm, kv_dtype):
         assert table(a) == pytest.approx(table(b), abs=1e-4)
 
 
-def test_mixed_steps_run_prompts_and_decodes_in_one_native_forward(llm):
+@BOTH
+def test_mixed_steps_run_prompts_and_decodes_in_one_native_forward(which, request):
     """Prompts arriving while others decode: such a step is one native forward over the decodes and the prompt
     chunks, and the generations equal the module path's and, bit for bit, each prompt's alone."""
+    llm = request.getfixturevalue(which)
     ps = prompts(8, seed=5)
     params = [SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=2)] * 8
     engine = lambda **kw: Engine(llm.parts, block_size=8, num_blocks=128, max_num_batched_tokens=48, **kw)  # noqa: E731
@@ -593,16 +631,20 @@ def test_seeded_sampling_alone_batched_and_preempted(llm):
     assert sum(g.stats["preemptions"] for g in tight) > 0
 
 
-def test_speculative_equals_plain(llm):
+@BOTH
+def test_speculative_equals_plain(which, request):
+    llm = request.getfixturevalue(which)
     p = [40, 41, 42, 43, 40, 41, 42, 43, 40, 41, 42]
     greedy = dict(temperature=0, max_tokens=16, ignore_eos=True)
     plain = llm.generate(p, **greedy)
     assert plain.ids == llm.generate(p, speculative="ngram", **greedy).ids
 
 
-def test_verified_drafts_run_natively_and_equal_the_module_path(llm):
+@BOTH
+def test_verified_drafts_run_natively_and_equal_the_module_path(which, request):
     """A chunk of drafts to verify runs through the native step (each token reading its sequence's keys up to
     its own position) and gives the logits of the module path, and of plain decoding, within 1e-4."""
+    llm = request.getfixturevalue(which)
     params = [SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, logprobs=2)] * 3
     ps = [[40, 41, 42, 43] * 4 + [40], [7, 8, 9] * 5 + [7], prompts(1, seed=9)[0]]
     spec = SpeculativeConfig(num_draft_tokens=4, min_ngram=1)
@@ -686,3 +728,43 @@ def test_default_model_accepts_drafts_natively(default_model_path):
     assert ours.stats["accepted"] > 16 and ours.ids == ref.ids
     table = lambda g: [v for t in g.logprobs for v in (t.logprob, *(lp for _, lp in t.top))]  # noqa: E731
     assert table(ours) == pytest.approx(table(ref), abs=1e-4)
+
+
+@pytest.mark.parametrize("name", ["moe", "moe-plain"])
+@pytest.mark.parametrize("limbs", [0, 1, 3])
+def test_a_tokens_experts_give_the_same_bits_alone_and_in_a_batch(name, limbs, threads):
+    """Five tokens in one step route to overlapping experts, whose matmuls run over the rows grouped by expert:
+    each token's logits are the bits of the same token in a step alone (float32, 8-bit and 24-bit activations:
+    0, 1 and 3 limbs)."""
+    model = variant(name)
+    for w in quant_weights(model):
+        w.int8_activations, w.limbs = limbs > 0, max(limbs, 1)
+    lengths = [1, 9, 23, 4, 16]
+    storage, inputs, key_slots = scattered_step(model, lengths, seed=8)
+    args = inputs.ids[0], inputs.positions, inputs.write_slots, key_slots
+    with torch.inference_mode():
+        batched = decode_logits(model, build_stack(model, copy_storage(storage)), *args, torch.arange(5))
+        for i in range(5):
+            one = [a[i : i + 1] for a in args]
+            alone = decode_logits(model, build_stack(model, copy_storage(storage)), *one, torch.arange(1))
+            assert torch.equal(alone[0], batched[i]), i
+
+
+def test_experts_with_equal_scores_go_to_the_lower_index(threads):
+    """Routers whose rows repeat (experts 0 and 3 score alike, and 1, 2 and 4): among equal probabilities the
+    native step keeps the lower expert index, as the module path does (other experts compute other outputs)."""
+    model = variant("moe")
+    g = torch.Generator().manual_seed(2)
+    for layer in model.model.layers:
+        if hasattr(layer.mlp, "experts"):
+            a, b, c = torch.randn(3, 1, 64, generator=g) * 0.2  # [1, C] each
+            layer.mlp.gate = torch.nn.Linear(64, 6, bias=False)
+            layer.mlp.gate.weight.data = torch.cat([a, b, b, a, b, c])  # [E, C]
+    storage, inputs, key_slots = scattered_step(model, [1, 9, 23, 4, 16], seed=3)
+    ref_storage = copy_storage(storage)
+    rows = torch.arange(5)
+    with torch.inference_mode():
+        ref = execute(model, ref_storage, inputs, rows)  # [N, V]
+        args = inputs.ids[0], inputs.positions, inputs.write_slots, key_slots, rows
+        ours = decode_logits(model, build_stack(model, storage), *args)
+    assert (ours - ref).abs().max() <= 1e-5 * ref.abs().max()

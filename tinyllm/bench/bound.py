@@ -18,7 +18,8 @@ estimate: a real run also waits for weights and the KV cache.
 
 The memory floor of batch-1 decode: each step reads every weight of the layers and the head as stored
 (quantized blocks or floats) and the keys and values its query sees, so a sequence's decode steps take at least
-those bytes over the machine's measured read rate."""
+those bytes over the machine's measured read rate. In a mixture of experts a token reads (and multiplies by) its
+top_k experts of each layer, not the others: both floors count those alone."""
 
 from __future__ import annotations
 
@@ -42,6 +43,18 @@ def _linear_macs(module) -> int:
     return sum(m.in_features * m.out_features for m in module.modules() if hasattr(m, "in_features"))
 
 
+def _idle_experts(layers, count) -> int:
+    """count(experts) for the experts one token skips: (E - k) / E of each mixture of experts' (they are alike)."""
+    from ..model.moe import MoEMLP
+
+    moe = [layer.mlp for layer in layers if isinstance(layer.mlp, MoEMLP)]
+    return sum(count(m.experts) * (m.plan.num_experts - m.plan.top_k) // m.plan.num_experts for m in moe)
+
+
+def _active_macs(layers) -> int:
+    return _linear_macs(layers) - _idle_experts(layers, _linear_macs)
+
+
 def costs(model) -> Costs | None:
     """The model's Costs, or None for a model this count does not cover (any but LlamaForCausalLM's families
     with grouped-query attention)."""
@@ -57,8 +70,8 @@ def costs(model) -> Costs | None:
     c = model.config
     kv = attn[-1].qkv_proj.in_features * 2 * c.num_kv_heads * c.head_dim
     return Costs(
-        layers=_linear_macs(layers),
-        last_layer=_linear_macs(layers[-1]),
+        layers=_active_macs(layers),
+        last_layer=_active_macs(layers[-1:]),
         last_layer_kv=kv,
         head=model.lm_head.in_features * model.lm_head.out_features,
         per_key=2 * c.num_heads * c.head_dim,
@@ -116,7 +129,9 @@ def decode_bytes(model, kv_itemsize: float, prompt: int, new: int) -> tuple[int,
     c = costs(model)
     if c is None:
         return None
-    weights = _stored_bytes(model.model.layers) + _stored_bytes(model.lm_head) + _stored_bytes(model.model.norm)
+    layers = model.model.layers
+    weights = _stored_bytes(layers) - _idle_experts(layers, _stored_bytes)  # a token's experts alone
+    weights += _stored_bytes(model.lm_head) + _stored_bytes(model.model.norm)
     per_key = 2 * model.config.num_kv_heads * model.config.head_dim * kv_itemsize  # a key and its value
     kv = sum(per_key * _keys_seen(prompt, prompt + new - 1, w) for w in c.windows)
     return weights, kv

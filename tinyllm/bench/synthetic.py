@@ -35,6 +35,10 @@ class Shape:
     qkv_bias: bool = False
     tied: bool = True  # the head shares the embeddings (as the 1B/3B/0.5B models do)
     context: int = 16384
+    head_dim: int | None = None  # None: hidden / heads
+    experts: int = 0  # a mixture of experts in each layer's MLP (synthetic_moe.py), of expert_ffn each
+    top_k: int = 0
+    expert_ffn: int = 0
 
 
 # The layer shapes of the models' config.json files.
@@ -42,6 +46,10 @@ SHAPES = {
     "llama-3.2-1b": Shape("llama", 16, 2048, 32, 8, 8192, 128256, 500000.0),
     "llama-3.2-3b": Shape("llama", 28, 3072, 24, 8, 8192, 128256, 500000.0),
     "qwen2.5-0.5b": Shape("qwen2", 24, 896, 14, 2, 4864, 151936, 1000000.0, qkv_bias=True),
+    # Qwen3-30B-A3B's layers (4 of its 48): 128 experts, 8 a token; written in Q8_0 by synthetic_moe.py
+    "qwen3-30b-a3b-4l": Shape(
+        "qwen3moe", 4, 2048, 32, 4, 6144, 151936, 1000000.0, head_dim=128, experts=128, top_k=8, expert_ffn=768
+    ),
 }
 # llama.cpp's file types (llama_ftype) for the formats a user's file most often has.
 FORMATS = {"Q4_K_M": 15, "Q4_0": 2, "Q8_0": 7}
@@ -76,6 +84,8 @@ def synthetic_path(model: str, threads: int | None = None) -> str:
     if os.path.exists(path):
         return path
     os.makedirs(folder, exist_ok=True)
+    if SHAPES[name].experts:
+        return _experts_file(SHAPES[name], fmt, path)
     source = os.path.join(folder, f"{name}-F16.gguf")
     if not os.path.exists(source):
         print(f"writing {source} (random weights with {name}'s shapes)", flush=True)
@@ -83,6 +93,17 @@ def synthetic_path(model: str, threads: int | None = None) -> str:
         os.replace(source + ".part", source)
     print(f"quantizing it to {fmt} with llama.cpp's quantizer", flush=True)
     quantize(source, path + ".part", FORMATS[fmt], threads or os.cpu_count() or 1)
+    os.replace(path + ".part", path)
+    return path
+
+
+def _experts_file(shape: Shape, fmt: str, path: str) -> str:
+    from .synthetic_moe import write_q8_0
+
+    if fmt != "Q8_0":
+        raise TinyLLMError(f"a synthetic mixture of experts is written in Q8_0 only, got {fmt}")
+    print(f"writing {path} (random Q8_0 weights with the shape's layers)", flush=True)
+    write_q8_0(shape, path + ".part", _vocabulary(shape.vocab))
     os.replace(path + ".part", path)
     return path
 

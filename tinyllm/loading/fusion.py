@@ -55,8 +55,18 @@ def fuse(state: dict, source: str = "<memory>", pack: Callable[[list], QuantWeig
                             f"{source!r}: tensor {n} has shape {tuple(out[n].shape)}, expected "
                             f"{_columns(out[names[0]])} columns like {names[0]}"
                         )
-                out[prefix + fused] = concat_rows([out.pop(n) for n in names], pack)
+                group = [out.pop(n) for n in names]
+                out[prefix + fused] = _kept_parts(group, pack) if ".experts." in prefix else concat_rows(group, pack)
     return out
+
+
+def _kept_parts(parts: list, pack: Callable[[list], QuantWeight | None] | None):
+    """An expert's gate and up: blocks stay a tuple of parts, views into the file's expert stacks (concatenated,
+    they would copy two thirds of a mixture of experts' weights), unless `pack` packs them; floats concatenate."""
+    if not all(isinstance(p, QuantWeight) for p in parts):
+        return concat_rows(parts, pack)
+    packed = pack(parts) if pack is not None else None
+    return packed if packed is not None else tuple(parts)
 
 
 def fused_sizes(config: ModelConfig) -> dict[str, tuple[int, ...]]:

@@ -10,8 +10,9 @@ more than the work it does (figures: docs/benchmarks.md, "Figures behind choices
 
 It covers every family of model/family.py: pre-norm and sandwich layers, RMSNorm and (1 + w) RMSNorm,
 SwiGLU and GeGLU, q/k/v biases, per-head q/k norms, a query scale, an attention soft-cap, sliding windows and
-a second rotary table, with quantized projections (a fused one may hold parts of different formats, as
-mixed-format files store v wider than q and k); float32 activations, and KV stored in float32, float16 or
+a second rotary table, a mixture of experts in place of the dense MLP (a softmax router over float32 or quantized
+rows, top-k, renormalised or not: csrc/moe.h), with quantized projections (a fused one may hold parts of different
+formats, as mixed-format files store v wider than q and k); float32 activations, and KV stored in float32, float16 or
 bfloat16 (rounded as torch rounds the module path's writes, widened exactly on reading). Float weights (the
 reference path), another KV dtype, MLA attention or tensor-parallel shards run the module path;
 `unsupported(model)` says why.
@@ -22,8 +23,11 @@ from __future__ import annotations
 from array import array
 
 import torch
+from torch import nn
 
+from ...kernels.qweight import QuantWeight
 from ..attention import GQAttention
+from ..moe import MoEMLP
 from ..norm import RMSNorm, RMSNormPlusOne
 from ..plan import ROPE_TABLES, LayerPlan
 from ..quant_bias import BiasedQuantLinear
@@ -59,6 +63,8 @@ def _layer_reason(layer) -> str | None:
         return "its attention is not grouped-query attention"
     if not (_quantized(attn.qkv_proj, 3, (QuantLinear, BiasedQuantLinear)) and _quantized(attn.o_proj, 1)):
         return "its attention projections are not quantized weights"
+    if type(mlp) is MoEMLP:
+        return _experts_reason(mlp)
     if not (_quantized(mlp.gate_up_proj, 2) and _quantized(mlp.down_proj, 1)):
         return "its MLP projections are not quantized weights"
     if any(type(m) not in (RMSNorm, RMSNormPlusOne) or m.weight.dtype != torch.float32 for m in _norms(layer)):
@@ -70,13 +76,31 @@ def _plan_reason(layer: LayerPlan) -> str | None:
     """Why the native step cannot run a layer of this plan, or None."""
     if layer.activation not in ACTIVATIONS:
         return f"the activation {layer.activation} is not covered"
-    if layer.moe is not None:
-        return "a mixture-of-experts MLP is not covered"
+    moe = layer.moe
+    if moe is not None and (moe.router != "softmax" or moe.shared_expert or moe.router_bias or moe.expert_bias):
+        return f"the {moe.router} router, a shared expert or biases of the router or experts are not covered"
     if layer.sinks:
         return "attention sinks are not covered"
     if layer.o_bias:
         return "a bias on the attention's output is not covered"
     return None
+
+
+def _experts_reason(mlp: MoEMLP) -> str | None:
+    if not (_quantized(mlp.gate, 1) or _float_rows(mlp.gate)):
+        return "its router is neither a quantized weight nor float32 without a bias"
+    if not all(_quantized(e.gate_up_proj, 2) and _quantized(e.down_proj, 1) for e in mlp.experts):
+        return "its experts' projections are not quantized weights"
+    return None
+
+
+def _float_rows(linear) -> bool:
+    return type(linear) is nn.Linear and linear.bias is None and linear.weight.dtype == torch.float32
+
+
+def _router(gate) -> QuantWeight | torch.Tensor:
+    """The router as the native step reads it: its blocks, or its float32 rows."""
+    return gate.parts[0] if type(gate) is QuantLinear else gate.weight.detach().contiguous()
 
 
 def unsupported(model) -> str | None:
@@ -112,7 +136,7 @@ def _scale(norm) -> torch.Tensor | None:
 
 
 def _layer_weights(layer, plan: LayerPlan, storage, index: int, head_dim: int) -> LayerWeights:
-    attn, mlp = layer.self_attn, layer.mlp
+    attn, mlp, moe = layer.self_attn, layer.mlp, plan.moe
     sandwich = plan.block == "sandwich"
     bias = getattr(attn.qkv_proj, "bias", None) if plan.qkv_bias else None
     return LayerWeights(
@@ -123,9 +147,9 @@ def _layer_weights(layer, plan: LayerPlan, storage, index: int, head_dim: int) -
         q_norm=_scale(attn.q_norm) if plan.qk_norm else None,
         k_norm=_scale(attn.k_norm) if plan.qk_norm else None,
         qkv=list(attn.qkv_proj.parts),
-        gate_up=list(mlp.gate_up_proj.parts),
+        gate_up=None if moe else list(mlp.gate_up_proj.parts),
         o=attn.o_proj.parts[0],
-        down=mlp.down_proj.parts[0],
+        down=None if moe else mlp.down_proj.parts[0],
         qkv_bias=None if bias is None else bias.detach().float().contiguous(),
         k_cache=storage.k[index],
         v_cache=storage.v[index],
@@ -136,6 +160,12 @@ def _layer_weights(layer, plan: LayerPlan, storage, index: int, head_dim: int) -
         activation=plan.activation,
         scale=plan.attn_scale if plan.attn_scale is not None else head_dim**-0.5,
         softcap=plan.attn_softcap,
+        num_experts=moe and moe.num_experts,
+        router=moe and _router(mlp.gate),
+        experts_gate_up=moe and [list(e.gate_up_proj.parts) for e in mlp.experts],
+        experts_down=moe and [e.down_proj.parts[0] for e in mlp.experts],
+        top_k=moe and moe.top_k,
+        renormalize=moe and moe.renormalize,
     )
 
 

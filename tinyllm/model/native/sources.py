@@ -10,7 +10,7 @@ from ...kernels import build
 from . import step_fields
 
 FOLDER = Path(__file__).parent / "csrc"
-HEADERS = ("attention.h", "decode_args.h", "kv.h", "kv16.h", "layer_ops.h")
+HEADERS = ("attention.h", "decode_args.h", "kv.h", "kv16.h", "layer_ops.h", "moe.h")
 UNITS = ("decode.cpp", "layout.cpp")
 LIB_NAME = "libtinyllm_decoder.so"
 NOTICE = "tinyllm: building the native decode step for this machine, once (seconds to a minute):"

@@ -4,8 +4,9 @@ rows; csrc/layout.cpp reports the compiled layout so a test compares the two fie
 torch, no imports from the package, so that the build can read it apart from the rest.
 
 A per-layer value crosses into C++ by one row of LAYER: its dataclass field (step_structs.LayerWeights), its
-packing (by C type: a pointer takes a tensor's address, QW a quantized weight, Proj a list of them, int64_t an
-int or one of `choices`, double a float) and its C++ member all come from that row.
+packing (by C type: a pointer takes a tensor's address, QW a quantized weight (or a float32 tensor: fmt 0), Proj a
+list of them, a pointer to QW or Proj a list of those as a C array, int64_t an int or one of `choices`, double a
+float) and its C++ member all come from that row.
 """
 
 from __future__ import annotations
@@ -77,9 +78,9 @@ LAYER = Struct(
         Field("q_norm", FLOATS, "[D] per query head before rotation", nullable=True),
         Field("k_norm", FLOATS, "[D] per key head before rotation", nullable=True),
         Field("qkv", "Proj", "rows stacked: [(H + 2 Hkv) D, C], up to 3 parts"),
-        Field("gate_up", "Proj", "[2 I, C], up to 2 parts"),
+        Field("gate_up", "Proj", "[2 I, C], up to 2 parts; count 0 with experts", nullable=True),
         Field("o", "QW", "[C, H D]"),
-        Field("down", "QW", "[C, I]"),
+        Field("down", "QW", "[C, I]; data null with experts", nullable=True),
         Field("qkv_bias", FLOATS, "[(H + 2 Hkv) D]", nullable=True),
         Field("k_cache", ANY, "[slots, Hkv * D] of this layer, elements of ModelArgs::kv_type"),
         Field("v_cache", ANY, "[slots, Hkv * D]"),
@@ -90,6 +91,13 @@ LAYER = Struct(
         Field("activation", I64, "of the gated MLP: 0 SiLU, 1 GELU (tanh form)", choices=("silu", "gelu_tanh")),
         Field("scale", F64, "of the attention logits q . k"),
         Field("softcap", F64, "of the attention logits: cap * tanh(logit / cap); 0 = none", nullable=True),
+        # a mixture of experts in place of the dense MLP (moe.h); a dense layer has none of these
+        Field("num_experts", I64, "E; 0 = the dense MLP", nullable=True),
+        Field("router", "QW", "[E, C] the experts' scores (fmt 0: float32 rows)", nullable=True),
+        Field("experts_gate_up", "const Proj*", "[E] each expert's [2 Ie, C], up to 2 parts", nullable=True),
+        Field("experts_down", "const QW*", "[E] each expert's [C, Ie]", nullable=True),
+        Field("top_k", I64, "experts a token runs through", nullable=True),
+        Field("renormalize", I64, "1: the chosen experts' weights scaled to sum to one", nullable=True),
     ),
 )
 

@@ -21,11 +21,19 @@ ACTIVATIONS = {name: i for i, name in enumerate(LAYER.field("activation").choice
 MAX_PARTS = PROJ.field("part").count  # weights a fused projection holds
 KV_TYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.int8: 3}  # csrc/kv.h KvType (int8: q8_0)
 
-_PY_TYPES = {"QW": "QuantWeight", "Proj": "list[QuantWeight]", "int64_t": "int", "double": "float"}
+_PY_TYPES = {
+    "QW": "QuantWeight | torch.Tensor",  # a tensor: float32 rows
+    "Proj": "list[QuantWeight]",
+    "const QW*": "list[QuantWeight]",
+    "const Proj*": "list[list[QuantWeight]]",
+    "int64_t": "int",
+    "double": "float",
+}
+F32 = 0  # GGML's type id of float32 rows: a QW of a float tensor (csrc/moe.h's router reads it)
 
 
 def _annotation(f: Field) -> str:
-    kind = "torch.Tensor" if f.is_pointer else "str" if f.choices else _PY_TYPES[f.ctype]
+    kind = "str" if f.choices else _PY_TYPES.get(f.ctype, "torch.Tensor" if f.is_pointer else None)
     return f"{kind} | None" if f.nullable else kind
 
 
@@ -103,7 +111,9 @@ INT8_ACTIVATIONS = 256  # or'ed into a weight's type id: decode.cpp runs it with
 INT24_ACTIVATIONS = 512  # and this too: as three 8-bit limbs
 
 
-def _qw(w: QuantWeight) -> QW:
+def _qw(w: QuantWeight | torch.Tensor) -> QW:
+    if isinstance(w, torch.Tensor):  # float32 rows [n, k], contiguous
+        return QW(F32, w.data_ptr(), w.shape[1] * 4, w.shape[0], w.shape[1])
     if w.int8_activations:  # its packed form only (its blocks may be released)
         ptr, stride = packed(library(), w).data_ptr(), w.row_bytes
     else:
@@ -124,21 +134,29 @@ def _ptr(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
 
-def _c_value(f: Field, value):
-    """A LayerWeights value as its C field takes it (by the field's C type; None: null or 0)."""
+_ARRAYS = {"const QW*": (QW, _qw), "const Proj*": (Proj, _proj)}  # a C array of structs: its element, packing
+_STRUCTS = {"QW": (QW, _qw), "Proj": (Proj, _proj)}
+
+
+def _c_value(f: Field, value, keep: list):
+    """A LayerWeights value as its C field takes it (by the field's C type; None: null, 0 or a zeroed struct).
+    The C arrays made go into `keep`, which must outlive the call's structs."""
+    if f.ctype in _ARRAYS and value is not None:
+        kind, pack = _ARRAYS[f.ctype]
+        keep.append((kind * len(value))(*map(pack, value)))
+        return ctypes.addressof(keep[-1])
     if f.is_pointer:
         return _ptr(value)
-    if f.ctype == "QW":
-        return _qw(value)
-    if f.ctype == "Proj":
-        return _proj(value)
+    if f.ctype in _STRUCTS:
+        kind, pack = _STRUCTS[f.ctype]
+        return kind() if value is None else pack(value)
     if value is None:
         return 0
-    return f.choices.index(value) if f.choices else value
+    return f.choices.index(value) if f.choices else int(value) if isinstance(value, bool) else value
 
 
-def _layer_args(w: LayerWeights) -> LayerArgs:
-    return LayerArgs(**{f.name: _c_value(f, getattr(w, f.name)) for f in LAYER.fields})
+def _layer_args(w: LayerWeights, keep: list) -> LayerArgs:
+    return LayerArgs(**{f.name: _c_value(f, getattr(w, f.name), keep) for f in LAYER.fields})
 
 
 class DecodeStack:
@@ -157,8 +175,9 @@ class DecodeStack:
         norm and output projection, for `head()`; embedding: for `run(..., ids=)`."""
         self.lib, self.shape = lib, shape
         self.has_head, self.embeds = head is not None, embedding is not None
-        self._keep = layers, inv_freq, head, embedding  # the tensors the structures point into stay alive
-        self._layers = (LayerArgs * len(layers))(*map(_layer_args, layers))
+        arrays: list = []  # the experts' C arrays the layers point to
+        self._layers = (LayerArgs * len(layers))(*(_layer_args(w, arrays) for w in layers))
+        self._keep = layers, inv_freq, head, embedding, arrays  # what the structures point into stays alive
         s = shape
         self._model = ModelArgs(
             num_layers=len(layers), hidden=s.hidden, heads=s.heads, kv_heads=s.kv_heads, head_dim=s.head_dim,

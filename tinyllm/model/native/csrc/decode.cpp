@@ -2,7 +2,8 @@
 // each layer runs RMSNorm -> q/k/v projection (+ bias) -> per-head q/k RMSNorm (optional) -> rotary -> store
 // k, v at the token's slot -> attention over the sequence's stored keys (scale, soft-cap, sliding window) ->
 // o projection (-> RMSNorm, sandwich layers) + residual -> RMSNorm -> gate/up projection -> SiLU or tanh-GELU
-// of the gate times up -> down projection (-> RMSNorm) + residual; a layer without a norm (a null pointer in
+// of the gate times up -> down projection, or a mixture of experts' (moe.h) (-> RMSNorm) + residual; a layer
+// without a norm (a null pointer in
 // its LayerArgs) skips it. The projections are the quantized matmuls of qmatmul.cpp (a fused projection may
 // be several weights of different formats); activations are float32, the KV cache float32, float16, bfloat16
 // or q8_0 (kv.h).
@@ -14,6 +15,7 @@
 // tinyllm/model/native/step_fields.py), layer_ops.h and attention.h; layout.cpp reports the structs' layout.
 #include "attention.h"
 #include "blocks.h"
+#include "moe.h"
 
 #include <algorithm>
 #include <chrono>
@@ -82,8 +84,7 @@ static StepArgs keep_rows(const StepArgs& st, const int64_t* keep, int64_t m, in
 // them as much as they sped attention up), key slots given directly, or a q8_0 cache.
 static Ahead* keys_ahead(const ModelArgs& md, const LayerArgs& L, const LayerArgs* next, const StepArgs& st,
                          int64_t m) {
-    if (!next || m < 2 || !st.blocks || md.kv_type == KV_Q8 || (L.gate_up.part[0].fmt & INT8_ACTIVATIONS))
-        return nullptr;
+    if (!next || m < 2 || !st.blocks || md.kv_type == KV_Q8 || (L.o.fmt & INT8_ACTIVATIONS)) return nullptr;
     thread_local Ahead ahead;
     thread_local std::vector<const char*> starts;
     thread_local std::vector<int64_t> len;  // keys per sequence row
@@ -102,7 +103,8 @@ static Ahead* keys_ahead(const ModelArgs& md, const LayerArgs& L, const LayerArg
             starts.push_back(static_cast<const char*>(next->v_cache) + block * bytes);
         }
     }
-    const double macs = (double)m * md.hidden * (md.heads * md.head_dim + 3 * md.inter);  // o, gate/up and down
+    const int64_t inter = L.num_experts ? L.top_k * L.experts_down[0].k : md.inter;  // a row's MLP width
+    const double macs = (double)m * md.hidden * (md.heads * md.head_dim + 3 * inter);  // o, gate/up and down
     ahead.starts = starts.data();
     ahead.num = (int64_t)starts.size();
     ahead.lines = (bytes + 63) / 64;
@@ -160,13 +162,17 @@ static void layer_step(const ModelArgs& md, const LayerArgs& L, const StepArgs& 
         if (L.mlp_norm) rms_norm(xr, L.mlp_norm, r1 - r0, C, md.eps, h + r0 * C);
     });
     clock.mark(Clock::OTHER);
-    matmul(L.gate_up, L.mlp_norm ? h : x, M, gu, part, threads, ahead);
-    clock.mark(Clock::MATMUL);
-    for_rows(M, threads, [&](int64_t r0, int64_t r1) {
-        (L.activation == 1 ? gelu_mul : silu_mul)(gu + r0 * 2 * I, r1 - r0, I, act + r0 * I);
-    });
-    clock.mark(Clock::OTHER);
-    matmul(L.down, act, M, tmp, threads, ahead);
+    if (L.num_experts) {
+        moe(L, L.mlp_norm ? h : x, M, C, tmp, threads, ahead);
+    } else {
+        matmul(L.gate_up, L.mlp_norm ? h : x, M, gu, part, threads, ahead);
+        clock.mark(Clock::MATMUL);
+        for_rows(M, threads, [&](int64_t r0, int64_t r1) {
+            (L.activation == 1 ? gelu_mul : silu_mul)(gu + r0 * 2 * I, r1 - r0, I, act + r0 * I);
+        });
+        clock.mark(Clock::OTHER);
+        matmul(L.down, act, M, tmp, threads, ahead);
+    }
     clock.mark(Clock::MATMUL);
     for_rows(M, threads, [&](int64_t r0, int64_t r1) {
         float *xr = x + r0 * C, *tr = tmp + r0 * C;
