@@ -93,6 +93,9 @@ def test_strict_refuses_a_required_property_it_closes_out():
         ('start: a ~ 0\na: "x" a', None),
         ('start: "a" start\nsep{x}: x', None),  # a template: syntax the reader leaves to the grammar engine
         ('start: "a" start -> alias', "rule 'start' never finishes"),
+        ('start: x ":" "0".."9"\nx: "a" x', "rules 'start', 'x' never finish"),  # a range is one terminal
+        ('start: x{2}\nx: "a" x', "rules 'start', 'x' never finish"),  # at least two x
+        ('start: %regex {"substrings": ["a"]} start', "rule 'start' never finishes"),
         ("start: <|im_end|> | start", None),
         ('root ::= x | "b"{2,3}\nx ::= [a-z]+ "c"?  # comment\n', None),
     ],
