@@ -111,6 +111,7 @@ def test_a_fault_while_adding_a_request_fails_that_request_and_the_engine_serves
     assert len(got["b"]) == 1 and got["b"][0].request_id == "b" and isinstance(got["b"][0].error, EngineFault)
     assert str(got["b"][0].error) == "adding the request failed: the tokenizer broke"
     assert isinstance(got["a"][0], Accepted) and got["a"][-1].finish_reason == "length"
+    assert runner.error is None  # shut down, not stopped by itself
 
 
 def test_a_group_that_goes_down_while_idle_stops_the_engine_with_its_message(llm, monkeypatch):
