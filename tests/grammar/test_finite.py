@@ -95,6 +95,8 @@ def test_strict_refuses_a_required_property_it_closes_out():
         ('start: "a" start -> alias', "rule 'start' never finishes"),
         ('start: x ":" "0".."9"\nx: "a" x', "rules 'start', 'x' never finish"),  # a range is one terminal
         ('start: x{2}\nx: "a" x', "rules 'start', 'x' never finish"),  # at least two x
+        ('start: x ~ 2\nx: "a" x', "rules 'start', 'x' never finish"),
+        ('%import common.WS\nstart: "a" start', "rule 'start' never finishes"),  # a directive's line alone skipped
         ('start: %regex {"substrings": ["a"]} start', "rule 'start' never finishes"),
         ("start: <|im_end|> | start", None),
         ('root ::= x | "b"{2,3}\nx ::= [a-z]+ "c"?  # comment\n', None),
