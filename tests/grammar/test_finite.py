@@ -48,6 +48,7 @@ STOP_IDS = (0, 2)
         ({"$ref": "#"}, "# refers to itself"),
         ({"type": ["object", "null"], "properties": {"x": {"$ref": "#"}}, "required": ["x"]}, None),
         ({"type": "object", "properties": {"x": {"$ref": "#"}}, "required": ["x"], "patternProperties": {}}, "x"),
+        ({"type": "object", "required": ["x"], "patternProperties": {"^x$": {}}, "additionalProperties": False}, None),
         ({"type": "object", "properties": {"x": {"$ref": "#/nowhere"}}, "required": ["x"]}, None),
         ({"type": "object", "properties": {"x": {"$ref": "#"}}, "required": ["x"], "enum": [{"x": 1}]}, None),
         ({"type": "object", "properties": {"x": "not a schema"}, "required": ["x"], "allOf": [7]}, None),
