@@ -146,6 +146,17 @@ def test_a_manager_reuses_prefixes_unless_told_not_to(switch, cached):
     assert kv.match_prefix(fake_request("b", [0, 1, 2, 3, 50, 51, 52, 53])) == cached
 
 
+def test_the_copies_of_every_request_admitted_in_one_step_are_kept():
+    pool, kv, sched = make(budget=64)
+    sched.add(fake_request("a", range(8)))
+    finish_step(sched, sched.schedule())
+    for rid, tail in (("c1", [99, 98]), ("c2", [97, 96])):  # each agrees with a's block 1 for two positions
+        sched.add(fake_request(rid, [0, 1, 2, 3, 4, 5, *tail]))
+    plan = sched.schedule()
+    shared = kv.tables["a"].blocks[1]
+    assert plan.block_copies == [(shared, kv.tables["c1"].blocks[1]), (shared, kv.tables["c2"].blocks[1])]
+
+
 def test_allocate_changes_nothing_when_blocks_run_out():
     pool, kv, sched = make(num_blocks=2)
     a = fake_request("a", range(6))
