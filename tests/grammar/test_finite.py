@@ -94,6 +94,7 @@ def test_strict_refuses_a_required_property_it_closes_out():
         ('start: a ~ 0\na: "x" a', None),
         ('start: "a" start\nsep{x}: x', None),  # a template: syntax the reader leaves to the grammar engine
         ('start: "a" start -> alias', "rule 'start' never finishes"),
+        ('start: start "a" -> alias', "rule 'start' never finishes"),  # an alias after a terminal
         ('start: x ":" "0".."9"\nx: "a" x', "rules 'start', 'x' never finish"),  # a range is one terminal
         ('start: x{2}\nx: "a" x', "rules 'start', 'x' never finish"),  # at least two x
         ('start: x ~ 2\nx: "a" x', "rules 'start', 'x' never finish"),

@@ -131,6 +131,13 @@ def test_strict_closes_every_object_that_does_not_say_otherwise():
     assert StructuredOutput.json_schema(schema, strict=True) != StructuredOutput.json_schema(schema)
 
 
+def test_an_allof_branch_that_a_ref_also_names_stays_open():
+    branch = {"type": "object", "properties": {"a": {"type": "string"}}}
+    schema = {"type": "object", "allOf": [branch], "properties": {"x": {"$ref": "#/allOf/0"}}}
+    out = stored(schema, strict=True, bounded_numbers=False)
+    assert out["allOf"] == [branch] and out["additionalProperties"] is False
+
+
 PERSON = {
     "type": "object",
     "properties": {"name": {"type": "string", "maxLength": 3}, "age": {"type": "integer"}},
