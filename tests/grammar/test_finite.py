@@ -51,6 +51,7 @@ STOP_IDS = (0, 2)
         ({"type": "object", "required": ["x"], "patternProperties": {"^x$": {}}, "additionalProperties": False}, None),
         ({"type": "object", "properties": {"x": {"$ref": "#/nowhere"}}, "required": ["x"]}, None),
         ({"type": "object", "properties": {"x": {"$ref": "#"}}, "required": ["x"], "enum": [{"x": 1}]}, None),
+        ({"type": "object", "properties": {"x": {"$ref": "#"}}, "required": ["x"], "const": {"x": 1}}, None),
         ({"type": "object", "properties": {"x": "not a schema"}, "required": ["x"], "allOf": [7]}, None),
         ({"type": "object", "properties": {"a/b~": {"$ref": "#"}}, "required": ["a/b~"]}, "property 'a/b~' of #"),
     ],
@@ -110,6 +111,10 @@ def test_grammars_without_a_finite_sentence_are_named(grammar, refused):
         return
     with pytest.raises(TinyLLMError, match="the grammar has no finite sentence: .*" + re.escape(refused)):
         StructuredOutput.grammar(grammar)
+
+
+def test_a_quantifier_cut_short_at_the_end_of_a_rule_is_left_to_the_grammar_engine():
+    check_grammar_finite('start: "a" ~ 2 ..')  # `~n..` without its m: syntax the reader does not follow
 
 
 SELF_REFERENCE = '{"type": "object", "properties": {"x": {"$ref": "#"}}, "required": ["x"]}'
