@@ -1,6 +1,6 @@
 """Prompt logprobs from the engine equal the log-softmax of the model's own full-forward logits at every prompt
 position: alone, batched, in small prefill chunks, after a prefix-cache hit would have skipped positions, and
-across preemption."""
+across preemption; they travel once, on the request's first output."""
 
 import pytest
 import torch
@@ -71,3 +71,14 @@ def test_prompt_logprobs_leave_the_generated_tokens_unchanged(llm):
     with_lp = llm.generate(PROMPTS[0], params=params())
     without = llm.generate(PROMPTS[0], temperature=0, max_tokens=3, ignore_eos=True)
     assert with_lp.ids == without.ids and without.prompt_logprobs is None
+
+
+def test_the_prompt_logprobs_travel_once_on_the_first_output(llm):
+    engine = Engine(llm.parts, block_size=4)
+    engine.add_request(PROMPTS[1], params(), "r")
+    outputs = []
+    while engine.has_unfinished():
+        outputs += engine.step()
+    first, *rest = [o.prompt_logprobs for o in outputs if o.request_id == "r"]
+    assert [lp.logprob for lp in first[1:]] == [lp.logprob for lp in engine.generation("r").prompt_logprobs[1:]]
+    assert len(first) == len(PROMPTS[1]) and len(rest) == 2 and rest == [None, None]

@@ -137,6 +137,26 @@ def test_copy_on_write_pairs_for_a_write_into_a_shared_block():
     assert not pool.is_shared(shared) and kv.tables["a"].blocks[0] == shared
 
 
+@pytest.mark.parametrize("switch, cached", [((), 4), ((False,), 0)])
+def test_a_manager_reuses_prefixes_unless_told_not_to(switch, cached):
+    kv = KVManager(BlockPool(16, P), *switch)  # caching is on by default
+    sched = Scheduler(kv, 8, 64)
+    sched.add(fake_request("a", range(8)))
+    finish_step(sched, sched.schedule())
+    assert kv.match_prefix(fake_request("b", [0, 1, 2, 3, 50, 51, 52, 53])) == cached
+
+
+def test_the_copies_of_every_request_admitted_in_one_step_are_kept():
+    pool, kv, sched = make(budget=64)
+    sched.add(fake_request("a", range(8)))
+    finish_step(sched, sched.schedule())
+    for rid, tail in (("c1", [99, 98]), ("c2", [97, 96])):  # each agrees with a's block 1 for two positions
+        sched.add(fake_request(rid, [0, 1, 2, 3, 4, 5, *tail]))
+    plan = sched.schedule()
+    shared = kv.tables["a"].blocks[1]
+    assert plan.block_copies == [(shared, kv.tables["c1"].blocks[1]), (shared, kv.tables["c2"].blocks[1])]
+
+
 def test_allocate_changes_nothing_when_blocks_run_out():
     pool, kv, sched = make(num_blocks=2)
     a = fake_request("a", range(6))

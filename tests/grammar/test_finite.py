@@ -48,8 +48,10 @@ STOP_IDS = (0, 2)
         ({"$ref": "#"}, "# refers to itself"),
         ({"type": ["object", "null"], "properties": {"x": {"$ref": "#"}}, "required": ["x"]}, None),
         ({"type": "object", "properties": {"x": {"$ref": "#"}}, "required": ["x"], "patternProperties": {}}, "x"),
+        ({"type": "object", "required": ["x"], "patternProperties": {"^x$": {}}, "additionalProperties": False}, None),
         ({"type": "object", "properties": {"x": {"$ref": "#/nowhere"}}, "required": ["x"]}, None),
         ({"type": "object", "properties": {"x": {"$ref": "#"}}, "required": ["x"], "enum": [{"x": 1}]}, None),
+        ({"type": "object", "properties": {"x": {"$ref": "#"}}, "required": ["x"], "const": {"x": 1}}, None),
         ({"type": "object", "properties": {"x": "not a schema"}, "required": ["x"], "allOf": [7]}, None),
         ({"type": "object", "properties": {"a/b~": {"$ref": "#"}}, "required": ["a/b~"]}, "property 'a/b~' of #"),
     ],
@@ -93,6 +95,12 @@ def test_strict_refuses_a_required_property_it_closes_out():
         ('start: a ~ 0\na: "x" a', None),
         ('start: "a" start\nsep{x}: x', None),  # a template: syntax the reader leaves to the grammar engine
         ('start: "a" start -> alias', "rule 'start' never finishes"),
+        ('start: start "a" -> alias', "rule 'start' never finishes"),  # an alias after a terminal
+        ('start: x ":" "0".."9"\nx: "a" x', "rules 'start', 'x' never finish"),  # a range is one terminal
+        ('start: x{2}\nx: "a" x', "rules 'start', 'x' never finish"),  # at least two x
+        ('start: x ~ 2\nx: "a" x', "rules 'start', 'x' never finish"),
+        ('%import common.WS\nstart: "a" start', "rule 'start' never finishes"),  # a directive's line alone skipped
+        ('start: %regex {"substrings": ["a"]} start', "rule 'start' never finishes"),
         ("start: <|im_end|> | start", None),
         ('root ::= x | "b"{2,3}\nx ::= [a-z]+ "c"?  # comment\n', None),
     ],
@@ -103,6 +111,10 @@ def test_grammars_without_a_finite_sentence_are_named(grammar, refused):
         return
     with pytest.raises(TinyLLMError, match="the grammar has no finite sentence: .*" + re.escape(refused)):
         StructuredOutput.grammar(grammar)
+
+
+def test_a_quantifier_cut_short_at_the_end_of_a_rule_is_left_to_the_grammar_engine():
+    check_grammar_finite('start: "a" ~ 2 ..')  # `~n..` without its m: syntax the reader does not follow
 
 
 SELF_REFERENCE = '{"type": "object", "properties": {"x": {"$ref": "#"}}, "required": ["x"]}'

@@ -88,9 +88,13 @@ def test_a_schemas_own_bounds_are_kept_and_only_open_sides_get_the_default():
             "both": {"type": ["integer", "null"], "minimum": -5, "maximum": 5},
             "choice": {"enum": [1e300]},
             "neg": {"not": {"type": "number"}},
+            "below": {"type": "integer", "exclusiveMaximum": 10},
+            "above": {"type": "number", "exclusiveMinimum": 0},
         },
     }
     props = stored(schema)["properties"]
+    assert props["below"] == {"type": "integer", "exclusiveMaximum": 10, "minimum": INTEGER_MIN}
+    assert props["above"] == {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1e15, "multipleOf": 1e-6}
     assert props["n"] == {"type": "integer", "exclusiveMinimum": 0, "maximum": INTEGER_MAX}
     assert props["big"] == {"type": "number", "maximum": 1e20, "multipleOf": 0.5, "exclusiveMinimum": -1e15}
     assert props["both"] == {"type": ["integer", "null"], "minimum": -5, "maximum": 5}
@@ -125,6 +129,13 @@ def test_strict_closes_every_object_that_does_not_say_otherwise():
     }
     assert "additionalProperties" not in props["parts"]["allOf"][0]  # a branch describes part of the object
     assert StructuredOutput.json_schema(schema, strict=True) != StructuredOutput.json_schema(schema)
+
+
+def test_an_allof_branch_that_a_ref_also_names_stays_open():
+    branch = {"type": "object", "properties": {"a": {"type": "string"}}}
+    schema = {"type": "object", "allOf": [branch], "properties": {"x": {"$ref": "#/allOf/0"}}}
+    out = stored(schema, strict=True, bounded_numbers=False)
+    assert out["allOf"] == [branch] and out["additionalProperties"] is False
 
 
 PERSON = {

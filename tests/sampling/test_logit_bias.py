@@ -1,5 +1,7 @@
 """logit_bias: validation in SamplingParams, where it enters the logits pipeline, and the sampler honouring it."""
 
+import re
+
 import pytest
 import torch
 
@@ -50,6 +52,11 @@ def test_bias_is_added_to_the_raw_logits_without_touching_the_input():
     assert torch.equal(out, torch.tensor([1.0, 3.0, 3.0, -99.5]))
     assert torch.equal(logits, torch.tensor([1.0, -2.0, 3.0, 0.5]))
     assert apply_logit_bias(logits, ()) is logits
+
+
+def test_applying_an_id_beyond_the_logits_is_refused_naming_it():
+    with pytest.raises(TinyLLMError, match=re.escape("logit_bias names token 4, beyond the logits' 4 tokens")):
+        apply_logit_bias(torch.zeros(4), ((1, 1.0), (4, 1.0)))
 
 
 def test_bias_comes_before_the_repetition_penalty():

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tinyllm.errors import TinyLLMError
-from tinyllm.sampling.mirostat import MuTrail, mirostat_filter, v1_k
+from tinyllm.sampling.mirostat import MuTrail, mirostat_filter, surprise_bits, v1_k
 from tinyllm.sampling.params import SamplingParams
 from tinyllm.sampling.rng import request_rng
 from tinyllm.sampling.sampler import sample, sample_batch
@@ -175,6 +175,11 @@ def test_rows_alone_equal_rows_batched():
     for i in range(4):
         solo = sample(rows[i], params[i], prompt_ids=[], generated_ids=[], rng=rngs[i], position=3, mu=float(mus[i]))
         assert (together[i].token, together[i].mu_after) == (solo.token, solo.mu_after)
+
+
+def test_surprise_bits_reads_each_rows_own_token():
+    logits = torch.tensor([[0.5, 0.25, 0.25], [0.125, 0.375, 0.5]], dtype=torch.float64).log()  # [2, 3]
+    assert surprise_bits(logits, torch.tensor([1, 0])).tolist() == pytest.approx([2.0, 3.0], abs=1e-12)
 
 
 def test_seeded_draws_repeat_and_mu_changes_the_draw():

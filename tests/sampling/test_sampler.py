@@ -17,6 +17,7 @@ from tinyllm.sampling import (
     sample_batch,
     sampled_entropy,
 )
+from tinyllm.sampling.sampler import _inverse_cdf
 
 PROBS = [0.5, 0.25, 0.15, 0.06, 0.04]
 LOGITS = torch.tensor(PROBS).log()
@@ -432,3 +433,9 @@ def test_min_tokens_yields_when_the_grammar_allows_only_a_stop():
         constraint=OnlyStopsLeft(),
     )
     assert got.token == 3
+
+
+def test_a_draw_at_the_very_top_of_the_cdf_takes_the_last_live_token():
+    logits = torch.tensor([0.0, 1.0, 2.0, float("-inf")])  # the last token dropped by a filter
+    assert _inverse_cdf(logits, 1.0) == 2  # u * total equal to the total (as rounding can make it)
+    assert _inverse_cdf(logits, 0.0) == 0

@@ -128,6 +128,9 @@ def test_filters_reject_bad_arguments():
         apply_temperature(LOGITS, 0.0)
     with pytest.raises(ValueError, match="logits"):
         top_k_filter(torch.tensor([1, 2, 3]), 1)
+    with pytest.raises(TinyLLMError) as info:  # one request's logits: a row, not a batch
+        process_logits(torch.zeros(2, 3), SamplingParams(), prompt_ids=[], generated_ids=[])
+    assert str(info.value) == "logits must have shape [V] with V >= 1, got (2, 3)"
 
 
 # -- temperature and the order of operations ----------------------------------------

@@ -86,10 +86,36 @@ def test_every_bad_value_is_rejected_naming_its_field(field, value):
         SamplingParams(**{field: value})
 
 
-def test_message_names_field_and_value():
+MESSAGES = [  # one bad value a field: the whole sentence a caller reads
+    ("temperature", -1.0, "temperature must be a finite number >= 0, got -1.0"),
+    ("top_k", -2, "top_k must be an integer >= 1, or 0 / -1 to disable, got -2"),
+    ("top_p", 1.5, "top_p must be in (0, 1], got 1.5"),
+    ("typical_p", 0.0, "typical_p must be in (0, 1], got 0.0"),
+    ("min_p", 1.5, "min_p must be in [0, 1], got 1.5"),
+    ("tfs_z", 2.0, "tfs_z must be in (0, 1], got 2.0"),
+    ("mirostat", 3, "mirostat must be 0 (off), 1 or 2, got 3"),
+    ("mirostat_tau", 0.0, "mirostat_tau must be a finite number > 0, got 0.0"),
+    ("mirostat_eta", -1.0, "mirostat_eta must be a finite number > 0, got -1.0"),
+    ("repetition_penalty", 0.0, "repetition_penalty must be in [0.001, 1000], got 0.0"),
+    ("presence_penalty", 2.5, "presence_penalty must be in [-2, 2], got 2.5"),
+    ("frequency_penalty", -3.0, "frequency_penalty must be in [-2, 2], got -3.0"),
+    ("penalty_last_n", 0, "penalty_last_n must be None or an integer >= 1, got 0"),
+    ("seed", -1, "seed must be None or an integer in [0, 2**63), got -1"),
+    ("max_tokens", 0, "max_tokens must be None or an integer >= 1, got 0"),
+    ("min_tokens", -1, "min_tokens must be an integer >= 0, got -1"),
+    ("stop", 5, "stop must be a non-empty string or a list of them, got 5"),
+    ("stop_token_ids", [-1], "stop_token_ids must be a list of integers >= 0, got [-1]"),
+    ("ignore_eos", 1, "ignore_eos must be a bool, got 1"),
+    ("logprobs", 21, "logprobs must be None or an integer in [0, 20], got 21"),
+    ("prompt_logprobs", -1, "prompt_logprobs must be None or an integer in [0, 20], got -1"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "message"), MESSAGES)
+def test_message_names_field_and_value(field, value, message):
     with pytest.raises(ValueError) as info:
-        SamplingParams(top_p=1.5)
-    assert str(info.value) == "top_p must be in (0, 1], got 1.5"
+        SamplingParams(**{field: value})
+    assert str(info.value) == message
 
 
 @pytest.mark.parametrize(
