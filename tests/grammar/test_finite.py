@@ -37,6 +37,10 @@ STOP_IDS = (0, 2)
             "property 'x' of # is required, which leads back to #",
         ),
         (
+            {"type": "object", "properties": {"x": {"oneOf": [{"$ref": "#"}]}}, "required": ["x"]},
+            "property 'x' of # is required, which leads back to #",
+        ),
+        (
             {"type": "object", "properties": {"x": {"anyOf": [{"$ref": "#"}, {"$ref": "#/properties/x"}]}}},
             None,  # optional: {} is an instance
         ),
@@ -102,6 +106,8 @@ def test_strict_refuses_a_required_property_it_closes_out():
         ('%import common.WS\nstart: "a" start', "rule 'start' never finishes"),  # a directive's line alone skipped
         ('start: %regex {"substrings": ["a"]} start', "rule 'start' never finishes"),
         ("start: <|im_end|> | start", None),
+        ('start: "a" <|im_end|> start', "rule 'start' never finishes"),  # a special token is one terminal
+        ('start: ( "a" start )+', "rule 'start' never finishes"),  # at least once
         ('root ::= x | "b"{2,3}\nx ::= [a-z]+ "c"?  # comment\n', None),
     ],
 )
@@ -115,6 +121,10 @@ def test_grammars_without_a_finite_sentence_are_named(grammar, refused):
 
 def test_a_quantifier_cut_short_at_the_end_of_a_rule_is_left_to_the_grammar_engine():
     check_grammar_finite('start: "a" ~ 2 ..')  # `~n..` without its m: syntax the reader does not follow
+
+
+def test_a_json_directive_without_its_schema_is_left_to_the_grammar_engine():
+    check_grammar_finite('start: "a" start | %json')  # no `{...}` after it, at the very end of the text
 
 
 SELF_REFERENCE = '{"type": "object", "properties": {"x": {"$ref": "#"}}, "required": ["x"]}'
