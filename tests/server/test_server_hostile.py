@@ -264,7 +264,7 @@ def test_recursion_anywhere_in_preparation_is_a_400(server, monkeypatch):
     def too_deep(*args, **kwargs):
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(chat_module, "chat_prompt_ids", too_deep)
+    monkeypatch.setattr(chat_module, "chat_prompt", too_deep)
     error = error_of(post(server, "/v1/chat/completions", {"messages": CHAT, "max_tokens": 1}))
     assert "nests too deeply" in error["message"]
     monkeypatch.undo()

@@ -15,7 +15,6 @@ from ..checks.sampling_params import chat_params, check_vocab, fresh_seed, per_c
 from ..checks.structured import compile_structured, structured_from
 from ..checks.tools import ToolRequest, compile_tools, tool_calls_of, tools_from
 from ..checks.unsupported import CHAT_FIELDS, check_supported
-from ..endpoints.tool_stream import ToolCallStream, call_deltas
 from ..state import Ready
 from ..wire.errors import bad_request, nesting_is_400
 from ..wire.logprobs import TokenTexts, chat_logprobs
@@ -40,6 +39,7 @@ from .serving import (
     stream,
     usage_of,
 )
+from .tool_stream import ToolCallStream, call_deltas
 
 PROMPT_PARAM = "messages"
 
