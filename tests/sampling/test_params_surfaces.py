@@ -13,7 +13,7 @@ import pytest
 from tinyllm.cli import build_parser, make_structured, sampling
 from tinyllm.cli_checks import max_tokens_of, read_structured
 from tinyllm.grammar.structured import StructuredOutput
-from tinyllm.sampling.params import FIELDS, SURFACES, SamplingParams
+from tinyllm.sampling.params import FIELDS, SURFACES, SamplingParams, names_on
 from tinyllm.server.checks.sampling_params import chat_params, completion_params, per_choice
 from tinyllm.server.checks.structured import structured_from
 from tinyllm.server.ollama.options import sampling_of
@@ -156,3 +156,34 @@ def test_every_field_is_in_the_table_with_a_help_text_and_its_own_default():
         spec = FIELDS[field.name]
         assert spec.help and spec.help == spec.help.strip(), field.name
         assert spec.default == field.default == getattr(SamplingParams(), field.name)
+
+
+def test_each_surface_names_its_fields_as_its_clients_spell_them():
+    """The names are the surfaces' public contract (OpenAI's and Ollama's wire names, the CLI's flags, the `llm`
+    plugin's options), written out here rather than read from the table under test."""
+    same = ["temperature", "top_k", "top_p", "typical_p", "min_p", "tfs_z", "mirostat", "mirostat_tau"]
+    same += ["mirostat_eta", "repetition_penalty", "presence_penalty", "frequency_penalty"]
+    openai = {n: n for n in same} | {"penalty_last_n": "repeat_last_n", "seed": "seed", "max_tokens": "max_tokens"}
+    openai |= {n: n for n in ["min_tokens", "stop", "stop_token_ids", "ignore_eos", "logprobs", "prompt_logprobs"]}
+    openai |= {"logit_bias": "logit_bias", "structured": "response_format"}
+    assert names_on("openai", by_hand=True) == openai
+    ollama = {n: n for n in same} | {"repetition_penalty": "repeat_penalty", "penalty_last_n": "repeat_last_n"}
+    ollama |= {"seed": "seed", "max_tokens": "num_predict", "stop": "stop"}
+    assert names_on("ollama", by_hand=True) == ollama
+    flags = ["temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty"]
+    flags += ["frequency_penalty", "seed", "max_tokens", "stop", "ignore_eos", "logprobs"]
+    expected = {n: "--" + n.replace("_", "-") for n in flags} | {"structured": "--json-schema"}
+    assert names_on("flag", by_hand=True) == expected
+    plugin = ["temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty"]
+    plugin += ["frequency_penalty", "seed", "max_tokens", "stop"]
+    assert names_on("plugin", by_hand=True) == {n: n for n in plugin} | {"structured": "schema"}
+
+
+def test_the_package_exports_load_on_first_use_as_the_modules_own_objects():
+    import importlib
+
+    import tinyllm.sampling as package
+
+    for name in package.__all__:
+        module = importlib.import_module(package._EXPORTS[name])
+        assert getattr(package, name) is getattr(module, name), name
