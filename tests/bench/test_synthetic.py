@@ -75,13 +75,14 @@ def test_names():
 def test_a_mixture_of_experts_file_loads_with_its_experts_on_the_native_step(tmp_path):
     from tinyllm import LLM
     from tinyllm.bench.synthetic_moe import write_q8_0
+    from tinyllm.bench.synthetic_vocab import vocabulary
     from tinyllm.model.native.lowering import unsupported
 
     shape = synthetic.Shape(
         "qwen3moe", 2, 64, 2, 1, 96, 49152, 1e6, context=256, head_dim=64, experts=4, top_k=2, expert_ffn=32
     )
     path = str(tmp_path / "moe-Q8_0.gguf")
-    write_q8_0(shape, path, synthetic._vocabulary(shape.vocab))
+    write_q8_0(shape, path, vocabulary(shape.vocab))
     llm = LLM(path)
     c = llm.config
     assert (c.family, c.num_layers, c.hidden_size, c.head_dim, c.num_kv_heads) == ("qwen3_moe", 2, 64, 64, 1)

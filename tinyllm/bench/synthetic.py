@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import TinyLLMError
+from .synthetic_vocab import add_vocabulary, vocabulary
 
 PREFIX = "synthetic:"
 
@@ -103,7 +104,7 @@ def _experts_file(shape: Shape, fmt: str, path: str) -> str:
     if fmt != "Q8_0":
         raise TinyLLMError(f"a synthetic mixture of experts is written in Q8_0 only, got {fmt}")
     print(f"writing {path} (random Q8_0 weights with the shape's layers)", flush=True)
-    write_q8_0(shape, path + ".part", _vocabulary(shape.vocab))
+    write_q8_0(shape, path + ".part", vocabulary(shape.vocab))
     os.replace(path + ".part", path)
     return path
 
@@ -122,23 +123,6 @@ def quantize(source: str, dest: str, ftype: int, threads: int) -> None:
     status = llama_cpp.llama_model_quantize(source.encode(), dest.encode(), ctypes.byref(params))
     if status != 0:
         raise RuntimeError(f"llama_model_quantize({source!r} -> {dest!r}) returned {status}")
-
-
-def _vocabulary(size: int):
-    """The default model's tokens, merges and token types, padded with control tokens to `size` entries."""
-    from gguf import GGUFReader
-
-    from ..loading.default_model import default_model_path
-
-    fields = GGUFReader(default_model_path()).fields
-    tokens = fields["tokenizer.ggml.tokens"].contents()
-    types = fields["tokenizer.ggml.token_type"].contents()
-    merges = fields["tokenizer.ggml.merges"].contents()
-    extra = size - len(tokens)
-    tokens = tokens + [f"<|reserved_{i}|>" for i in range(extra)]
-    types = types + [3] * extra  # CONTROL
-    template = fields["tokenizer.chat_template"].contents()
-    return tokens, types, merges, template
 
 
 def write_f16(shape: Shape, path: str, seed: int = 0) -> None:
@@ -161,16 +145,7 @@ def write_f16(shape: Shape, path: str, seed: int = 0) -> None:
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(shape.vocab)
     w.add_file_type(1)  # MOSTLY_F16
-    tokens, types, merges, template = _vocabulary(shape.vocab)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("smollm")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_add_bos_token(False)
-    w.add_chat_template(template)
+    add_vocabulary(w, vocabulary(shape.vocab))
 
     def normal(*dims: int) -> np.ndarray:
         return (rng.standard_normal(dims, dtype=np.float32) * 0.02).astype(np.float16)

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from ..loading.quantize import quantize_q8_0
+from .synthetic_vocab import add_vocabulary
 
 STD = 0.02  # of every matrix's weights
 
@@ -25,7 +26,7 @@ def _q8_0(g: torch.Generator, *dims: int) -> np.ndarray:
 
 def write_q8_0(shape, path: str, vocabulary, seed: int = 0) -> None:
     """A qwen3moe GGUF of `shape` (synthetic.Shape with experts) in Q8_0; vocabulary: (tokens, types, merges,
-    template) as synthetic._vocabulary gives them."""
+    template) as synthetic_vocab.vocabulary gives them."""
     import gguf
 
     g = torch.Generator().manual_seed(seed)
@@ -48,16 +49,7 @@ def write_q8_0(shape, path: str, vocabulary, seed: int = 0) -> None:
     w.add_expert_feed_forward_length(shape.expert_ffn)
     w.add_vocab_size(shape.vocab)
     w.add_file_type(7)  # MOSTLY_Q8_0
-    tokens, types, merges, template = vocabulary
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("smollm")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_add_bos_token(False)
-    w.add_chat_template(template)
+    add_vocabulary(w, vocabulary)
 
     def matrix(name: str, *dims: int) -> None:
         w.add_tensor(name, _q8_0(g, *dims), raw_dtype=q8)
