@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...text.reasoning import ReasoningFormat
+from ..wire.client_text import clip
 from ..wire.errors import bad_request
 
 EFFORTS = ("none", "minimal", "low", "medium", "high")
@@ -40,19 +41,21 @@ def _asked(extra: dict) -> tuple[bool | None, str | None]:
     if kwargs is not None:
         if not isinstance(kwargs, dict) or set(kwargs) - {"enable_thinking"}:
             raise bad_request(
-                f"chat_template_kwargs is {kwargs!r}; only {{'enable_thinking': true|false}} is supported",
+                f"chat_template_kwargs is {clip(repr(kwargs))}; only {{'enable_thinking': true|false}} is supported",
                 "chat_template_kwargs",
             )
         enabled = kwargs.get("enable_thinking")
         if enabled is not None and not isinstance(enabled, bool):
-            raise bad_request(f"enable_thinking is {enabled!r}, expected true or false", "chat_template_kwargs")
+            message = f"enable_thinking is {clip(repr(enabled))}, expected true or false"
+            raise bad_request(message, "chat_template_kwargs")
         if enabled is not None:
             return enabled, "chat_template_kwargs"
     effort = extra.get("reasoning_effort")
     if effort is None:
         return None, None
     if effort not in EFFORTS:
-        raise bad_request(f"reasoning_effort is {effort!r}, expected one of {', '.join(EFFORTS)}", "reasoning_effort")
+        message = f"reasoning_effort is {clip(repr(effort))}, expected one of {', '.join(EFFORTS)}"
+        raise bad_request(message, "reasoning_effort")
     return effort != "none", "reasoning_effort"
 
 
