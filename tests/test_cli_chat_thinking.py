@@ -6,20 +6,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from helpers.reasoning_model import scripted_llm, write_reasoning_tokenizer
+from helpers.reasoning_model import CHAT, scripted_llm, thinking_llm, write_reasoning_tokenizer
 from tinyllm import SamplingParams
 from tinyllm.cli_chat import DIM, PLAIN, Chat, StopReply
 from tinyllm.text.tokenizer import Tokenizer
 
-CHAT = [{"role": "user", "content": "2+2?"}]
-REPLY = "<think>\nI add two and two.\n</think>\n\nIt is 4."
-
 
 @pytest.fixture(scope="module")
 def llm(tmp_path_factory, one_thread):
-    folder = tmp_path_factory.mktemp("qwen3-tok")
-    write_reasoning_tokenizer(str(folder))
-    return scripted_llm(Tokenizer.from_hf_folder(folder), CHAT, REPLY)
+    return thinking_llm(tmp_path_factory)
 
 
 def one_turn(llm, monkeypatch, capsys, is_terminal: bool, hide: bool) -> tuple[str, list[dict]]:

@@ -76,3 +76,16 @@ def scripted_llm(tokenizer, messages: list[dict], reply: str, variables: dict | 
     script = tokenizer.encode(reply, add_special_tokens=False) + [tokenizer.eos_id]
     model = ScriptedChatModel(script, len(prompt), vocab_size=tokenizer.vocab_size, max_len=512)
     return LLM.from_parts(model, tokenizer)
+
+
+CHAT = [{"role": "user", "content": "2+2?"}]
+REPLY = "<think>\nI add two and two.\n</think>\n\nIt is 4."
+
+
+def thinking_llm(tmp_path_factory, reply: str = REPLY):
+    """The scripted Qwen3-style model that answers CHAT with `reply` (thinking, then the answer)."""
+    from tinyllm.text.tokenizer import Tokenizer
+
+    folder = tmp_path_factory.mktemp("qwen3-tok")
+    write_reasoning_tokenizer(str(folder))
+    return scripted_llm(Tokenizer.from_hf_folder(folder), CHAT, reply)

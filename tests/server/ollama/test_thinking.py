@@ -4,25 +4,20 @@ past turn's `thinking` reaches the template as its reasoning; a model that does 
 
 import pytest
 
-from helpers.reasoning_model import scripted_llm, write_reasoning_tokenizer
+from helpers.reasoning_model import CHAT, thinking_llm
 from tinyllm.server import create_app
 from tinyllm.server.ollama.protocol import Message
 from tinyllm.server.ollama.requests import openai_message
 from tinyllm.server.transport.server_thread import ServerThread
-from tinyllm.text.tokenizer import Tokenizer
 
 ollama = pytest.importorskip("ollama")
 
 MODEL = "tiny-qwen3"
-CHAT = [{"role": "user", "content": "2+2?"}]
-REPLY = "<think>\nI add two and two.\n</think>\n\nIt is 4."
 
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory, one_thread):
-    folder = tmp_path_factory.mktemp("qwen3-tok")
-    write_reasoning_tokenizer(str(folder))
-    llm = scripted_llm(Tokenizer.from_hf_folder(folder), CHAT, REPLY)
+    llm = thinking_llm(tmp_path_factory)
     with ServerThread(create_app(llm, served_model_name=MODEL, num_blocks=64)) as srv:
         yield srv.wait_ready().url
 
